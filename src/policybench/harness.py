@@ -1,0 +1,132 @@
+"""Runs one Rollout of an Eval on a World with a Policy, in simulated time, into an Episode.
+
+The clock advances by the Eval's control period per step, so a run is deterministic and
+independent of machine load. The harness never raises: whatever breaks becomes an `error`.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.policy.base import EndEpisode, Policy, SessionContext
+from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
+from policybench.spec import Eval, Rollout
+from policybench.world import World
+
+
+class ActionError(ValueError):
+    """A policy answered an action the env cannot take."""
+
+
+def statics_of(rollout: Rollout, eval: Eval, policy: Policy, world: World) -> dict[str, Any]:
+    return {
+        keys.EVAL: eval.name,
+        keys.TASK: rollout.scene.task,
+        keys.INSTRUCTION: rollout.instruction,
+        keys.ROLLOUT_INDEX: rollout.index,
+        keys.ROLLOUT_COUNT: rollout.count,
+        keys.SCENE: rollout.scene.as_record(),
+        keys.POLICY: policy.describe(),
+        keys.CONTROL_HZ: eval.control_hz,
+        keys.TIMEOUT_S: rollout.timeout_s,
+        keys.STOP_ON_SUCCESS: eval.stop_on_success,
+        keys.HOLD: eval.hold_name,
+        keys.PACKAGES: {"policybench": metadata.version("policybench"), **world.packages},
+    }
+
+
+def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> Episode:
+    started = time.perf_counter()
+    statics = statics_of(rollout, eval, policy, world)
+    trace: list[TraceStep] = []
+    success_step: int | None = None
+    period_ns = eval.control_period_ns
+    timeout_ns = round(rollout.timeout_s * 1e9)
+    hold, stop_on_success = eval.hold, eval.stop_on_success
+    phase = "reset"
+
+    def finish(kind: OutcomeKind, reason: str, details: str = "") -> Episode:
+        return Episode(
+            statics=statics,
+            trace=tuple(trace),
+            outcome=Outcome(kind, reason, details),
+            sim_s=len(trace) * period_ns / 1e9,
+            wall_s=time.perf_counter() - started,
+            success_step=success_step,
+        )
+
+    try:
+        obs = world.reset(rollout.scene)
+        phase = "policy"
+        context = SessionContext(
+            instruction=rollout.instruction,
+            control_hz=eval.control_hz,
+            fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
+        )
+        session = policy.new_session(context)
+        expected_shape = world.action_space.shape
+        time_ns = resume_at_ns = 0
+        last_action: np.ndarray | None = None
+        while True:
+            commands = None
+            if time_ns >= resume_at_ns:
+                phase = "policy"
+                answer = session(obs, time_ns)
+                if isinstance(answer, EndEpisode):
+                    return finish(OutcomeKind.UNSOLVED, f"policy ended the episode: {answer.reason}")
+                commands, resume_at_ns = answer.commands, answer.resume_at_ns
+            if commands is None:
+                action = hold(last_action, obs)
+            else:
+                action = last_action = check_action(commands, expected_shape, policy.name)
+            phase = "step"
+            result = world.step(action)
+            trace.append(TraceStep(time_ns, action, result.reward, result.success))
+            time_ns += period_ns
+            obs = result.obs
+            if result.success and success_step is None:
+                success_step = len(trace) - 1
+                if stop_on_success:
+                    return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
+            if time_ns >= timeout_ns or result.terminated or result.truncated:
+                break
+    except ActionError as error:
+        return finish(OutcomeKind.ERROR, str(error))
+    except Exception as error:
+        if phase != "policy":
+            world.discard()
+        return finish(
+            OutcomeKind.ERROR,
+            f"{_culprit(phase)} raised {type(error).__name__}: {error}",
+            traceback.format_exc(),
+        )
+    if success_step is not None:
+        return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
+    why = "timeout" if time_ns >= timeout_ns else "env ended the episode"
+    return finish(OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)")
+
+
+def check_action(action: Any, expected_shape: tuple[int, ...], policy_name: str) -> np.ndarray:
+    """The action as the env takes it; a wrong shape, dtype or a NaN is an ActionError."""
+    array = np.asarray(action)
+    if array.shape != expected_shape:
+        raise ActionError(
+            f"policy {policy_name!r} answered action of shape {array.shape}, expected "
+            f"{expected_shape}; check the model's action dimension or the codec's action slice"
+        )
+    if array.dtype.kind not in "fiu" or not np.isfinite(array).all():
+        raise ActionError(
+            f"policy {policy_name!r} answered an action that is not all finite numbers "
+            f"(dtype {array.dtype}): {array}"
+        )
+    return array
+
+
+def _culprit(phase: str) -> str:
+    return {"reset": "env reset", "step": "env step", "policy": "policy"}[phase]

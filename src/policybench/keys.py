@@ -1,0 +1,41 @@
+"""Every name that is recorded in an Episode or shared between suites and policies, spelled once.
+
+This is a leaf module: it imports nothing from policybench, so anything may import it.
+"""
+
+# Shared observation keys (what a World hands a policy, before any codec).
+STATE = "state"
+IMAGE = "image"
+
+# Statics: what an Episode records about the rollout it ran.
+EVAL = "eval"
+TASK = "task"
+INSTRUCTION = "instruction"
+ROLLOUT_INDEX = "rollout_index"
+ROLLOUT_COUNT = "rollout_count"
+SCENE = "scene"
+SEED = "seed"
+POLICY = "policy"
+POLICY_NAME = "name"
+INFERENCE_LATENCY = "inference_latency"
+CHUNK_ANCHOR = "chunk_anchor"
+CONTROL_HZ = "control_hz"
+TIMEOUT_S = "timeout_s"
+STOP_ON_SUCCESS = "stop_on_success"
+HOLD = "hold"
+PACKAGES = "packages"
+
+# Outcome and timing of an Episode.
+OUTCOME = "outcome"
+REASON = "reason"
+STEPS = "steps"
+SIM_S = "sim_s"
+WALL_S = "wall_s"
+SUCCESS_STEP = "success_step"
+NODEID = "nodeid"
+
+# Per-step trace fields.
+TIME_NS = "time_ns"
+COMMAND = "command"
+REWARD = "reward"
+SUCCESS = "success"

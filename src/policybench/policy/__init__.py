@@ -1,0 +1,1 @@
+"""Policies, sessions, chunk playback and codecs. Knows nothing of pytest or envs."""

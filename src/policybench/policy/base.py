@@ -1,0 +1,90 @@
+"""The policy contract: a Policy opens a Session per rollout; a Session answers what to command
+now and when to be called next. A Model predicts action Chunks and knows nothing of time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+Observation = Mapping[str, np.ndarray]
+ContextValue = int | float | str
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """All a policy learns about a rollout besides its observations.
+
+    `fields` holds only the scene fields an Eval declares policy-facing; the scene itself never
+    reaches a policy.
+    """
+
+    instruction: str
+    control_hz: float
+    fields: Mapping[str, ContextValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A session's answer: the command for now (None: nothing new) and when to call it next."""
+
+    commands: np.ndarray | None
+    resume_at_ns: int
+
+
+@dataclass(frozen=True)
+class EndEpisode:
+    """A session's answer when it ends the rollout itself."""
+
+    reason: str
+
+
+class Session(Protocol):
+    def __call__(self, obs: Observation, time_ns: int) -> Step | EndEpisode: ...
+
+
+class Policy(Protocol):
+    """Something that can run rollouts. Knows nothing of pytest or envs."""
+
+    name: str
+
+    def new_session(self, context: SessionContext) -> Session: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What an Episode records about this policy (name, version, latency, ...)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """An action sequence `[H, D]` meant to be played at `fps`, first action at its anchor."""
+
+    actions: np.ndarray
+    fps: float
+
+    def __post_init__(self) -> None:
+        actions = self.actions
+        if not isinstance(actions, np.ndarray) or actions.ndim != 2 or actions.shape[0] < 1:
+            shape = getattr(actions, "shape", type(actions).__name__)
+            raise ValueError(
+                f"a chunk's actions must be an array of shape [H>=1, D], got {shape}; "
+                "a model answering a single action should return actions[None]"
+            )
+        if not self.fps > 0:
+            raise ValueError(f"a chunk's fps must be > 0, got {self.fps!r}")
+
+
+ChunkSource = Callable[[Observation], Chunk]
+"""One rollout's worth of a model: observation in, chunk out."""
+
+
+class Model(Protocol):
+    """Predicts action chunks. `open` starts one rollout (a model may keep per-rollout state)."""
+
+    name: str
+
+    def open(self, context: SessionContext) -> ChunkSource: ...
+
+    def describe(self) -> dict[str, Any]: ...

@@ -1,0 +1,149 @@
+"""The bottom session: asks a model for a chunk, plays it waypoint by waypoint in simulated time,
+asks again when it drains or every `replan_every` waypoints, with at most one call in flight."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.policy.base import (
+    Chunk,
+    ChunkSource,
+    Model,
+    Observation,
+    SessionContext,
+    Step,
+)
+from policybench.policy.latency import NO_LATENCY, InferenceLatency
+
+
+class ChunkAnchor(StrEnum):
+    """Where a chunk's first waypoint sits in time.
+
+    OBSERVATION: at the observation it was computed from; waypoints that are already past when
+    it arrives are dropped (as real-time chunking does). ARRIVAL: at the moment it arrives.
+    """
+
+    OBSERVATION = "observation"
+    ARRIVAL = "arrival"
+
+
+@dataclass(frozen=True)
+class ChunkCall:
+    """One model call: when it was asked, when its chunk arrived, how many waypoints it held."""
+
+    asked_ns: int
+    arrives_ns: int
+    horizon: int
+
+
+class ChunkPlayer:
+    def __init__(
+        self,
+        source: ChunkSource,
+        *,
+        replan_every: int | None = None,
+        latency: InferenceLatency = NO_LATENCY,
+        anchor: ChunkAnchor = ChunkAnchor.OBSERVATION,
+        wall_clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        if replan_every is not None and replan_every < 1:
+            raise ValueError(f"replan_every must be >= 1 or None, got {replan_every}")
+        self._source = source
+        self._replan_every = replan_every
+        self._latency = latency
+        self._anchor = anchor
+        self._wall_clock_ns = wall_clock_ns
+        self._waypoints: deque[tuple[int, np.ndarray]] = deque()
+        self._pending: tuple[ChunkCall, Chunk] | None = None
+        self._played_of_chunk = 0
+        self.calls: list[ChunkCall] = []
+        self.skipped = 0
+
+    def __call__(self, obs: Observation, time_ns: int) -> Step:
+        if self._pending is not None and self._pending[0].arrives_ns <= time_ns:
+            self._load(*self._pending)
+        if self._pending is None and self._wants_new_chunk():
+            self._ask(obs, time_ns)
+        return Step(self._play_due(time_ns), self._next_call_ns(time_ns))
+
+    def _wants_new_chunk(self) -> bool:
+        if not self._waypoints:
+            return True
+        return self._replan_every is not None and self._played_of_chunk >= self._replan_every
+
+    def _ask(self, obs: Observation, time_ns: int) -> None:
+        started = self._wall_clock_ns()
+        chunk = self._source(obs)
+        wall_ns = self._wall_clock_ns() - started
+        if not isinstance(chunk, Chunk):
+            raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
+        call = ChunkCall(time_ns, time_ns + self._latency.charge_ns(wall_ns), len(chunk.actions))
+        self.calls.append(call)
+        self._pending = (call, chunk)
+        if call.arrives_ns <= time_ns:
+            self._load(call, chunk)
+
+    def _load(self, call: ChunkCall, chunk: Chunk) -> None:
+        anchor_ns = call.asked_ns if self._anchor is ChunkAnchor.OBSERVATION else call.arrives_ns
+        period_ns = 1e9 / chunk.fps
+        self._waypoints = deque(
+            (anchor_ns + round(k * period_ns), action) for k, action in enumerate(chunk.actions)
+        )
+        self._pending = None
+        self._played_of_chunk = 0
+
+    def _play_due(self, time_ns: int) -> np.ndarray | None:
+        waypoints = self._waypoints
+        while len(waypoints) > 1 and waypoints[1][0] <= time_ns:
+            waypoints.popleft()
+            self.skipped += 1
+        if waypoints and waypoints[0][0] <= time_ns:
+            self._played_of_chunk += 1
+            return waypoints.popleft()[1]
+        return None
+
+    def _next_call_ns(self, time_ns: int) -> int:
+        wake = []
+        if self._waypoints:
+            wake.append(self._waypoints[0][0])
+        if self._pending is not None:
+            wake.append(self._pending[0].arrives_ns)
+        return max(min(wake), time_ns + 1) if wake else time_ns + 1
+
+
+@dataclass(frozen=True)
+class ChunkPolicy:
+    """A Policy over a Model: every session is a ChunkPlayer over the model's chunks."""
+
+    model: Model
+    replan_every: int | None = None
+    latency: InferenceLatency = NO_LATENCY
+    anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def new_session(self, context: SessionContext) -> ChunkPlayer:
+        return ChunkPlayer(
+            self.model.open(context),
+            replan_every=self.replan_every,
+            latency=self.latency,
+            anchor=self.anchor,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.model.describe(),
+            "replan_every": self.replan_every,
+            keys.INFERENCE_LATENCY: str(self.latency),
+            keys.CHUNK_ANCHOR: self.anchor.value,
+        }

@@ -1,0 +1,110 @@
+"""Codecs: pure, composable transforms between an env's observations/actions and a model's.
+
+A Codec is a pair of functions. `a.then(b)` encodes with `a` then `b` and decodes in reverse,
+so a stack reads in the order data flows from env to model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from policybench.policy.base import EndEpisode, Observation, Policy, Session, SessionContext, Step
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Codec:
+    name: str = "identity"
+    encode: Callable[[Observation], Observation] = _same
+    decode: Callable[[np.ndarray], np.ndarray] = _same
+
+    def then(self, inner: Codec) -> Codec:
+        if self.name == "identity":
+            return inner
+        if inner.name == "identity":
+            return self
+        return Codec(
+            name=f"{self.name}+{inner.name}",
+            encode=lambda obs: inner.encode(self.encode(obs)),
+            decode=lambda action: self.decode(inner.decode(action)),
+        )
+
+
+IDENTITY = Codec()
+
+
+def compose(*codecs: Codec) -> Codec:
+    stacked = IDENTITY
+    for codec in codecs:
+        stacked = stacked.then(codec)
+    return stacked
+
+
+def rename(mapping: Mapping[str, str]) -> Codec:
+    """Renames observation keys (env name -> model name); other keys pass unchanged."""
+    table = dict(mapping)
+
+    def encode(obs: Observation) -> Observation:
+        return {table.get(name, name): value for name, value in obs.items()}
+
+    return Codec(f"rename({','.join(f'{a}->{b}' for a, b in table.items())})", encode=encode)
+
+
+def select(*names: str) -> Codec:
+    """Keeps only the named observation keys; a missing key is an error naming what exists."""
+
+    def encode(obs: Observation) -> Observation:
+        missing = [name for name in names if name not in obs]
+        if missing:
+            raise KeyError(f"observation lacks {missing}; it has {sorted(obs)}")
+        return {name: obs[name] for name in names}
+
+    return Codec(f"select({','.join(names)})", encode=encode)
+
+
+def rotate_180(*names: str) -> Codec:
+    """Rotates the named HxWxC images by 180 degrees (as openpi's LIBERO example expects)."""
+
+    def encode(obs: Observation) -> Observation:
+        return {
+            name: np.ascontiguousarray(value[::-1, ::-1]) if name in names else value
+            for name, value in obs.items()
+        }
+
+    return Codec(f"rotate_180({','.join(names)})", encode=encode)
+
+
+def slice_action(width: int) -> Codec:
+    """Keeps the first `width` action dimensions of what a model answers."""
+    return Codec(f"slice_action({width})", decode=lambda action: action[..., :width])
+
+
+class CodecPolicy:
+    """A Policy seen through a Codec: sessions get encoded observations, answer decoded commands."""
+
+    def __init__(self, policy: Policy, codec: Codec) -> None:
+        self._policy = policy
+        self._codec = codec
+        self.name = policy.name
+
+    def new_session(self, context: SessionContext) -> Session:
+        session = self._policy.new_session(context)
+        encode, decode = self._codec.encode, self._codec.decode
+
+        def coded(obs: Observation, time_ns: int) -> Step | EndEpisode:
+            step = session(encode(obs), time_ns)
+            if isinstance(step, Step) and step.commands is not None:
+                return Step(decode(step.commands), step.resume_at_ns)
+            return step
+
+        return coded
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._policy.describe(), "codec": self._codec.name}

@@ -1,0 +1,1 @@
+"""Records of what happened: Episodes and their traces."""

@@ -1,0 +1,59 @@
+"""The record of one rollout: its statics, its step trace and its outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from policybench import keys
+
+
+class OutcomeKind(StrEnum):
+    SOLVED = "solved"  # the policy ran and the task was achieved
+    UNSOLVED = "unsolved"  # the policy ran and the task was not achieved
+    ERROR = "error"  # the harness, the env or the policy broke
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    reason: str
+    details: str = ""  # the traceback behind an error, for the test report
+
+
+class TraceStep(NamedTuple):
+    """One control step: the sim time it started at, the action sent, what the env answered."""
+
+    time_ns: int
+    command: np.ndarray
+    reward: float
+    success: bool
+
+
+@dataclass(frozen=True)
+class Episode:
+    statics: dict[str, Any]
+    trace: tuple[TraceStep, ...]
+    outcome: Outcome
+    sim_s: float
+    wall_s: float
+    success_step: int | None
+
+    @property
+    def steps(self) -> int:
+        return len(self.trace)
+
+    def record(self) -> dict[str, Any]:
+        """One JSON-safe line for results.jsonl: statics, outcome and timing (no trace)."""
+        return {
+            **self.statics,
+            keys.OUTCOME: self.outcome.kind.value,
+            keys.REASON: self.outcome.reason,
+            keys.STEPS: self.steps,
+            keys.SUCCESS_STEP: self.success_step,
+            keys.SIM_S: self.sim_s,
+            keys.WALL_S: round(self.wall_s, 6),
+        }

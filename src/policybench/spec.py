@@ -1,0 +1,137 @@
+"""What an evaluation is: Scenes, Rollouts and Evals, and the plan builders that turn a
+suite's tasks into a deterministic list of Rollouts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from policybench import keys
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    import numpy as np
+
+    from policybench.policy.base import Model
+
+SceneValue = int | float | str
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What an env stages before a rollout. Recorded in full, never shown to a policy.
+
+    `task` picks the env, `seed` seeds its reset, `fields` are further reset options
+    (an init-state index, an object placement) passed to `env.reset(options=...)`.
+    """
+
+    task: str
+    seed: int
+    fields: Mapping[str, SceneValue] = field(default_factory=dict)
+
+    def as_record(self) -> dict[str, SceneValue]:
+        return {keys.TASK: self.task, keys.SEED: self.seed, **self.fields}
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One planned attempt. Its `id` is the pytest item id."""
+
+    eval: str
+    index: int
+    count: int
+    instruction: str
+    timeout_s: float
+    scene: Scene
+
+    @property
+    def id(self) -> str:
+        extra = "".join(f"/{name}={value}" for name, value in self.scene.fields.items())
+        return f"{self.scene.task}/seed={self.scene.seed}{extra}"
+
+
+class Plan(Protocol):
+    """Builds an Eval's rollouts from the run's settings."""
+
+    def __call__(self, eval_name: str, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]: ...
+
+
+@dataclass(frozen=True)
+class SeededPerTask:
+    """`rollouts_per_task` rollouts of every task, seeded `base_seed`, `base_seed + 1`, ...
+
+    Every task sees the same seeds, so a rollout is named by its task and seed alone and the
+    same command line always plans the same rollouts.
+    """
+
+    instructions: Mapping[str, str]
+    timeout_s: float
+
+    def __call__(self, eval_name: str, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]:
+        planned = [
+            (task, instruction, base_seed + i)
+            for task, instruction in self.instructions.items()
+            for i in range(rollouts_per_task)
+        ]
+        return tuple(
+            Rollout(
+                eval=eval_name,
+                index=index,
+                count=len(planned),
+                instruction=instruction,
+                timeout_s=self.timeout_s,
+                scene=Scene(task=task, seed=seed),
+            )
+            for index, (task, instruction, seed) in enumerate(planned)
+        )
+
+
+def seeded_per_task(instructions: Mapping[str, str], timeout_s: float) -> SeededPerTask:
+    """The common plan: each task (name -> instruction) run with consecutive seeds."""
+    return SeededPerTask(dict(instructions), timeout_s)
+
+
+Hold = Callable[["np.ndarray | None", Mapping[str, "np.ndarray"]], "np.ndarray"]
+"""What the robot is commanded when the policy has nothing new: (last command, obs) -> action."""
+
+
+@dataclass(frozen=True)
+class Eval:
+    """One suite on one embodiment: how to build its env, which rollouts to run, at what rate.
+
+    `make_env(task)` builds a gymnasium env for a task; it is only called when a rollout runs,
+    so declaring an Eval imports no simulator. `requires` names the modules the env needs and
+    `extra` the install extra that provides them; `packages` are the distributions whose
+    versions every Episode records.
+    """
+
+    name: str
+    make_env: Callable[[str], gym.Env]
+    plan: Plan
+    control_hz: float
+    hold: Hold
+    hold_name: str
+    success_floor: float | None = None
+    stop_on_success: bool = True
+    requires: Sequence[str] = ()
+    extra: str | None = None
+    packages: Sequence[str] = ()
+    scripted: Callable[[], Model] | None = None
+    policy_facing: Sequence[str] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.control_hz > 0:
+            raise ValueError(f"Eval {self.name!r}: control_hz must be > 0, got {self.control_hz!r}")
+        if self.success_floor is not None and not 0.0 <= self.success_floor <= 1.0:
+            raise ValueError(
+                f"Eval {self.name!r}: success_floor must lie in [0, 1], got {self.success_floor!r}"
+            )
+
+    @property
+    def control_period_ns(self) -> int:
+        return round(1e9 / self.control_hz)
+
+    def rollouts(self, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]:
+        return self.plan(self.name, rollouts_per_task, base_seed)
