@@ -24,7 +24,7 @@ class ActionError(ValueError):
     """A policy answered an action the env cannot take."""
 
 
-def statics_of(rollout: Rollout, eval: Eval, policy: Policy, world: World) -> dict[str, Any]:
+def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World) -> dict[str, Any]:
     return {
         keys.EVAL: eval.name,
         keys.TASK: rollout.scene.task,
@@ -32,7 +32,7 @@ def statics_of(rollout: Rollout, eval: Eval, policy: Policy, world: World) -> di
         keys.ROLLOUT_INDEX: rollout.index,
         keys.ROLLOUT_COUNT: rollout.count,
         keys.SCENE: rollout.scene.as_record(),
-        keys.POLICY: policy.describe(),
+        keys.POLICY: None if policy is None else policy.describe(),
         keys.CONTROL_HZ: eval.control_hz,
         keys.TIMEOUT_S: rollout.timeout_s,
         keys.STOP_ON_SUCCESS: eval.stop_on_success,
@@ -79,7 +79,9 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
                 phase = "policy"
                 answer = session(obs, time_ns)
                 if isinstance(answer, EndEpisode):
-                    return finish(OutcomeKind.UNSOLVED, f"policy ended the episode: {answer.reason}")
+                    return finish(
+                        OutcomeKind.UNSOLVED, f"policy ended the episode: {answer.reason}"
+                    )
                 commands, resume_at_ns = answer.commands, answer.resume_at_ns
             if commands is None:
                 action = hold(last_action, obs)
@@ -110,6 +112,20 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
         return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
     why = "timeout" if time_ns >= timeout_ns else "env ended the episode"
     return finish(OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)")
+
+
+def error_episode(
+    rollout: Rollout, eval: Eval, world: World, reason: str, details: str = ""
+) -> Episode:
+    """The Episode of a rollout that broke before it could start (env or policy not built)."""
+    return Episode(
+        statics=statics_of(rollout, eval, None, world),
+        trace=(),
+        outcome=Outcome(OutcomeKind.ERROR, reason, details),
+        sim_s=0.0,
+        wall_s=0.0,
+        success_step=None,
+    )
 
 
 def check_action(action: Any, expected_shape: tuple[int, ...], policy_name: str) -> np.ndarray:

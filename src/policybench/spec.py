@@ -54,7 +54,9 @@ class Rollout:
 class Plan(Protocol):
     """Builds an Eval's rollouts from the run's settings."""
 
-    def __call__(self, eval_name: str, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]: ...
+    def __call__(
+        self, eval_name: str, rollouts_per_task: int, base_seed: int
+    ) -> tuple[Rollout, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,9 @@ class SeededPerTask:
     instructions: Mapping[str, str]
     timeout_s: float
 
-    def __call__(self, eval_name: str, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]:
+    def __call__(
+        self, eval_name: str, rollouts_per_task: int, base_seed: int
+    ) -> tuple[Rollout, ...]:
         planned = [
             (task, instruction, base_seed + i)
             for task, instruction in self.instructions.items()

@@ -3,6 +3,7 @@ Reused across the Eval's rollouts; an env that raised is discarded and rebuilt o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -38,19 +39,26 @@ class World:
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
 
-    def reset(self, scene: Scene) -> Observation:
-        """Stages `scene` (builds its task's env if needed, resets with its seed and fields)."""
-        env = self._envs.get(scene.task)
+    def env_for(self, task: str) -> gym.Env:
+        """The live env of `task`, built on first use."""
+        env = self._envs.get(task)
         if env is None:
-            env = self._envs[scene.task] = self.eval.make_env(scene.task)
-        self._env, self._task = env, scene.task
+            env = self._envs[task] = self.eval.make_env(task)
+        return env
+
+    def reset(self, scene: Scene) -> Observation:
+        """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
+        env = self._env = self.env_for(scene.task)
+        self._task = scene.task
         obs, _ = env.reset(seed=scene.seed, options=dict(scene.fields) or None)
         return as_observation(obs)
 
     def step(self, action: np.ndarray) -> Transition:
         assert self._env is not None, "World.step before World.reset"
         obs, reward, terminated, truncated, info = self._env.step(action)
-        return Transition(as_observation(obs), float(reward), success_of(info), terminated, truncated)
+        return Transition(
+            as_observation(obs), float(reward), success_of(info), terminated, truncated
+        )
 
     @property
     def action_space(self) -> gym.spaces.Box:
@@ -63,10 +71,9 @@ class World:
             env = self._envs.pop(self._task, None)
             self._env = self._task = None
             if env is not None:
-                try:
+                # A broken env may fail to close as well; it is dropped either way.
+                with contextlib.suppress(Exception):
                     env.close()
-                except Exception:  # noqa: S110 - a broken env may fail to close; it is dropped either way
-                    pass
 
     def close(self) -> None:
         for env in self._envs.values():

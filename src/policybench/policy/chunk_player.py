@@ -29,6 +29,7 @@ class ChunkAnchor(StrEnum):
 
     OBSERVATION: at the observation it was computed from; waypoints that are already past when
     it arrives are dropped (as real-time chunking does). ARRIVAL: at the moment it arrives.
+    Either way, at each call the latest waypoint due is played and earlier ones are dropped.
     """
 
     OBSERVATION = "observation"

@@ -1,0 +1,9 @@
+"""PushT: push the T block onto its target, from pixels and the agent's position."""
+
+import policybench
+from policybench.suites.pusht import PUSHT
+
+
+@policybench.evaluate(PUSHT)
+def test_pusht(rollout, harness):
+    harness(rollout)

@@ -1,0 +1,1 @@
+"""Turning rollout records into results files, tables and statistics."""
