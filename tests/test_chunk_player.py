@@ -63,7 +63,7 @@ def test_every_waypoint_is_played_once_at_its_time(lengths, replan_every, ticks)
     # until the chunk drains or `replan_every` waypoints have played.
     for now, (number, k) in played:
         assert now == source.asked_at[number] + k * PERIOD_NS
-    for number, asked in enumerate(source.asked_at):
+    for number in range(len(source.asked_at)):
         length = lengths[number % len(lengths)]
         quota = length if replan_every is None else min(length, replan_every)
         mine = [k for _, (n, k) in played if n == number]

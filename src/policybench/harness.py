@@ -19,6 +19,8 @@ from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.spec import Eval, Rollout
 from policybench.world import World
 
+ENV_RESET, ENV_STEP, POLICY = "env reset", "env step", "policy"
+
 
 class ActionError(ValueError):
     """A policy answered an action the env cannot take."""
@@ -49,7 +51,7 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
     period_ns = eval.control_period_ns
     timeout_ns = round(rollout.timeout_s * 1e9)
     hold, stop_on_success = eval.hold, eval.stop_on_success
-    phase = "reset"
+    phase = ENV_RESET  # what is running, to name the culprit if it raises
 
     def finish(kind: OutcomeKind, reason: str, details: str = "") -> Episode:
         return Episode(
@@ -63,7 +65,7 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
 
     try:
         obs = world.reset(rollout.scene)
-        phase = "policy"
+        phase = POLICY
         context = SessionContext(
             instruction=rollout.instruction,
             control_hz=eval.control_hz,
@@ -76,7 +78,7 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
         while True:
             commands = None
             if time_ns >= resume_at_ns:
-                phase = "policy"
+                phase = POLICY
                 answer = session(obs, time_ns)
                 if isinstance(answer, EndEpisode):
                     return finish(
@@ -87,7 +89,7 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
                 action = hold(last_action, obs)
             else:
                 action = last_action = check_action(commands, expected_shape, policy.name)
-            phase = "step"
+            phase = ENV_STEP
             result = world.step(action)
             trace.append(TraceStep(time_ns, action, result.reward, result.success))
             time_ns += period_ns
@@ -101,11 +103,11 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
     except ActionError as error:
         return finish(OutcomeKind.ERROR, str(error))
     except Exception as error:
-        if phase != "policy":
+        if phase != POLICY:
             world.discard()
         return finish(
             OutcomeKind.ERROR,
-            f"{_culprit(phase)} raised {type(error).__name__}: {error}",
+            f"{phase} raised {type(error).__name__}: {error}",
             traceback.format_exc(),
         )
     if success_step is not None:
@@ -142,7 +144,3 @@ def check_action(action: Any, expected_shape: tuple[int, ...], policy_name: str)
             f"(dtype {array.dtype}): {array}"
         )
     return array
-
-
-def _culprit(phase: str) -> str:
-    return {"reset": "env reset", "step": "env step", "policy": "policy"}[phase]

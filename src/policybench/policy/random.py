@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 
 
@@ -39,7 +40,7 @@ class RandomModel:
         return predict
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "seed": self.seed, "horizon": self.horizon}
+        return {keys.POLICY_NAME: self.name, keys.SEED: self.seed, "horizon": self.horizon}
 
 
 def _digest(obs: Observation) -> int:
