@@ -8,10 +8,16 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.pytest_plugin.fixtures import settings_of
 from policybench.pytest_plugin.options import RunSettings
 from policybench.pytest_plugin.outcomes import record_of
 from policybench.report.results import ResultsWriter
 from policybench.report.stats import Tally, tally_by
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) aggregates
+        config.pluginmanager.register(Aggregator(settings_of(config)), "policybench-aggregator")
 
 
 class Aggregator:

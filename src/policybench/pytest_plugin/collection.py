@@ -18,6 +18,12 @@ def evaluate(*evals: Eval) -> pytest.MarkDecorator:
     return getattr(pytest.mark, MARKER)(*evals)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(*evals): run this test once per planned Rollout of the Evals"
+    )
+
+
 def evals_of(node: pytest.Item | pytest.Function) -> dict[str, Eval]:
     marker = node.get_closest_marker(MARKER)
     return {} if marker is None else {candidate.name: candidate for candidate in marker.args}
