@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 
 from policybench import keys
-from policybench.policy.base import EndEpisode, Policy, SessionContext
+from policybench.policy.base import EndEpisode, Observation, Policy, SessionContext
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.spec import Eval, Rollout
 from policybench.world import World
@@ -43,7 +44,13 @@ def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World
     }
 
 
-def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> Episode:
+Observer = Callable[[int, Observation], None]
+"""Sees `(time_ns, obs)` at every control step, before the step's action: for recorders."""
+
+
+def run_rollout(
+    rollout: Rollout, eval: Eval, world: World, policy: Policy, observer: Observer | None = None
+) -> Episode:
     started = time.perf_counter()
     statics = statics_of(rollout, eval, policy, world)
     trace: list[TraceStep] = []
@@ -76,6 +83,8 @@ def run_rollout(rollout: Rollout, eval: Eval, world: World, policy: Policy) -> E
         time_ns = resume_at_ns = 0
         last_action: np.ndarray | None = None
         while True:
+            if observer is not None:
+                observer(time_ns, obs)
             commands = None
             if time_ns >= resume_at_ns:
                 phase = POLICY
