@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from policybench.harness import error_episode, run_rollout
+from policybench.harness import Observer, error_episode, run_rollout
 from policybench.policy.base import Policy
 from policybench.policy.registry import PolicyUnavailable, build_policy
 from policybench.pytest_plugin.collection import evals_of
@@ -19,6 +19,7 @@ from policybench.world import World
 
 SETTINGS = pytest.StashKey[RunSettings]()
 EPISODE = pytest.StashKey[Episode]()
+OBSERVER = pytest.StashKey[Observer]()  # set by a recorder plugin before the test runs
 
 
 def settings_of(config: pytest.Config) -> RunSettings:
@@ -43,7 +44,7 @@ class Runner:
         self._worlds: dict[str, World] = {}
         self._policies: dict[str, Policy] = {}
 
-    def run(self, rollout: Rollout, eval: Eval) -> Episode:
+    def run(self, rollout: Rollout, eval: Eval, observer: Observer | None = None) -> Episode:
         world = self._worlds.get(eval.name)
         if world is None:
             world = self._worlds[eval.name] = World(eval)
@@ -60,7 +61,7 @@ class Runner:
                 f"{type(error).__name__}: {error}",
                 traceback.format_exc(),
             )
-        return run_rollout(rollout, eval, world, policy)
+        return run_rollout(rollout, eval, world, policy, observer)
 
     def _policy_for(self, eval: Eval, world: World, task: str) -> Policy:
         policy = self._policies.get(eval.name)
@@ -104,7 +105,7 @@ def harness(
                 f"rollout {rollout.id!r} belongs to eval {rollout.eval!r}, which this test does "
                 f"not declare; declared: {sorted(evals)}"
             )
-        episode = policybench_runner.run(rollout, eval)
+        episode = policybench_runner.run(rollout, eval, request.node.stash.get(OBSERVER, None))
         request.node.stash[EPISODE] = episode
         if episode.outcome.kind is OutcomeKind.ERROR:
             raise RolloutError(episode.outcome)
