@@ -33,6 +33,9 @@ SIM_S = "sim_s"
 WALL_S = "wall_s"
 SUCCESS_STEP = "success_step"
 NODEID = "nodeid"
+# Where a rollout's video lies, relative to its run directory, or why it has none.
+VIDEO = "video"
+VIDEO_MISSING = "video_missing"
 
 # Per-step trace fields.
 TIME_NS = "time_ns"
