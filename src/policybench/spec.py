@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from policybench.policy.base import Model
+    from policybench.policy.conventions import WireCodec
 
 SceneValue = int | float | str
 
@@ -107,7 +108,8 @@ class Eval:
     `make_env(task)` builds a gymnasium env for a task; it is only called when a rollout runs,
     so declaring an Eval imports no simulator. `requires` names the modules the env needs and
     `extra` the install extra that provides them; `packages` are the distributions whose
-    versions every Episode records.
+    versions every Episode records. `codecs` holds the Eval's wire conventions by name (e.g.
+    `openpi`: the keys, images, state and action slice an openpi server expects).
     """
 
     name: str
@@ -124,6 +126,7 @@ class Eval:
     scripted: Callable[[], Model] | None = None
     policy_facing: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    codecs: Mapping[str, WireCodec] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

@@ -1,0 +1,77 @@
+"""openpi's wire encoding: msgpack maps in which numpy arrays and scalars travel as tagged maps,
+byte for byte as openpi's `msgpack_numpy` writes and reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+NDARRAY, NPGENERIC = b"__ndarray__", b"__npgeneric__"
+DATA, DTYPE, SHAPE = b"data", b"dtype", b"shape"
+REFUSED_KINDS = {"O": "object", "V": "void", "c": "complex"}
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+
+class WireError(ValueError):
+    """A frame that is not a valid openpi message (garbage, a refused dtype, too large)."""
+
+
+def _check_dtype(dtype: np.dtype) -> None:
+    kind = REFUSED_KINDS.get(dtype.kind)
+    if kind is not None:
+        raise WireError(
+            f"numpy dtype {dtype} ({kind}) cannot travel over the openpi wire; "
+            "send bool, integer, float, bytes or str arrays"
+        )
+
+
+def _pack_numpy(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        _check_dtype(value.dtype)
+    if isinstance(value, np.ndarray):
+        return {NDARRAY: True, DATA: value.tobytes(), DTYPE: value.dtype.str, SHAPE: value.shape}
+    if isinstance(value, np.generic):
+        return {NPGENERIC: True, DATA: value.item(), DTYPE: value.dtype.str}
+    raise TypeError(
+        f"cannot send a {type(value).__name__} over the openpi wire; send numpy arrays, "
+        "numbers, strings, bytes, lists and str-keyed maps"
+    )
+
+
+def _unpack_numpy(tagged: dict[Any, Any]) -> Any:
+    if NDARRAY in tagged:
+        dtype = np.dtype(tagged[DTYPE])
+        _check_dtype(dtype)
+        array = np.frombuffer(tagged[DATA], dtype=dtype).reshape(tagged[SHAPE])
+        return array.copy()  # a writable array, as a model may expect
+    if NPGENERIC in tagged:
+        dtype = np.dtype(tagged[DTYPE])
+        _check_dtype(dtype)
+        return dtype.type(tagged[DATA])
+    return tagged
+
+
+def packb(message: Any) -> bytes:
+    """One frame's bytes. Raises WireError for a refused dtype, TypeError for an unknown type."""
+    return msgpack.packb(message, default=_pack_numpy)
+
+
+def unpackb(frame: bytes, max_bytes: int | None = DEFAULT_MAX_FRAME_BYTES) -> Any:
+    """The message in a frame. Raises WireError, with what came and what was expected, for a
+    frame over `max_bytes`, a frame that is not msgpack, or a malformed array."""
+    if max_bytes is not None and len(frame) > max_bytes:
+        raise WireError(
+            f"frame of {len(frame)} bytes exceeds the limit of {max_bytes} bytes; "
+            "send smaller observations or raise the limit"
+        )
+    try:
+        return msgpack.unpackb(frame, object_hook=_unpack_numpy)
+    except WireError:
+        raise
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
+        raise WireError(
+            f"frame of {len(frame)} bytes is not an openpi msgpack message "
+            f"({type(error).__name__}: {error})"
+        ) from None
