@@ -1,65 +1,159 @@
 """Aggregation on the controller: collects rollout records from item reports (with xdist, the
-workers' reports), appends them to results.jsonl and prints the per-Eval table."""
+workers' reports), appends them to results.jsonl, and at the end writes summary.json and the
+HTML report, applies the success gates and prints the per-Eval table."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from policybench import keys
+from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.fixtures import settings_of
 from policybench.pytest_plugin.options import RunSettings
 from policybench.pytest_plugin.outcomes import record_of
-from policybench.report.results import ResultsWriter
-from policybench.report.stats import Tally, tally_by
+from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.video import video_fields
+from policybench.report.compare import Comparison, compare_runs
+from policybench.report.html import Findings, write_html
+from policybench.report.results import ResultsWriter, read_results, resolve_run
+from policybench.report.summary import Row, RunInfo, Summary
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) aggregates
-        config.pluginmanager.register(Aggregator(settings_of(config)), "policybench-aggregator")
+        aggregator = Aggregator(config, settings_of(config), gates.read_gate_settings(config))
+        config.pluginmanager.register(aggregator, "policybench-aggregator")
 
 
 class Aggregator:
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(
+        self, config: pytest.Config, settings: RunSettings, gate_settings: gates.GateSettings
+    ) -> None:
         self.settings = settings
+        self.gate_settings = gate_settings
+        self.run_dir = run_dir_of(config)
+        self.baseline = _baseline_dir(gate_settings.baseline, settings.report_dir)
+        self.run_info = RunInfo.now(
+            self.run_dir.name,
+            config.invocation_params.args,
+            config.invocation_params.dir,
+            run_settings(config, settings),
+        )
         self.records: list[dict[str, Any]] = []
-        self.writer = ResultsWriter(settings.report_dir)
+        self.declared_floors: dict[str, float] = {}
+        self.writer = ResultsWriter(self.run_dir)
+        self.findings: Findings | None = None
+        self.report_s = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = record_of(report)
         if record is not None and report.when == "call":
+            record = {**record, **video_fields(report)}
+            self.declared_floors.update(gates.declared_floors(report))
             self.records.append(record)
             self.writer.write(record)
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.writer.close()
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records:
             return
-        write = terminalreporter.write_line
+        started = time.perf_counter()
+        summary = Summary.of(self.records)
+        breaches, notes = gates.floor_breaches(summary, self.gate_settings, self.declared_floors)
+        comparison = None
+        if self.baseline is not None:
+            comparison = self._compare(notes)
+            if self.gate_settings.fail_on_regression:
+                breaches += gates.regression_breaches(comparison)
+        self.run_info.write(self.run_dir)
+        summary.write(self.run_dir, self.run_info)
+        if comparison is not None:
+            comparison.write(self.run_dir)
+        self.findings = Findings(
+            summary,
+            tuple(self.records),
+            self.run_info,
+            tuple(breach.line() for breach in breaches),
+            tuple(notes),
+            comparison,
+        )
+        write_html(self.run_dir, self.findings)
+        self.report_s = time.perf_counter() - started
+        if breaches and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _compare(self, notes: list[str]) -> Comparison:
+        assert self.baseline is not None
+        baseline = read_results(self.baseline / "results.jsonl")
+        notes += [f"baseline {problem}" for problem in baseline.problems]
+        return compare_runs(
+            baseline.records,
+            self.records,
+            (self.baseline.name, self.run_dir.name),
+            self.gate_settings.alpha,
+        )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.findings is None:
+            return
+        findings, write = self.findings, terminalreporter.write_line
         terminalreporter.section(f"policybench: policy {self.settings.policy}")
-        tallies = tally_by(self.records, keys.EVAL)
-        rows = [(name, tally) for (name,), tally in sorted(tallies.items())]
+        rows = list(findings.summary.evals)
         if len(rows) > 1:
-            total = Tally()
-            for record in self.records:
-                total = total.add(record[keys.OUTCOME])
-            rows.append(("all", total))
+            rows.append(findings.summary.overall)
         for line in format_table(rows):
             write(line)
+        if findings.comparison is not None:
+            write("")
+            write(f"compared with baseline {findings.comparison.before}:")
+            for line in findings.comparison.lines():
+                write(line)
+        for note in findings.notes:
+            write(f"note: {note}")
+        for line in findings.breaches:
+            write(line, red=True, bold=True)
         write(f"results: {self.writer.path}")
+        write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
 
 
-def format_table(rows: list[tuple[str, Tally]]) -> list[str]:
+def _baseline_dir(baseline: str | None, report_dir: Path) -> Path | None:
+    """The baseline's run directory, resolved now (before `latest` moves to this run)."""
+    if baseline is None:
+        return None
+    try:
+        return resolve_run(baseline, report_dir).resolve()
+    except FileNotFoundError as error:
+        raise pytest.UsageError(f"--baseline: {error}") from None
+
+
+def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]:
+    policy = settings.policy_settings
+    return {
+        keys.POLICY: settings.policy,
+        "rollouts_per_task": settings.rollouts,
+        "base_seed": policy.seed,
+        keys.INFERENCE_LATENCY: str(policy.latency),
+        keys.CHUNK_ANCHOR: policy.anchor.value,
+        "replan_every": policy.replan_every,
+        "suites": list(settings.suites),
+        "record_video": bool(config.getoption("record_video", False)),
+        "xdist_workers": config.getoption("numprocesses", None),
+    }
+
+
+def format_table(rows: list[Row]) -> list[str]:
     header = ("eval", "rollouts", "solved", "unsolved", "errors", "success", "95% CI")
     cells = [header]
-    for name, tally in rows:
+    for row in rows:
+        tally = row.stats.tally
         interval = tally.interval()
         cells.append(
             (
-                name,
+                row.eval,
                 str(tally.rollouts),
                 str(tally.solved),
                 str(tally.unsolved),

@@ -5,27 +5,50 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from policybench import keys
+
 RESULTS = "results.jsonl"
 LATEST = "latest"
+OUTCOMES = ("solved", "unsolved", "error")
+# What every line must hold for the report to count it: field -> accepted types.
+REQUIRED: Mapping[str, tuple[type, ...]] = {
+    keys.EVAL: (str,),
+    keys.TASK: (str,),
+    keys.OUTCOME: (str,),
+    keys.STEPS: (int,),
+    keys.SIM_S: (int, float),
+    keys.WALL_S: (int, float),
+}
+
+
+def new_run_id(report_dir: Path) -> str:
+    """A run id (the start time) that names no existing run under `report_dir`."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        candidate = stamp if attempt == 0 else f"{stamp}-{attempt}"
+        if not (report_dir / candidate).exists():
+            return candidate
+    raise FileExistsError(f"could not find a free run id under {report_dir}")
 
 
 class ResultsWriter:
-    """Opens `<report_dir>/<run-id>/results.jsonl` on the first record."""
+    """Appends records to `<run_dir>/results.jsonl`; creates it (and `latest`) on the first."""
 
-    def __init__(self, report_dir: Path) -> None:
-        self.report_dir = report_dir
-        self.run_dir: Path | None = None
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self._file: IO[str] | None = None
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, Any]) -> None:
         if self._file is None:
-            self.run_dir = _new_run_dir(self.report_dir)
-            self._file = (self.run_dir / RESULTS).open("w", encoding="utf-8")
-            _point_latest(self.report_dir, self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # a video may have made it already
+            self._file = self.path.open("a", encoding="utf-8")
+            point_latest(self.run_dir)
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
 
@@ -35,31 +58,76 @@ class ResultsWriter:
             self._file = None
 
     @property
-    def path(self) -> Path | None:
-        return None if self.run_dir is None else self.run_dir / RESULTS
+    def path(self) -> Path:
+        return self.run_dir / RESULTS
 
 
-def _new_run_dir(report_dir: Path) -> Path:
-    report_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1000):
-        candidate = report_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            continue
-        return candidate
-    raise FileExistsError(f"could not create a new run directory under {report_dir}")
-
-
-def _point_latest(report_dir: Path, run_dir: Path) -> None:
-    link = report_dir / LATEST
-    staging = report_dir / f".{LATEST}-{os.getpid()}"
+def point_latest(run_dir: Path) -> None:
+    link = run_dir.parent / LATEST
+    staging = run_dir.parent / f".{LATEST}-{os.getpid()}"
     staging.unlink(missing_ok=True)
     staging.symlink_to(run_dir.name, target_is_directory=True)
     os.replace(staging, link)
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+@dataclass(frozen=True)
+class Results:
+    """The readable records of a results file, and one line per line that was not."""
+
+    records: tuple[dict[str, Any], ...]
+    problems: tuple[str, ...]
+
+
+def read_results(path: Path) -> Results:
+    """Every valid line of `path`; a truncated or corrupt line becomes a problem naming its
+    line number, and the lines around it still count."""
+    records, problems = [], []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(
+                    f"{path.name} line {number}: not valid JSON ({error.msg} at column "
+                    f"{error.colno}), skipped; the line was probably cut off by an interrupted run"
+                )
+                continue
+            why = record_problem(record)
+            if why is None:
+                records.append(record)
+            else:
+                problems.append(f"{path.name} line {number}: {why}, skipped")
+    return Results(tuple(records), tuple(problems))
+
+
+def record_problem(record: Any) -> str | None:
+    """Why `record` is not a rollout record, or None if it is one."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    for name, types in REQUIRED.items():
+        if name not in record:
+            return f"missing field {name!r}"
+        value = record[name]
+        if not isinstance(value, types) or isinstance(value, bool):
+            wanted = " or ".join(t.__name__ for t in types)
+            return f"field {name!r} should be {wanted}, got {value!r}"
+    if record[keys.OUTCOME] not in OUTCOMES:
+        return f"outcome should be one of {', '.join(OUTCOMES)}, got {record[keys.OUTCOME]!r}"
+    return None
+
+
+def resolve_run(run: str | Path, report_dir: Path = Path("reports")) -> Path:
+    """The run directory named by `run`: a run directory, its results.jsonl, or a run id
+    (`latest` too) under `report_dir`. Raises FileNotFoundError saying what was looked for."""
+    candidates = [Path(run), report_dir / str(run)]
+    for candidate in candidates:
+        if candidate.is_file() and candidate.name == RESULTS:
+            return candidate.parent
+        if (candidate / RESULTS).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"no run {str(run)!r}: expected a run directory holding {RESULTS}, that file itself, or "
+        f"a run id under {report_dir}/ (looked at {', '.join(str(c) for c in candidates)})"
+    )

@@ -1,12 +1,17 @@
-"""Success-rate statistics: counts per Eval and task with Wilson score intervals."""
+"""Success-rate statistics: counts per Eval and task with Wilson score intervals (scipy), and
+the spread of episode lengths, sim time and wall time per step."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from policybench import keys
+
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -28,14 +33,14 @@ class Tally:
     def rate(self) -> float | None:
         return self.solved / self.rollouts if self.rollouts else None
 
-    def interval(self, confidence: float = 0.95) -> tuple[float, float] | None:
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
         """Wilson score interval of the success rate (errors count as attempts not solved)."""
         if not self.rollouts:
             return None
         from scipy.stats import binomtest
 
         ci = binomtest(self.solved, self.rollouts).proportion_ci(confidence, method="wilson")
-        return ci.low, ci.high
+        return float(ci.low), float(ci.high)
 
 
 def tally_by(records: Iterable[Mapping[str, Any]], *fields: str) -> dict[tuple[str, ...], Tally]:
@@ -44,3 +49,80 @@ def tally_by(records: Iterable[Mapping[str, Any]], *fields: str) -> dict[tuple[s
         group = tuple(str(record[name]) for name in fields)
         tallies[group] = tallies.get(group, Tally()).add(record[keys.OUTCOME])
     return tallies
+
+
+def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
+    total = Tally()
+    for record in records:
+        total = total.add(record[keys.OUTCOME])
+    return total
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a quantity is distributed over rollouts."""
+
+    count: int
+    mean: float
+    median: float
+    p90: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        if not values:
+            return None
+        array = np.asarray(values, dtype=np.float64)
+        return cls(
+            count=len(array),
+            mean=float(array.mean()),
+            median=float(np.median(array)),
+            p90=float(np.percentile(array, 90)),
+            low=float(array.min()),
+            high=float(array.max()),
+        )
+
+
+def step_wall_ms(record: Mapping[str, Any]) -> float | None:
+    """Wall time per control step of a rollout (policy, codecs and simulator together), in ms."""
+    steps = record.get(keys.STEPS) or 0
+    return 1000.0 * record[keys.WALL_S] / steps if steps else None
+
+
+def latency_setting(record: Mapping[str, Any]) -> str:
+    """The inference latency a rollout was charged with (`none`, seconds, `measured`)."""
+    policy = record.get(keys.POLICY) or {}
+    return str(policy.get(keys.INFERENCE_LATENCY, "not recorded"))
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Everything the report says about one group of rollouts (an Eval, a task, the run)."""
+
+    tally: Tally
+    steps: Spread | None
+    sim_s: Spread | None
+    step_wall_ms: Spread | None
+    latency: tuple[str, ...]
+
+    @classmethod
+    def of(cls, records: Sequence[Mapping[str, Any]]) -> GroupStats:
+        walls = [ms for ms in map(step_wall_ms, records) if ms is not None]
+        return cls(
+            tally=tally_of(records),
+            steps=Spread.of([record[keys.STEPS] for record in records]),
+            sim_s=Spread.of([record[keys.SIM_S] for record in records]),
+            step_wall_ms=Spread.of(walls),
+            latency=tuple(sorted({latency_setting(record) for record in records})),
+        )
+
+
+def group(
+    records: Iterable[Mapping[str, Any]], *fields: str
+) -> dict[tuple[str, ...], list[Mapping[str, Any]]]:
+    """Records by the values of `fields`, groups in sorted order."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for record in records:
+        groups.setdefault(tuple(str(record[name]) for name in fields), []).append(record)
+    return dict(sorted(groups.items()))

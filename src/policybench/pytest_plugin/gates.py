@@ -1,0 +1,184 @@
+"""Success gates, like `--cov-fail-under`: an overall floor, per-Eval floors (declared on the
+Eval or in a floors file) and significant regressions against a baseline run fail the run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policybench.pytest_plugin.collection import evals_of
+from policybench.report.compare import ALPHA, Comparison
+from policybench.report.summary import Row, Summary
+from policybench.spec import Rollout
+
+FLOOR = "policybench_floor"  # user property: {eval name: its declared success floor}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("policybench")
+    group.addoption(
+        "--success-fail-under",
+        type=float,
+        default=None,
+        metavar="RATE",
+        help="fail the run if the overall success rate is below RATE (0..1, e.g. 0.8)",
+    )
+    group.addoption(
+        "--success-floors",
+        default=None,
+        metavar="FILE",
+        help='JSON file of per-Eval floors, {"eval name": rate}; overrides Eval.success_floor',
+    )
+    group.addoption(
+        "--baseline",
+        default=None,
+        metavar="RUN",
+        help="compare this run task by task with RUN (a run directory or a run id under the "
+        "report dir) at the end",
+    )
+    group.addoption(
+        "--fail-on-regression",
+        action="store_true",
+        help="with --baseline: fail the run if any task is significantly worse",
+    )
+    group.addoption(
+        "--regression-alpha",
+        type=float,
+        default=ALPHA,
+        help=f"significance level of --baseline's per-task test (default {ALPHA})",
+    )
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    overall_floor: float | None
+    eval_floors: Mapping[str, float]  # from the floors file
+    baseline: str | None
+    fail_on_regression: bool
+    alpha: float
+
+
+def read_gate_settings(config: pytest.Config) -> GateSettings:
+    overall = config.getoption("success_fail_under")
+    if overall is not None and not 0.0 <= overall <= 1.0:
+        raise pytest.UsageError(
+            f"--success-fail-under takes a success rate in [0, 1] (e.g. 0.8), got {overall}"
+        )
+    alpha = config.getoption("regression_alpha")
+    if not 0.0 < alpha < 1.0:
+        raise pytest.UsageError(f"--regression-alpha must lie in (0, 1), got {alpha}")
+    floors_file = config.getoption("success_floors")
+    baseline = config.getoption("baseline")
+    if config.getoption("fail_on_regression") and baseline is None:
+        raise pytest.UsageError("--fail-on-regression needs --baseline RUN to compare against")
+    return GateSettings(
+        overall_floor=overall,
+        eval_floors={} if floors_file is None else read_floors(Path(floors_file)),
+        baseline=baseline,
+        fail_on_regression=config.getoption("fail_on_regression"),
+        alpha=alpha,
+    )
+
+
+def read_floors(path: Path) -> dict[str, float]:
+    expected = 'a JSON object of Eval name to success rate in [0, 1], e.g. {"pusht": 0.6}'
+    try:
+        floors = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise pytest.UsageError(f"--success-floors {path}: {error}; expected {expected}") from None
+    bad = (
+        [f"got {type(floors).__name__}"]
+        if not isinstance(floors, dict)
+        else [
+            f"{name!r}: {rate!r}"
+            for name, rate in floors.items()
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1
+        ]
+    )
+    if bad:
+        raise pytest.UsageError(f"--success-floors {path}: {'; '.join(bad)}; expected {expected}")
+    return {name: float(rate) for name, rate in floors.items()}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, pytest.TestReport]:
+    """Tells the controller (which, under xdist, never sees the Evals) each declared floor."""
+    report: pytest.TestReport = yield
+    rollout = getattr(getattr(item, "callspec", None), "params", {}).get("rollout")
+    if call.when == "call" and isinstance(rollout, Rollout):
+        eval = evals_of(item).get(rollout.eval)
+        if eval is not None and eval.success_floor is not None:
+            report.user_properties.append((FLOOR, {eval.name: eval.success_floor}))
+    return report
+
+
+def declared_floors(report: pytest.TestReport) -> dict[str, float]:
+    return next((value for name, value in report.user_properties if name == FLOOR), {})
+
+
+@dataclass(frozen=True)
+class Breach:
+    what: str  # "overall", "eval pusht", "regression pusht/push-t"
+    rate: float
+    interval: tuple[float, float]
+    floor: str
+
+    def line(self) -> str:
+        low, high = self.interval
+        return (
+            f"FAIL {self.what}: success {self.rate:.1%} (95% CI [{low:.1%}, {high:.1%}]) "
+            f"below {self.floor}"
+        )
+
+
+def floor_breaches(
+    summary: Summary, settings: GateSettings, declared: Mapping[str, float]
+) -> tuple[list[Breach], list[str]]:
+    """Breaches of the overall and per-Eval floors, and notes on floors that were not checked."""
+    breaches: list[Breach] = []
+    notes: list[str] = []
+    if settings.overall_floor is not None:
+        breaches += _below(
+            summary.overall, "overall", settings.overall_floor, "--success-fail-under"
+        )
+    floors = {name: (rate, "Eval.success_floor") for name, rate in declared.items()}
+    floors.update({name: (rate, "--success-floors") for name, rate in settings.eval_floors.items()})
+    rows = {row.eval: row for row in summary.evals}
+    for name, (rate, source) in sorted(floors.items()):
+        if name in rows:
+            breaches += _below(rows[name], f"eval {name}", rate, source)
+        else:
+            notes.append(f"floor of eval {name!r} ({source}) not checked: it ran no rollouts")
+    return breaches, notes
+
+
+def _below(row: Row, what: str, floor: float, source: str) -> list[Breach]:
+    tally, interval = row.stats.tally, row.stats.tally.interval()
+    if tally.rate is None or interval is None or tally.rate >= floor:
+        return []
+    return [Breach(what, tally.rate, interval, f"floor {floor:.1%} ({source})")]
+
+
+def regression_breaches(comparison: Comparison) -> list[Breach]:
+    breaches = []
+    for row in comparison.regressions:
+        assert row.after.rate is not None and row.before.rate is not None
+        interval = row.after.interval()
+        assert interval is not None
+        breaches.append(
+            Breach(
+                f"regression {row.eval}/{row.task}",
+                row.after.rate,
+                interval,
+                f"baseline {row.before.rate:.1%} (adjusted p = {row.adjusted_p:.3g} "
+                f"< {comparison.alpha:g})",
+            )
+        )
+    return breaches

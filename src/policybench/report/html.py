@@ -1,0 +1,183 @@
+"""The HTML report: index.html (overview, success-per-task chart, distributions, every rollout)
+and one page per rollout, from Jinja2 templates; self-contained, opens from disk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.report.compare import Comparison
+from policybench.report.results import OUTCOMES
+from policybench.report.stats import step_wall_ms
+from policybench.report.summary import Row, RunInfo, Summary
+
+INDEX = "index.html"
+ROLLOUTS = "rollouts"
+BINS = 20
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything a report shows about one run."""
+
+    summary: Summary
+    records: tuple[Mapping[str, Any], ...]
+    run: RunInfo | None
+    breaches: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    comparison: Comparison | None = None
+
+
+def write_html(run_dir: Path, findings: Findings) -> Path:
+    """Writes index.html and rollouts/<n>.html into `run_dir`; returns index.html's path."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("policybench.report", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pct"] = percent
+    rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
+    index = run_dir / INDEX
+    index.write_text(
+        env.get_template("index.html.j2").render(
+            f=findings,
+            title=findings.run.run_id if findings.run else run_dir.name,
+            overview=[*findings.summary.evals, findings.summary.overall],
+            chart=task_chart(findings.summary.tasks),
+            histograms=[
+                histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS]),
+                histogram("Wall time per step", "ms", findings.records, step_wall_ms),
+            ],
+            rollouts=rollouts,
+            choices={
+                name: sorted({row[name] for row in rollouts})
+                for name in (keys.EVAL, keys.TASK, keys.OUTCOME)
+            },
+        ),
+        encoding="utf-8",
+    )
+    pages = run_dir / ROLLOUTS
+    pages.mkdir(exist_ok=True)
+    template = env.get_template("rollout.html.j2")
+    for i, (row, record) in enumerate(zip(rollouts, findings.records, strict=True)):
+        (pages / row["page"]).write_text(
+            template.render(
+                row=row,
+                record=record,
+                statics=flatten(record),
+                previous=rollouts[i - 1]["page"] if i else None,
+                next=rollouts[i + 1]["page"] if i + 1 < len(rollouts) else None,
+            ),
+            encoding="utf-8",
+        )
+    return index
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def rollout_row(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
+    scene = record.get(keys.SCENE) or {}
+    wall = step_wall_ms(record)
+    return {
+        "index": index,
+        "page": f"{index:05d}.html",
+        keys.EVAL: record[keys.EVAL],
+        keys.TASK: record[keys.TASK],
+        keys.SEED: scene.get(keys.SEED, ""),
+        keys.OUTCOME: record[keys.OUTCOME],
+        keys.STEPS: record[keys.STEPS],
+        keys.SIM_S: record[keys.SIM_S],
+        "wall_ms": None if wall is None else round(wall, 3),
+        keys.REASON: record.get(keys.REASON, ""),
+        keys.NODEID: record.get(keys.NODEID, ""),
+        keys.VIDEO: record.get(keys.VIDEO),
+        keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING),
+    }
+
+
+def flatten(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """Nested statics as (dotted name, value) rows."""
+    rows = []
+    for name, value in sorted(record.items()):
+        if isinstance(value, Mapping) and value:
+            rows += flatten(value, f"{prefix}{name}.")
+        else:
+            rows.append((f"{prefix}{name}", "" if value is None else str(value)))
+    return rows
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    eval_index: int
+    rate: float
+    low: float
+    high: float
+    solved: int
+    rollouts: int
+
+
+def task_chart(tasks: Sequence[Row]) -> list[Bar]:
+    evals = list(dict.fromkeys(row.eval for row in tasks))
+    bars = []
+    for row in tasks:
+        tally, interval = row.stats.tally, row.stats.tally.interval()
+        if tally.rate is None or interval is None:
+            continue
+        bars.append(
+            Bar(
+                row.label,
+                evals.index(row.eval),
+                tally.rate,
+                *interval,
+                tally.solved,
+                tally.rollouts,
+            )
+        )
+    return bars
+
+
+@dataclass(frozen=True)
+class Histogram:
+    title: str
+    unit: str
+    edges: tuple[float, ...]
+    counts: Mapping[str, tuple[int, ...]]  # outcome -> count per bin
+    tallest: int
+    missing: int  # rollouts without a value (e.g. no steps)
+
+
+def histogram(
+    title: str,
+    unit: str,
+    records: Sequence[Mapping[str, Any]],
+    value: Callable[[Mapping[str, Any]], float | None],
+) -> Histogram:
+    """Counts per bin, stacked by outcome."""
+    pairs = [(record[keys.OUTCOME], value(record)) for record in records]
+    values = np.array([v for _, v in pairs if v is not None], dtype=np.float64)
+    if not len(values):
+        return Histogram(title, unit, (), {}, 0, len(pairs))
+    edges = np.histogram_bin_edges(values, bins=min(BINS, max(1, len(np.unique(values)))))
+    counts = {
+        outcome: tuple(
+            int(n)
+            for n in np.histogram([v for o, v in pairs if o == outcome and v is not None], edges)[0]
+        )
+        for outcome in OUTCOMES
+    }
+    tallest = int(np.histogram(values, edges)[0].max())
+    return Histogram(
+        title, unit, tuple(float(e) for e in edges), counts, tallest, len(pairs) - len(values)
+    )

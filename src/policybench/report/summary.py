@@ -1,0 +1,168 @@
+"""summary.json: what a run was (command, versions, settings: enough to reproduce it) and what
+it found (per Eval, per task and overall: counts, success rate with interval, spreads)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from policybench import keys
+from policybench.report.stats import CONFIDENCE, GroupStats, group
+
+SUMMARY = "summary.json"
+RUN_INFO = "run.json"
+OVERALL = "all"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What makes a run reproducible, recorded once per run (the per-rollout statics carry the
+    policy's own description and the suites' package versions)."""
+
+    run_id: str
+    started: str
+    command: str
+    host: str
+    python: str
+    policybench: str
+    git_revision: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def now(cls, run_id: str, args: Sequence[str], cwd: Path, settings: Mapping[str, Any]):
+        return cls(
+            run_id=run_id,
+            started=datetime.now().astimezone().isoformat(timespec="seconds"),
+            command=shlex.join(["pytest", *args]),
+            host=socket.gethostname(),
+            python=platform.python_version(),
+            policybench=metadata.version("policybench"),
+            git_revision=git_revision(cwd),
+            settings=dict(settings),
+        )
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunInfo | None:
+        path = run_dir / RUN_INFO
+        return cls(**json.loads(path.read_text())) if path.is_file() else None
+
+    def write(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_INFO).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+
+def git_revision(cwd: Path) -> str:
+    """`git describe --always --dirty` of the checkout the run started in, or why there is none."""
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"unknown ({type(error).__name__})"
+    return done.stdout.strip() if done.returncode == 0 else "not a git checkout"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the overview: an Eval, a task of an Eval, or the whole run."""
+
+    eval: str
+    task: str | None
+    stats: GroupStats
+    policy: Mapping[str, Any]
+    packages: Mapping[str, Any]
+
+    @property
+    def label(self) -> str:
+        return self.eval if self.task is None else f"{self.eval} / {self.task}"
+
+    def as_json(self) -> dict[str, Any]:
+        tally, interval = self.stats.tally, self.stats.tally.interval()
+        return {
+            keys.EVAL: self.eval,
+            keys.TASK: self.task,
+            "rollouts": tally.rollouts,
+            "solved": tally.solved,
+            "unsolved": tally.unsolved,
+            "errors": tally.errors,
+            "success_rate": tally.rate,
+            "interval": None if interval is None else list(interval),
+            keys.STEPS: _spread(self.stats.steps),
+            keys.SIM_S: _spread(self.stats.sim_s),
+            "step_wall_ms": _spread(self.stats.step_wall_ms),
+            keys.INFERENCE_LATENCY: list(self.stats.latency),
+            keys.POLICY: dict(self.policy),
+            keys.PACKAGES: dict(self.packages),
+        }
+
+
+def _spread(spread: Any) -> dict[str, float] | None:
+    return None if spread is None else asdict(spread)
+
+
+@dataclass(frozen=True)
+class Summary:
+    evals: tuple[Row, ...]
+    tasks: tuple[Row, ...]
+    overall: Row
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, records: Sequence[Mapping[str, Any]], problems: Sequence[str] = ()) -> Summary:
+        def row(eval: str, task: str | None, members: Sequence[Mapping[str, Any]]) -> Row:
+            return Row(eval, task, GroupStats.of(members), *_descriptions(members))
+
+        return cls(
+            evals=tuple(row(e, None, m) for (e,), m in group(records, keys.EVAL).items()),
+            tasks=tuple(row(e, t, m) for (e, t), m in group(records, keys.EVAL, keys.TASK).items()),
+            overall=row(OVERALL, None, records),
+            problems=tuple(problems),
+        )
+
+    def as_json(self, run: RunInfo | None) -> dict[str, Any]:
+        return {
+            "run": None if run is None else asdict(run),
+            "confidence": CONFIDENCE,
+            "interval_method": "wilson",
+            "overall": self.overall.as_json(),
+            "evals": [row.as_json() for row in self.evals],
+            "tasks": [row.as_json() for row in self.tasks],
+            "problems": list(self.problems),
+        }
+
+    def write(self, run_dir: Path, run: RunInfo | None) -> Path:
+        path = run_dir / SUMMARY
+        path.write_text(json.dumps(self.as_json(run), indent=2, sort_keys=True) + "\n")
+        return path
+
+
+def _descriptions(members: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The policy description and package versions a group ran with; a field that differs
+    between its rollouts lists every value seen."""
+    return (
+        _merged(member.get(keys.POLICY) or {} for member in members),
+        _merged(member.get(keys.PACKAGES) or {} for member in members),
+    )
+
+
+def _merged(mappings: Any) -> dict[str, Any]:
+    seen: dict[str, list[Any]] = {}
+    for mapping in mappings:
+        for name, value in mapping.items():
+            values = seen.setdefault(name, [])
+            if value not in values:
+                values.append(value)
+    return {name: values[0] if len(values) == 1 else values for name, values in seen.items()}
