@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from policybench.policy import serve_command
 from policybench.policy.registry import known_policies
 
 SUITE_MODULES = ("policybench.suites.metaworld", "policybench.suites.pusht")
@@ -33,7 +34,7 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (add_list_parser,)
+COMMANDS = (add_list_parser, serve_command.add_parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,9 @@
 """Turns a policy name (`--policy=...`) into a Policy for one Eval.
 
-Built in: `scripted` (the Eval's own expert or heuristic) and `random`. Other packages add
-names through the `policybench.policies` entry-point group: a callable
-`(eval, action_space, settings) -> Policy`.
+Built in: `scripted` (the Eval's own expert or heuristic), `random`, and `openpi` (a policy
+served over openpi's protocol at the settings' endpoint, fed through the Eval's `openpi` codec).
+Other packages add names through the `policybench.policies` entry-point group: a callable
+`(eval, action_space, settings) -> Policy`; one that returns a ChunkPolicy can also be served.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from policybench.policy.base import Policy
+from policybench.policy.base import Model, Policy
 from policybench.policy.chunk_player import ChunkAnchor, ChunkPolicy
+from policybench.policy.conventions import NATIVE
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.policy.random import RandomModel
+from policybench.policy.remote import Endpoint, RemoteModel, eval_reference
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -25,17 +28,23 @@ if TYPE_CHECKING:
     from policybench.spec import Eval
 
 ENTRY_POINT_GROUP = "policybench.policies"
-BUILTIN = ("scripted", "random")
+OPENPI = "openpi"
+BUILTIN = ("scripted", "random", OPENPI)
 
 
 @dataclass(frozen=True)
 class PolicySettings:
-    """How a run wants its policies played, whatever the policy."""
+    """How a run wants its policies played, whatever the policy.
+
+    `endpoint` is where the model runs when it is served: the server of `openpi`, or the server
+    a run shares among its workers for a local policy. None: the model runs in this process.
+    """
 
     seed: int = 0
     latency: InferenceLatency = NO_LATENCY
     anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
     replan_every: int | None = None
+    endpoint: Endpoint | None = None
 
 
 class PolicyUnavailable(LookupError):
@@ -58,24 +67,59 @@ def check_policy_name(name: str) -> None:
 def build_policy(
     name: str, eval: Eval, action_space: gym.spaces.Box, settings: PolicySettings
 ) -> Policy:
-    if name == "scripted":
-        if eval.scripted is None:
+    if name == OPENPI:
+        codec = eval.codecs.get(OPENPI)
+        if codec is None:
             raise PolicyUnavailable(
-                f"eval {eval.name!r} has no scripted policy; try --policy=random"
+                f"eval {eval.name!r} declares no openpi codec (Eval.codecs['openpi']), so its "
+                "observations have no openpi form"
             )
-        model = eval.scripted()
-    elif name == "random":
-        model = RandomModel(
-            low=np.asarray(action_space.low), high=np.asarray(action_space.high), seed=settings.seed
-        )
+        endpoint = settings.endpoint or Endpoint()
+        model: Model = RemoteModel(endpoint, codec, eval.name, eval_reference(eval))
+    elif settings.endpoint is not None:
+        model = RemoteModel(settings.endpoint, NATIVE, eval.name, eval_reference(eval), name)
+    elif name in BUILTIN:
+        model = build_model(name, eval, action_space, settings)
     else:
-        check_policy_name(name)
-        (entry,) = entry_points(group=ENTRY_POINT_GROUP, name=name)
-        factory: PolicyFactory = entry.load()
-        return factory(eval, action_space, settings)
+        return _entry_point(name)(eval, action_space, settings)
     return ChunkPolicy(
         model,
         replan_every=settings.replan_every,
         latency=settings.latency,
         anchor=settings.anchor,
     )
+
+
+def build_model(
+    name: str, eval: Eval, action_space: gym.spaces.Box | None, settings: PolicySettings
+) -> Model:
+    """The Model behind a local policy name, as a server runs it. `action_space` is needed by
+    `random` and entry points only."""
+    if name == "scripted":
+        if eval.scripted is None:
+            raise PolicyUnavailable(
+                f"eval {eval.name!r} has no scripted policy; try --policy=random"
+            )
+        return eval.scripted()
+    if name == OPENPI:
+        raise PolicyUnavailable("openpi is a served policy; it cannot be served again")
+    if action_space is None:
+        raise ValueError(f"policy {name!r} needs the action space of eval {eval.name!r}")
+    if name == "random":
+        return RandomModel(
+            low=np.asarray(action_space.low), high=np.asarray(action_space.high), seed=settings.seed
+        )
+    policy = _entry_point(name)(eval, action_space, settings)
+    model = getattr(policy, "model", None)
+    if not isinstance(policy, ChunkPolicy) or model is None:
+        raise PolicyUnavailable(
+            f"policy {name!r} is a {type(policy).__name__}, not a ChunkPolicy over a Model, so it "
+            "cannot be served; run it in each worker with --policy-sharing=per-worker"
+        )
+    return model
+
+
+def _entry_point(name: str) -> PolicyFactory:
+    check_policy_name(name)
+    (entry,) = entry_points(group=ENTRY_POINT_GROUP, name=name)
+    return entry.load()

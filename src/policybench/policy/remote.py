@@ -1,0 +1,183 @@
+"""A Model served over openpi's websocket protocol (an openpi server, or `policybench serve`).
+
+Each rollout opens its own connection, reads the server's metadata frame, then sends one
+observation per model call. A receive timeout closes the connection, so a late answer can never
+be paired with the next observation; the next rollout connects afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import websockets
+from websockets.sync.client import ClientConnection, connect
+
+from policybench import keys
+from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.conventions import NATIVE, WireCodec
+from policybench.policy.server import (
+    CODEC_HEADER,
+    CONTEXT_HEADER,
+    EVAL_HEADER,
+    EVAL_REF_HEADER,
+    context_to_json,
+)
+from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, packb, unpackb
+
+DEFAULT_URL = "ws://localhost:8000"
+HOW_TO_SERVE = "start one with `policybench serve --policy=NAME --port PORT`"
+
+
+class RemotePolicyError(RuntimeError):
+    """The server answered an error (openpi's text frame); the message is the server's."""
+
+
+class RemoteUnavailable(ConnectionError):
+    """The server could not be reached, refused the connection, or dropped it."""
+
+
+class RemoteTimeout(TimeoutError):
+    """The server did not answer within the receive timeout."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a policy is served and how long to wait for it."""
+
+    url: str = DEFAULT_URL
+    api_key: str | None = None
+    infer_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("ws://", "wss://")):
+            raise ValueError(f"a policy URL must start with ws:// or wss://, got {self.url!r}")
+        if not self.infer_timeout_s > 0:
+            raise ValueError(f"the inference timeout must be > 0 s, got {self.infer_timeout_s}")
+
+
+class RemoteModel:
+    """A Model whose chunks come from a server. `codec` is the convention observations travel
+    in (an Eval's `openpi` codec for an openpi server; NATIVE for `policybench serve`); the
+    Eval's name and reference tell a policybench server which model to answer with."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        codec: WireCodec = NATIVE,
+        eval_name: str | None = None,
+        eval_ref: str | None = None,
+        name: str = "openpi",
+    ) -> None:
+        self.endpoint = endpoint
+        self.codec = codec
+        self.name = name
+        self.metadata: dict[str, Any] | None = None
+        self._eval_headers = {EVAL_HEADER: eval_name, EVAL_REF_HEADER: eval_ref}
+        self._connection: ClientConnection | None = None
+
+    def open(self, context: SessionContext) -> ChunkSource:
+        self.close()  # the previous rollout's connection
+        connection = self._connection = self._connect(context)
+        endpoint, codec = self.endpoint, self.codec
+
+        def predict(obs: Observation) -> Chunk:
+            frame = packb(codec.encode(obs, context.instruction))
+            try:
+                connection.send(frame)
+                answer = connection.recv(timeout=endpoint.infer_timeout_s)
+            except TimeoutError:
+                connection.close()
+                raise RemoteTimeout(
+                    f"policy server {endpoint.url} did not answer within "
+                    f"{endpoint.infer_timeout_s:g} s (--infer-timeout); the connection was closed "
+                    "and the next rollout reconnects"
+                ) from None
+            except websockets.ConnectionClosed as closed:
+                raise RemoteUnavailable(
+                    f"policy server {endpoint.url} dropped the connection mid-rollout ({closed}); "
+                    "the next rollout reconnects"
+                ) from None
+            if isinstance(answer, str):
+                connection.close()
+                raise RemotePolicyError(_server_error(endpoint.url, answer))
+            return Chunk(
+                codec.actions(unpackb(answer, endpoint.max_frame_bytes)), context.control_hz
+            )
+
+        return predict
+
+    def _connect(self, context: SessionContext) -> ClientConnection:
+        endpoint = self.endpoint
+        headers = {name: value for name, value in self._eval_headers.items() if value}
+        headers[CODEC_HEADER] = self.codec.name
+        headers[CONTEXT_HEADER] = context_to_json(context)
+        if endpoint.api_key:
+            headers["Authorization"] = f"Api-Key {endpoint.api_key}"
+        try:
+            connection = connect(
+                endpoint.url,
+                additional_headers=headers,
+                compression=None,
+                max_size=endpoint.max_frame_bytes,
+                open_timeout=endpoint.connect_timeout_s,
+                proxy=None,
+            )
+        except websockets.InvalidStatus as refused:
+            status = refused.response.status_code
+            hint = "pass the right key with --policy-api-key" if status == 401 else HOW_TO_SERVE
+            raise RemoteUnavailable(
+                f"policy server {endpoint.url} refused the connection (HTTP {status}: "
+                f"{refused.response.body.decode(errors='replace').strip()}); {hint}"
+            ) from None
+        except (OSError, TimeoutError, websockets.InvalidHandshake) as error:
+            raise RemoteUnavailable(
+                f"cannot reach a policy server at {endpoint.url} ({type(error).__name__}: "
+                f"{error}); {HOW_TO_SERVE}, or point --policy-url at a running one"
+            ) from None
+        try:
+            first = connection.recv(timeout=endpoint.connect_timeout_s)
+        except (TimeoutError, websockets.ConnectionClosed) as error:
+            connection.close()
+            raise RemoteUnavailable(
+                f"policy server {endpoint.url} sent no metadata frame after connecting "
+                f"({type(error).__name__}: {error}); is it an openpi-protocol server?"
+            ) from None
+        if isinstance(first, str):
+            connection.close()
+            raise RemotePolicyError(_server_error(endpoint.url, first))
+        self.metadata = unpackb(first, endpoint.max_frame_bytes)
+        return connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def describe(self) -> dict[str, Any]:
+        return {keys.POLICY_NAME: self.name, "url": self.endpoint.url, "codec": self.codec.name}
+
+
+def _server_error(url: str, text: str) -> str:
+    lines = text.strip().splitlines() or ["(empty message)"]
+    return f"policy server {url} answered an error: {lines[-1]}\n{text.rstrip()}"
+
+
+def eval_reference(eval: object) -> str | None:
+    """`module:attribute` of a module-level Eval, so a server can import the same declaration;
+    None for one built elsewhere (e.g. inside a function). policybench's own modules first."""
+    import sys
+
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name == "__main__" or module is None:
+            continue
+        for attribute, value in list(getattr(module, "__dict__", {}).items()):
+            if value is eval:
+                found.append((not module_name.startswith("policybench."), module_name, attribute))
+    if not found:
+        return None
+    _, module_name, attribute = min(found)
+    return f"{module_name}:{attribute}"

@@ -1,0 +1,182 @@
+"""`policybench serve`: serves a local policy (scripted, random, an installed name) over openpi's
+protocol, for the Evals its clients name, batching requests across connections."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from policybench.policy.registry import OPENPI, PolicySettings, build_model, known_policies
+from policybench.policy.server import PolicyServer, ServedModel, ServerConfig
+from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES
+
+if TYPE_CHECKING:
+    from policybench.spec import Eval
+
+API_KEY_VARIABLE = "POLICYBENCH_API_KEY"
+READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="serve a policy over openpi's websocket protocol, batching requests"
+    )
+    parser.add_argument("--policy", default="scripted", help="policy to serve (default scripted)")
+    parser.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="EVAL",
+        help="an Eval to serve: a built-in name (see `policybench list`) or module:attribute; "
+        "repeatable. policybench clients name their Eval; openpi clients get the only one given. "
+        "Default: any built-in Eval a client names",
+    )
+    parser.add_argument(
+        "--evals-from-clients",
+        action="store_true",
+        help="also import Evals that clients name as module:attribute (trust your clients)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    parser.add_argument("--max-batch", type=int, default=8, help="largest batch (default 8)")
+    parser.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=2.0,
+        help="how long a batch waits for more requests after its first (default 2 ms)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_VARIABLE),
+        help=f"require 'Authorization: Api-Key <key>' (default: ${API_KEY_VARIABLE}, else none)",
+    )
+    parser.add_argument(
+        "--max-frame-mb",
+        type=float,
+        default=DEFAULT_MAX_FRAME_BYTES / 2**20,
+        help="largest frame accepted, in MiB (default 64)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of seeded policies (default 0)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.policy == OPENPI or args.policy not in known_policies():
+        servable = [name for name in known_policies() if name != OPENPI]
+        raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
+    if args.max_batch < 1 or args.max_wait_ms < 0:
+        raise SystemExit("--max-batch must be >= 1 and --max-wait-ms >= 0")
+    models = EvalModels(
+        args.policy,
+        PolicySettings(seed=args.seed),
+        [resolve_eval(name) for name in args.eval],
+        args.evals_from_clients,
+    )
+    config = ServerConfig(
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        api_key=args.api_key or None,
+        max_frame_bytes=round(args.max_frame_mb * 2**20),
+    )
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
+        asyncio.run(_serve(PolicyServer(models, config, args.policy)))
+    return 0
+
+
+async def _serve(server: PolicyServer) -> None:
+    listening = await server.start()
+    host, port = listening.sockets[0].getsockname()[:2]
+    config = server.config
+    print(
+        f"{READY} policy {server.name!r} on ws://{host}:{port} (health: http://{host}:{port}"
+        f"/healthz; batches of up to {config.max_batch}, {config.max_wait_ms:g} ms window)",
+        flush=True,
+    )
+    try:
+        await listening.serve_forever()
+    finally:
+        server.close()
+
+
+class EvalModels:
+    """The served model of each Eval a client names, built on first use and kept warm."""
+
+    def __init__(
+        self, policy: str, settings: PolicySettings, evals: Sequence[Eval], from_clients: bool
+    ) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.evals = {eval.name: eval for eval in evals}
+        self.from_clients = from_clients
+        self._served: dict[str, ServedModel] = {}
+
+    def __call__(self, name: str | None, ref: str | None) -> ServedModel:
+        eval = self.resolve(name, ref)
+        served = self._served.get(eval.name)
+        if served is None:
+            space = None if self.policy == "scripted" else _space(eval)
+            model = build_model(self.policy, eval, space, self.settings)
+            served = self._served[eval.name] = ServedModel(model, eval.control_hz, eval.codecs)
+        return served
+
+    def resolve(self, name: str | None, ref: str | None) -> Eval:
+        if name is None and ref is None:
+            if len(self.evals) == 1:
+                return next(iter(self.evals.values()))
+            raise LookupError(
+                f"the client named no Eval and this server serves {len(self.evals)} "
+                "(start it with one --eval for openpi clients, or send the X-Policybench-Eval "
+                "header)"
+            )
+        if name in self.evals:
+            return self.evals[name]
+        if not self.evals and name in builtin_evals():
+            return builtin_evals()[name]
+        if ref is not None and self.from_clients:
+            return resolve_eval(ref)
+        served = sorted(self.evals) or sorted(builtin_evals())
+        raise LookupError(f"this server does not serve eval {name!r} ({ref}); it serves {served}")
+
+
+def builtin_evals() -> dict[str, Eval]:
+    from policybench.cli import SUITE_MODULES
+    from policybench.spec import Eval
+
+    found: dict[str, Eval] = {}
+    for module_name in SUITE_MODULES:
+        for value in vars(importlib.import_module(module_name)).values():
+            if isinstance(value, Eval):
+                found.setdefault(value.name, value)
+    return found
+
+
+def resolve_eval(text: str) -> Eval:
+    """An Eval named by its built-in name or as `module:attribute`."""
+    from policybench.spec import Eval
+
+    if ":" not in text:
+        evals = builtin_evals()
+        if text not in evals:
+            raise LookupError(f"no built-in eval {text!r}; known: {sorted(evals)}")
+        return evals[text]
+    module_name, _, attribute = text.partition(":")
+    value = getattr(importlib.import_module(module_name), attribute, None)
+    if not isinstance(value, Eval):
+        raise LookupError(f"{text} is not an Eval (got {type(value).__name__})")
+    return value
+
+
+def _space(eval: Eval):
+    task = eval.rollouts(1, 0)[0].scene.task
+    env = eval.make_env(task)
+    try:
+        return env.action_space
+    finally:
+        env.close()

@@ -1,0 +1,258 @@
+"""An openpi-protocol websocket server over any policybench Model, batching requests across
+connections (`policybench serve`). openpi's own client works against it unchanged.
+
+Per-rollout state: a client may name its rollout's context in the `X-Policybench-Context`
+header (policybench's client does, and opens one connection per rollout); otherwise each
+(connection, prompt) pair is one rollout, opened at its first observation, as openpi's clients
+expect. The scene never reaches the server: only observations and the instruction do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+import websockets
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request as HttpRequest
+from websockets.http11 import Response
+
+from policybench.policy.base import Model, SessionContext
+from policybench.policy.batcher import Batcher, Request, RolloutState
+from policybench.policy.conventions import ACTIONS, NATIVE, SERVER_TIMING, WireCodec
+from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, WireError, packb, unpackb
+
+EVAL_HEADER = "X-Policybench-Eval"  # the Eval's name
+EVAL_REF_HEADER = "X-Policybench-Eval-Ref"  # where it is declared, `module:attribute`
+CODEC_HEADER = "X-Policybench-Codec"  # the convention observations come in (default: openpi)
+CONTEXT_HEADER = "X-Policybench-Context"  # JSON: instruction, control_hz, fields
+DEFAULT_CODEC = "openpi"
+HEALTH_PATH = "/healthz"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model as served for one Eval: the control rate it runs at and its wire conventions."""
+
+    model: Model
+    control_hz: float
+    codecs: Mapping[str, WireCodec] = field(default_factory=dict)
+
+    def codec(self, name: str) -> WireCodec:
+        if name == NATIVE.name:
+            return NATIVE
+        if name not in self.codecs:
+            known = sorted({NATIVE.name, *self.codecs})
+            raise LookupError(f"this server knows no codec {name!r} for its model; known: {known}")
+        return self.codecs[name]
+
+
+ModelFor = Callable[[str | None, str | None], ServedModel]
+"""(Eval name, Eval reference) from a client's headers -> the model that serves it. Called on
+the model thread, so it may build models and envs."""
+
+
+def fixed_model(model: Model, control_hz: float, codecs: Mapping[str, WireCodec] = {}) -> ModelFor:
+    """Serves one model to every client whatever Eval it names (for scripts and benchmarks)."""
+    served = ServedModel(model, control_hz, {DEFAULT_CODEC: NATIVE, **codecs})
+    return lambda name, ref: served
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch: int = 8
+    max_wait_ms: float = 2.0
+    api_key: str | None = None
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+
+class PolicyServer:
+    """Answers each connection's observations with its model's actions, batched by a Batcher."""
+
+    def __init__(self, model_for: ModelFor, config: ServerConfig, name: str = "policy") -> None:
+        self._model_for = model_for
+        self._served: dict[tuple[str | None, str | None], ServedModel] = {}
+        self.config = config
+        self.name = name
+        self._batchers: dict[int, Batcher] = {}
+        # One thread runs every model call and build, off the event loop.
+        self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="policybench-model")
+        self.metadata = {
+            "server": "policybench",
+            "policy": name,
+            "max_batch": config.max_batch,
+            "max_wait_ms": config.max_wait_ms,
+        }
+
+    async def start(self) -> Server:
+        config = self.config
+        return await serve(
+            self._handle,
+            config.host,
+            config.port,
+            compression=None,
+            max_size=config.max_frame_bytes,
+            process_request=self._check_request,
+        )
+
+    def _check_request(self, connection: ServerConnection, request: HttpRequest) -> Response | None:
+        if request.path.split("?")[0] == HEALTH_PATH:
+            return connection.respond(HTTPStatus.OK, "OK\n")
+        key = self.config.api_key
+        if key is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Api-Key {key}".encode()):
+                return connection.respond(
+                    HTTPStatus.UNAUTHORIZED,
+                    "missing or wrong API key: send the header 'Authorization: Api-Key <key>'\n",
+                )
+        return None
+
+    async def _handle(self, connection: ServerConnection) -> None:
+        try:
+            served, codec, context = await self._bind(connection)
+        except Exception as error:
+            await _fail(connection, f"cannot serve this connection: {error}", 1008)
+            return
+        batcher = self._batcher_for(served.model)
+        rollouts: dict[str, RolloutState] = {}
+        await connection.send(packb(self.metadata))
+        previous_total_ms: float | None = None
+        async for frame in connection:
+            started = time.perf_counter()
+            if isinstance(frame, str):
+                await _fail(connection, "expected a binary msgpack frame, got a text frame", 1003)
+                return
+            try:
+                obs, prompt = codec.unwire(_as_map(unpackb(frame, None)))
+            except Exception as error:
+                await _fail(connection, f"bad observation frame: {error}", 1007)
+                return
+            if context is not None:
+                rollout = rollouts.setdefault("", RolloutState(context))
+            else:
+                rollout = rollouts.setdefault(
+                    prompt, RolloutState(SessionContext(prompt, served.control_hz))
+                )
+            try:
+                answer = await batcher.submit(Request(rollout, obs))
+            except Exception:
+                await _fail(connection, traceback.format_exc(), 1011)
+                return
+            timing = {
+                "infer_ms": answer.infer_ms,
+                "queue_ms": answer.queue_ms,
+                "batch_size": answer.batch_size,
+            }
+            if previous_total_ms is not None:
+                timing["prev_total_ms"] = previous_total_ms
+            await connection.send(packb({ACTIONS: answer.chunk.actions, SERVER_TIMING: timing}))
+            previous_total_ms = (time.perf_counter() - started) * 1e3
+
+    async def _bind(
+        self, connection: ServerConnection
+    ) -> tuple[ServedModel, WireCodec, SessionContext | None]:
+        headers = connection.request.headers
+        name, ref = headers.get(EVAL_HEADER), headers.get(EVAL_REF_HEADER)
+        served = self._served.get((name, ref))
+        if served is None:
+            loop = asyncio.get_running_loop()
+            served = await loop.run_in_executor(self._model_thread, self._model_for, name, ref)
+            self._served[(name, ref)] = served
+        codec = served.codec(headers.get(CODEC_HEADER, DEFAULT_CODEC))
+        context = headers.get(CONTEXT_HEADER)
+        return served, codec, None if context is None else context_from_json(context)
+
+    def _batcher_for(self, model: Model) -> Batcher:
+        batcher = self._batchers.get(id(model))
+        if batcher is None:
+            batcher = Batcher(
+                model, self._model_thread, self.config.max_batch, self.config.max_wait_ms / 1e3
+            )
+            self._batchers[id(model)] = batcher
+        return batcher
+
+    def close(self) -> None:
+        for batcher in self._batchers.values():
+            batcher.close()
+        self._model_thread.shutdown(wait=False, cancel_futures=True)
+
+
+def _as_map(message: Any) -> Mapping[str, Any]:
+    if not isinstance(message, Mapping) or not all(isinstance(k, str) for k in message):
+        raise WireError(f"an observation must be a map with string keys, got {type(message)}")
+    return message
+
+
+async def _fail(connection: ServerConnection, text: str, code: int) -> None:
+    """openpi's error convention: the message as a text frame, then close."""
+    try:
+        await connection.send(text)
+        await connection.close(code=code, reason=text.strip().splitlines()[-1][:120])
+    except websockets.ConnectionClosed:
+        pass
+
+
+def context_to_json(context: SessionContext) -> str:
+    payload = {
+        "instruction": context.instruction,
+        "control_hz": context.control_hz,
+        "fields": dict(context.fields),
+    }
+    return json.dumps(payload)
+
+
+def context_from_json(text: str) -> SessionContext:
+    try:
+        payload = json.loads(text)
+        return SessionContext(
+            str(payload["instruction"]), float(payload["control_hz"]), dict(payload["fields"])
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"header {CONTEXT_HEADER} must be JSON with instruction, control_hz and fields; "
+            f"got {text[:200]!r} ({error})"
+        ) from None
+
+
+class ServerThread:
+    """A PolicyServer on its own event loop in a background thread (tests, benchmarks, scripts).
+    Use as a context manager; `url` is set once it listens (port 0 picks a free port)."""
+
+    def __init__(self, server: PolicyServer) -> None:
+        self.server = server
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._listening: Server | None = None
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop)
+        self._listening = future.result(timeout=30)
+        host, port = self._listening.sockets[0].getsockname()[:2]
+        self.url = f"ws://{host}:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._listening is not None:
+            listening, self._listening = self._listening, None
+            listening.close()
+            asyncio.run_coroutine_threadsafe(listening.wait_closed(), self._loop).result(30)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+            self.server.close()
