@@ -40,6 +40,7 @@ def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World
         keys.TIMEOUT_S: rollout.timeout_s,
         keys.STOP_ON_SUCCESS: eval.stop_on_success,
         keys.HOLD: eval.hold_name,
+        keys.EVAL_SETTINGS: dict(eval.metadata),
         keys.PACKAGES: {"policybench": metadata.version("policybench"), **world.packages},
     }
 

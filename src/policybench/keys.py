@@ -23,6 +23,7 @@ CONTROL_HZ = "control_hz"
 TIMEOUT_S = "timeout_s"
 STOP_ON_SUCCESS = "stop_on_success"
 HOLD = "hold"
+EVAL_SETTINGS = "eval_settings"
 PACKAGES = "packages"
 
 # Outcome and timing of an Episode.
@@ -42,3 +43,5 @@ TIME_NS = "time_ns"
 COMMAND = "command"
 REWARD = "reward"
 SUCCESS = "success"
+OBSERVATION = "obs"
+WAYPOINT = "waypoint"

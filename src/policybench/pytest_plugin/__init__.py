@@ -10,4 +10,5 @@ pytest_plugins = [
     "policybench.pytest_plugin.rundir",
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.gates",
+    "policybench.pytest_plugin.goldens",
 ]

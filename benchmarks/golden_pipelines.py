@@ -1,0 +1,173 @@
+"""The pipelines the goldens pin: one chunk-predicting pipeline (codec, ChunkPlayer, latency,
+harness) on a rendered MetaWorld task, and one plain simulator run per suite."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # rendering without a display
+
+from policybench import keys
+from policybench.harness import run_rollout
+from policybench.policy.base import Chunk, SessionContext, Step
+from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
+from policybench.policy.codec import Codec, CodecPolicy, compose, rotate_180, slice_action
+from policybench.policy.latency import InferenceLatency, LatencyMode
+from policybench.record.trace import TraceRecorder, canonical_trace
+from policybench.spec import Eval
+from policybench.world import World
+
+PIPELINE_LATENCY_S = 0.03  # 2.4 control periods at 80 Hz: chunks land between ticks
+PIPELINE_REPLAN_EVERY = 5
+PIPELINE_TIMEOUT_S = 0.6  # 48 steps at 80 Hz
+PIPELINE_CODEC = compose(rotate_180(keys.IMAGE), slice_action(4))
+
+
+class GoldenReacher:
+    """A deterministic chunk model: 8 waypoints towards the goal it reads from the state, lifted
+    by how much brighter the image's top half is than its bottom half (so image orientation
+    matters). Two extra action dimensions carry (chunk number, waypoint index) for the trace."""
+
+    name = "golden-reacher"
+    horizon = 8
+
+    def open(self, context: SessionContext) -> Callable[[Any], Chunk]:
+        chunks = 0
+
+        def predict(obs: Any) -> Chunk:
+            nonlocal chunks
+            state, image = obs[keys.STATE], obs[keys.IMAGE].astype(np.float64)
+            half = image.shape[0] // 2
+            lift = (image[:half].mean() - image[half:].mean()) / 255.0
+            toward = np.clip((state[36:39] - state[0:3]) * 8.0, -1.0, 1.0)
+            rows = [
+                [*(toward * (1.0 - k / (2 * self.horizon))), -1.0, chunks, k]
+                for k in range(self.horizon)
+            ]
+            actions = np.array(rows)
+            actions[:, 2] += lift
+            chunks += 1
+            return Chunk(actions, context.control_hz)
+
+        return predict
+
+    def describe(self) -> dict[str, Any]:
+        return {keys.POLICY_NAME: self.name, "horizon": self.horizon}
+
+
+class WaypointTap:
+    """Sits between the codec and the ChunkPlayer and notes, by sim time, which waypoint
+    (chunk number, index) each call played."""
+
+    def __init__(self, inner: ChunkPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.waypoints: dict[int, list[int]] = {}
+        self.player: ChunkPlayer | None = None
+
+    def new_session(self, context: SessionContext):
+        self.player = self.inner.new_session(context)
+
+        def tapped(obs: Any, time_ns: int) -> Step:
+            step = self.player(obs, time_ns)
+            if step.commands is not None:
+                self.waypoints[time_ns] = [int(v) for v in step.commands[4:6]]
+            return step
+
+        return tapped
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+
+def pipeline_trace(
+    latency_s: float = PIPELINE_LATENCY_S, codec: Codec = PIPELINE_CODEC
+) -> dict[str, Any]:
+    """GoldenReacher -> codec -> ChunkPlayer (fixed latency, replanning) -> harness, on
+    MetaWorld reach-v3 seen through a 64x64 corner camera."""
+    from policybench.suites.metaworld import mt10
+
+    eval = mt10(camera="corner", size=64, shadows=False)
+    rollout = dataclasses.replace(_first_rollout(eval, "reach-v3"), timeout_s=PIPELINE_TIMEOUT_S)
+    tap = WaypointTap(
+        ChunkPolicy(
+            GoldenReacher(),
+            replan_every=PIPELINE_REPLAN_EVERY,
+            latency=InferenceLatency(LatencyMode.FIXED, latency_s),
+        )
+    )
+    recorder = TraceRecorder()
+    episode = run_rollout(rollout, eval, World(eval), CodecPolicy(tap, codec), recorder)
+    return canonical_trace(episode, recorder.observations, tap.waypoints, tap.player.calls)
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedActions:
+    """Plays one fixed action sequence as a single chunk."""
+
+    actions: np.ndarray
+    name: str = "fixed-actions"
+
+    def open(self, context: SessionContext) -> Callable[[Any], Chunk]:
+        return lambda obs: Chunk(self.actions, context.control_hz)
+
+    def describe(self) -> dict[str, Any]:
+        return {keys.POLICY_NAME: self.name, "length": len(self.actions)}
+
+
+def _pusht_circle(steps: int = 40) -> np.ndarray:
+    angles = np.linspace(0.0, 2 * np.pi, steps, endpoint=False)
+    return np.stack([256 + 150 * np.cos(angles), 256 + 150 * np.sin(angles)], axis=1)
+
+
+def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]]]:
+    def metaworld(task: str):
+        from policybench.suites.metaworld import MT10_STATE
+
+        return MT10_STATE, task, MT10_STATE.scripted(), None
+
+    def pusht():
+        from policybench.suites.pusht import PUSHT
+
+        return PUSHT, "push-t", FixedActions(_pusht_circle()), 4.0
+
+    return {
+        "metaworld-reach-v3": lambda: metaworld("reach-v3"),
+        "metaworld-pick-place-v3": lambda: metaworld("pick-place-v3"),
+        "pusht": pusht,
+    }
+
+
+SIM_GOLDENS = tuple(_sim_goldens())
+SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "metaworld"}
+SIM_REQUIRES["pusht"] = "gym_pusht"
+
+
+def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Seed 0 of a suite's env under its scripted policy or a fixed action sequence; `perturb`
+    may change the env after it is built (the golden tests use it to show the goldens bite)."""
+    eval, task, model, timeout_s = _sim_goldens()[name]()
+    if perturb is not None:
+        make_env = eval.make_env
+
+        def perturbed(task: str):
+            env = make_env(task)
+            perturb(env)
+            return env
+
+        eval = dataclasses.replace(eval, make_env=perturbed)
+    rollout = _first_rollout(eval, task)
+    if timeout_s is not None:
+        rollout = dataclasses.replace(rollout, timeout_s=timeout_s)
+    recorder = TraceRecorder()
+    episode = run_rollout(rollout, eval, World(eval), ChunkPolicy(model), recorder)
+    return canonical_trace(episode, recorder.observations)
+
+
+def _first_rollout(eval: Eval, task: str):
+    return next(r for r in eval.rollouts(1, 0) if r.scene.task == task)

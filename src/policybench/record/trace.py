@@ -1,0 +1,197 @@
+"""The canonical, human-readable form of an Episode for golden comparison, and the comparison:
+sim times and integers exactly, floats within a stated tolerance, images by a coarse digest."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.policy.base import Observation
+from policybench.record.episode import Episode
+
+FLOAT_TOLERANCE = 1e-6  # absolute, for every float in a trace
+IMAGE_MEAN_TOLERANCE = 0.5  # absolute, in 0..255 pixel units: renderer noise, not a moved camera
+IMAGE_GRID = 8  # an image digest averages the image over an 8x8 grid of blocks ...
+IMAGE_LEVELS = 16  # ... and quantizes each block's mean to 16 levels before hashing
+
+# Statics that say which software made a trace rather than what happened in it: kept in the
+# golden for the reader, never compared (an upgrade must fail on behaviour, not on a number).
+ABOUT = "recorded_with"
+NOT_COMPARED = (ABOUT,)
+
+
+def image_digest(image: np.ndarray) -> dict[str, Any]:
+    """Shape, mean and a hash of a coarse, quantized thumbnail of an HxWxC uint8 image."""
+    height, width = image.shape[:2]
+    rows = np.array_split(np.arange(height), IMAGE_GRID)
+    cols = np.array_split(np.arange(width), IMAGE_GRID)
+    pixels = image.astype(np.float64)
+    blocks = np.array(
+        [[pixels[np.ix_(r, c)].mean(axis=(0, 1)) for c in cols] for r in rows]
+    )  # [grid, grid, C]
+    levels = np.floor(blocks / 256.0 * IMAGE_LEVELS).astype(np.uint8)
+    return {
+        "shape": list(image.shape),
+        "mean": round(float(pixels.mean()), 3),
+        "coarse": hashlib.blake2b(levels.tobytes(), digest_size=8).hexdigest(),
+    }
+
+
+def canonical_value(value: Any) -> Any:
+    """A JSON value for an observation entry: images digested, arrays as float lists."""
+    array = np.asarray(value)
+    if array.dtype == np.uint8 and array.ndim == 3:
+        return image_digest(array)
+    if array.dtype.kind == "b":
+        return array.tolist()
+    if array.dtype.kind in "iu":
+        return array.astype(int).tolist()
+    return array.astype(float).tolist()
+
+
+@dataclass
+class TraceRecorder:
+    """A harness observer that keeps the canonical form of every observation as it happens."""
+
+    observations: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, time_ns: int, obs: Observation) -> None:
+        self.observations.append({name: canonical_value(obs[name]) for name in sorted(obs)})
+
+
+def canonical_trace(
+    episode: Episode,
+    observations: Sequence[Mapping[str, Any]] = (),
+    waypoints: Mapping[int, Any] | None = None,
+    calls: Sequence[Any] = (),
+) -> dict[str, Any]:
+    """The readable record a golden stores: statics, outcome, model calls and every step.
+
+    `observations` are a TraceRecorder's, one per step; `waypoints` (sim time -> which chunk
+    waypoint played then) and `calls` (ChunkPlayer.calls) pin chunk timing when given.
+    """
+    statics = {k: v for k, v in episode.statics.items() if k != keys.PACKAGES}
+    steps = []
+    for index, step in enumerate(episode.trace):
+        entry: dict[str, Any] = {
+            keys.TIME_NS: step.time_ns,
+            keys.COMMAND: np.asarray(step.command, dtype=float).tolist(),
+            keys.REWARD: float(step.reward),
+            keys.SUCCESS: bool(step.success),
+        }
+        if index < len(observations):
+            entry[keys.OBSERVATION] = observations[index]
+        if waypoints is not None:
+            entry[keys.WAYPOINT] = waypoints.get(step.time_ns)
+        steps.append(entry)
+    return {
+        ABOUT: {keys.PACKAGES: episode.statics.get(keys.PACKAGES, {})},
+        "statics": statics,
+        "outcome": {
+            keys.OUTCOME: episode.outcome.kind.value,
+            keys.REASON: episode.outcome.reason,
+            keys.STEPS: episode.steps,
+            keys.SUCCESS_STEP: episode.success_step,
+        },
+        "calls": [
+            {"asked_ns": c.asked_ns, "arrives_ns": c.arrives_ns, "horizon": c.horizon}
+            for c in calls
+        ],
+        "steps": steps,
+    }
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    expected: Any
+    actual: Any
+
+
+def differences(expected: Any, actual: Any, tolerance: float = FLOAT_TOLERANCE) -> list[Difference]:
+    """Every leaf where `actual` differs from `expected`, in document order."""
+    found: list[Difference] = []
+    _walk(expected, actual, "", tolerance, found)
+    return found
+
+
+def _walk(expected: Any, actual: Any, path: str, tolerance: float, found: list[Difference]) -> None:
+    if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+        for name in [*expected, *(k for k in actual if k not in expected)]:
+            if path == "" and name in NOT_COMPARED:
+                continue
+            child = f"{path}.{name}" if path else str(name)
+            if name not in expected or name not in actual:
+                found.append(
+                    Difference(child, expected.get(name, "<absent>"), actual.get(name, "<absent>"))
+                )
+            else:
+                _walk(expected[name], actual[name], child, _tolerance_for(name, tolerance), found)
+    elif isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            found.append(Difference(f"{path}.length", len(expected), len(actual)))
+        for index, (a, b) in enumerate(zip(expected, actual, strict=False)):
+            _walk(a, b, f"{path}[{index}]", tolerance, found)
+    elif _is_float_pair(expected, actual):
+        if not (
+            math.isclose(expected, actual, rel_tol=0.0, abs_tol=tolerance) or expected == actual
+        ):
+            found.append(Difference(path, expected, actual))
+    elif type(expected) is not type(actual) or expected != actual:
+        found.append(Difference(path, expected, actual))
+
+
+def _tolerance_for(name: str, tolerance: float) -> float:
+    return IMAGE_MEAN_TOLERANCE if name == "mean" else tolerance
+
+
+def _is_float_pair(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    return (
+        isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+        and (isinstance(a, float) or isinstance(b, float))
+    )
+
+
+def describe_differences(found: Sequence[Difference], limit: int = 12) -> list[str]:
+    """A short, readable account: the first differing step and field, and how many steps differ."""
+    if not found:
+        return []
+    step_indices = sorted({_step_of(d.path) for d in found} - {None})
+    lines = []
+    if step_indices:
+        first = step_indices[0]
+        lines.append(
+            f"golden differs at {len(step_indices)} step(s); first differing step: {first}"
+        )
+    other = [d for d in found if _step_of(d.path) is None]
+    if other:
+        lines.append(f"{len(other)} difference(s) outside the steps")
+    for difference in found[:limit]:
+        lines.append(
+            f"  {difference.path}: expected {_short(difference.expected)}, "
+            f"got {_short(difference.actual)}"
+        )
+    if len(found) > limit:
+        lines.append(f"  ... and {len(found) - limit} more differing value(s)")
+    return lines
+
+
+def _step_of(path: str) -> int | None:
+    if not path.startswith("steps["):
+        return None
+    return int(path[len("steps[") : path.index("]")])
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
