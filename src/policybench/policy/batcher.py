@@ -49,7 +49,8 @@ class Answer:
 
 
 class Batcher:
-    """Collects requests for up to `max_wait_s` after the first (at most `max_batch`), answers
+    """Collects requests for up to `max_wait_s` after the first (at most `max_batch`, and never
+    waiting for more than `clients`, as each client has one request in flight), answers
     them with one model call on `executor` (one thread: the model's), and scatters the chunks
     back. While a batch runs, the next one gathers. An exception fails only the batch it
     happened in (for a model without `predict_batch`, only the request)."""
@@ -69,6 +70,7 @@ class Batcher:
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.executor = executor
+        self.clients = 0  # connections that may send; a batch waits for no more than these
         self._queue: asyncio.Queue[tuple[Request, asyncio.Future[Answer]]] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -85,7 +87,7 @@ class Batcher:
         while True:
             batch = [await queue.get()]
             deadline = loop.time() + self.max_wait_s
-            while len(batch) < self.max_batch:
+            while len(batch) < min(self.max_batch, max(self.clients, 1)):
                 if not queue.empty():
                     batch.append(queue.get_nowait())
                     continue

@@ -126,6 +126,20 @@ class PolicyServer:
             await _fail(connection, f"cannot serve this connection: {error}", 1008)
             return
         batcher = self._batcher_for(served.model)
+        batcher.clients += 1
+        try:
+            await self._answer(connection, batcher, served, codec, context)
+        finally:
+            batcher.clients -= 1
+
+    async def _answer(
+        self,
+        connection: ServerConnection,
+        batcher: Batcher,
+        served: ServedModel,
+        codec: WireCodec,
+        context: SessionContext | None,
+    ) -> None:
         rollouts: dict[str, RolloutState] = {}
         await connection.send(packb(self.metadata))
         previous_total_ms: float | None = None

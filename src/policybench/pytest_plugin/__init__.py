@@ -11,4 +11,5 @@ pytest_plugins = [
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",
+    "policybench.pytest_plugin.remote",
 ]

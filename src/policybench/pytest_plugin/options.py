@@ -10,6 +10,7 @@ import pytest
 from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
 from policybench.policy.registry import PolicySettings, check_policy_name
+from policybench.pytest_plugin.remote import endpoint_of
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,5 +85,6 @@ def read_settings(config: pytest.Config) -> RunSettings:
             latency=latency,
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
             replan_every=replan_every,
+            endpoint=endpoint_of(config),
         ),
     )

@@ -12,6 +12,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.conventions import WireCodec
 from policybench.spec import Eval, seeded_per_task
 
 CONTROL_HZ = 80.0  # MetaWorld steps 5 MuJoCo frames of 2.5 ms
@@ -113,6 +114,20 @@ class MetaWorldExpert:
         return {keys.POLICY_NAME: self.name, "expert": "metaworld.policies"}
 
 
+def openpi_codec(camera: str | None = None, size: int = 224) -> WireCodec:
+    """openpi's keys in the style of its LIBERO example: the 39-d state as `observation/state`,
+    the camera image (as rendered, size x size) as `observation/image`, the instruction as the
+    prompt; the first 4 action dimensions (end-effector delta, gripper) are played."""
+    return WireCodec(
+        "openpi",
+        images={keys.IMAGE: "observation/image"} if camera else {},
+        image_size=(size, size) if camera else None,
+        state=(keys.STATE,),
+        state_key="observation/state",
+        action_width=4,
+    )
+
+
 def mt10(
     camera: str | None = None,
     size: int = 224,
@@ -135,6 +150,7 @@ def mt10(
             "observation": "state" if camera is None else f"state+{camera}@{size}",
             "shadows": shadows,
         },
+        codecs={"openpi": openpi_codec(camera, size)},
     )
 
 

@@ -1,0 +1,166 @@
+"""Served policies in a run: where `--policy=openpi` is served, and, under xdist, one
+`policybench serve` that the controller starts for a local policy and all workers share."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from policybench.policy.registry import OPENPI
+from policybench.policy.remote import DEFAULT_URL, Endpoint
+from policybench.policy.serve_command import API_KEY_VARIABLE, READY
+
+SHARED, PER_WORKER = "shared", "per-worker"
+URL_INPUT, KEY_INPUT = "policybench_policy_url", "policybench_policy_api_key"
+START_TIMEOUT_S = 60.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("policybench")
+    group.addoption(
+        "--policy-url",
+        default=DEFAULT_URL,
+        help=f"where --policy=openpi is served (default {DEFAULT_URL})",
+    )
+    group.addoption(
+        "--policy-api-key",
+        default=os.environ.get(API_KEY_VARIABLE),
+        help=f"API key for the policy server (default: ${API_KEY_VARIABLE}, else none)",
+    )
+    group.addoption(
+        "--infer-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for a served policy's answer before the rollout errors (default 300)",
+    )
+    group.addoption(
+        "--policy-sharing",
+        choices=(SHARED, PER_WORKER),
+        default=SHARED,
+        help="with -n N and a local policy: one server all workers share (default), or a copy "
+        "of the policy in each worker",
+    )
+
+
+def endpoint_of(config: pytest.Config) -> Endpoint | None:
+    """Where this process's policy is served; None: it runs in this process."""
+    timeout = config.getoption("infer_timeout")
+    if not timeout > 0:
+        raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
+    try:
+        if config.getoption("policy") == OPENPI:
+            url, key = config.getoption("policy_url"), config.getoption("policy_api_key")
+            return Endpoint(url, key or None, timeout)
+        shared = getattr(config, "workerinput", {}).get(URL_INPUT)
+        if shared is not None:
+            return Endpoint(shared, config.workerinput[KEY_INPUT], timeout)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    return None
+
+
+SERVER = pytest.StashKey["SharedServer"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not _wants_shared_server(config):
+        return
+    server = SharedServer.start(config)
+    config.stash[SERVER] = server
+    config.add_cleanup(server.stop)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # xdist: hand each worker the shared server
+    server = node.config.stash.get(SERVER, None)
+    if server is not None:
+        node.workerinput[URL_INPUT] = server.url
+        node.workerinput[KEY_INPUT] = server.api_key
+
+
+def _wants_shared_server(config: pytest.Config) -> bool:
+    distributed = getattr(config.option, "dist", "no") != "no"
+    return (
+        distributed
+        and not config.option.collectonly
+        and config.getoption("policy") != OPENPI
+        and config.getoption("policy_sharing") == SHARED
+    )
+
+
+class SharedServer:
+    """A `policybench serve` subprocess on a free loopback port, with a fresh API key."""
+
+    def __init__(self, process: subprocess.Popen[str], url: str, api_key: str) -> None:
+        self.process = process
+        self.url = url
+        self.api_key = api_key
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> SharedServer:
+        api_key = secrets.token_hex(16)
+        command = [
+            sys.executable,
+            "-m",
+            "policybench.cli",
+            "serve",
+            "--policy",
+            config.getoption("policy"),
+            "--seed",
+            str(config.getoption("seed")),
+            "--port",
+            "0",
+            "--evals-from-clients",
+        ]
+        env = {**os.environ, API_KEY_VARIABLE: api_key, "PYTHONPATH": _import_path(config)}
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=None, text=True, env=env, cwd=config.rootpath
+        )
+        url = _await_ready(process)
+        # Keep draining its output so a chatty server never blocks on a full pipe.
+        threading.Thread(target=process.stdout.read, daemon=True).start()
+        return cls(process, url, api_key)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _await_ready(process: subprocess.Popen[str]) -> str:
+    lines: list[str] = []
+    timer = threading.Timer(START_TIMEOUT_S, process.kill)
+    timer.start()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith(READY):
+                return re.search(r"ws://\S+", line).group(0)
+    finally:
+        timer.cancel()
+    process.wait()
+    raise pytest.UsageError(
+        f"the shared policy server did not start (exit code {process.returncode}); its output:\n"
+        f"{''.join(lines)}\nrun without it with --policy-sharing=per-worker"
+    )
+
+
+def _import_path(config: pytest.Config) -> str:
+    """What the server imports Evals from: this process's path, the rootdir, the test dirs."""
+    dirs = [str(config.rootpath), *sys.path]
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        if path.exists():
+            dirs.append(str((path if path.is_dir() else path.parent).resolve()))
+    existing = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*dirs, *([existing] if existing else [])])
