@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from policybench.policy import serve_command
 from policybench.policy.registry import known_policies
+from policybench.report import cli as report_command
 
 SUITE_MODULES = ("policybench.suites.metaworld", "policybench.suites.pusht")
 
@@ -34,7 +35,7 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (add_list_parser, serve_command.add_parser)
+COMMANDS = (add_list_parser, serve_command.add_parser, report_command.add_parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,82 @@
+"""`policybench report`: rebuild a run's summary and HTML from its results.jsonl, or compare two
+runs task by task."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from policybench.report.compare import ALPHA, compare_runs
+from policybench.report.html import Findings, write_html
+from policybench.report.results import RESULTS, read_results, resolve_run
+from policybench.report.summary import RunInfo, Summary
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="rebuild a run's report, or compare two runs")
+    commands = parser.add_subparsers(dest="report_command", required=True)
+
+    html = commands.add_parser("html", help="rewrite summary.json and index.html from results")
+    html.add_argument("run", help="a run directory, its results.jsonl, or a run id (or latest)")
+    html.add_argument("--report-dir", type=Path, default=Path("reports"))
+    html.set_defaults(func=run_html)
+
+    compare = commands.add_parser(
+        "compare", help="per task: both success rates, the change and a Fisher exact p-value"
+    )
+    compare.add_argument("before", help="the baseline run (directory, results.jsonl or run id)")
+    compare.add_argument("after", help="the run to judge against it")
+    compare.add_argument("--report-dir", type=Path, default=Path("reports"))
+    compare.add_argument("--alpha", type=float, default=ALPHA, help=f"default {ALPHA}")
+    compare.add_argument(
+        "--out", type=Path, default=None, help="where compare.txt/json go (default: AFTER's dir)"
+    )
+    compare.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 if any task is significantly worse in AFTER",
+    )
+    compare.set_defaults(func=run_compare)
+
+
+def run_html(args: argparse.Namespace) -> int:
+    run_dir = _run_dir(args.run, args.report_dir)
+    results = read_results(run_dir / RESULTS)
+    _warn(results.problems)
+    summary = Summary.of(results.records, results.problems)
+    run = RunInfo.load(run_dir)
+    summary.write(run_dir, run)
+    index = write_html(run_dir, Findings(summary, results.records, run))
+    print(f"{len(results.records)} rollouts; report: {index}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if not 0 < args.alpha < 1:
+        sys.exit(f"policybench report compare: --alpha must lie in (0, 1), got {args.alpha}")
+    before, after = (_run_dir(run, args.report_dir) for run in (args.before, args.after))
+    runs = [read_results(run_dir / RESULTS) for run_dir in (before, after)]
+    for run_dir, results in zip((before, after), runs, strict=True):
+        _warn([f"{run_dir.name}: {problem}" for problem in results.problems])
+    comparison = compare_runs(
+        runs[0].records, runs[1].records, (before.name, after.name), args.alpha
+    )
+    out = args.out or after
+    out.mkdir(parents=True, exist_ok=True)
+    text, _ = comparison.write(out, f"compare-{before.name}")
+    print("\n".join(comparison.lines()))
+    print(f"written: {text} (and .json)")
+    return 1 if args.fail_on_regression and comparison.regressions else 0
+
+
+def _run_dir(run: str, report_dir: Path) -> Path:
+    try:
+        return resolve_run(run, report_dir).resolve()
+    except FileNotFoundError as error:
+        sys.exit(f"policybench report: {error}")
+
+
+def _warn(problems: object) -> None:
+    for problem in problems:  # type: ignore[attr-defined]
+        print(f"warning: {problem}", file=sys.stderr)
