@@ -25,6 +25,8 @@ from policybench.policy.server import (
 )
 from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, packb, unpackb
 
+# websockets >= 17 asks to be told that a connection is used without a `with` block.
+_DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 else {}
 DEFAULT_URL = "ws://localhost:8000"
 HOW_TO_SERVE = "start one with `policybench serve --policy=NAME --port PORT`"
 
@@ -124,6 +126,7 @@ class RemoteModel:
                 max_size=endpoint.max_frame_bytes,
                 open_timeout=endpoint.connect_timeout_s,
                 proxy=None,
+                **_DIRECT,
             )
         except websockets.InvalidStatus as refused:
             status = refused.response.status_code

@@ -10,6 +10,7 @@ expect. The scene never reaches the server: only observations and the instructio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import threading
@@ -128,11 +129,14 @@ class PolicyServer:
         batcher = self._batcher_for(served.model)
         batcher.clients += 1
         try:
-            await self._answer(connection, batcher, served, codec, context)
+            # A client that goes away (a worker ending, a killed process) ends this quietly.
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await connection.send(packb(self.metadata))
+                await self._answer_each(connection, batcher, served, codec, context)
         finally:
             batcher.clients -= 1
 
-    async def _answer(
+    async def _answer_each(
         self,
         connection: ServerConnection,
         batcher: Batcher,
@@ -141,7 +145,6 @@ class PolicyServer:
         context: SessionContext | None,
     ) -> None:
         rollouts: dict[str, RolloutState] = {}
-        await connection.send(packb(self.metadata))
         previous_total_ms: float | None = None
         async for frame in connection:
             started = time.perf_counter()
