@@ -4,6 +4,7 @@ window are answered by one model call on a worker thread, each answer going back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -134,9 +135,11 @@ class Batcher:
                 results.append(error)
         return results
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def _checked(chunk: Any) -> Chunk:

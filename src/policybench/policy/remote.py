@@ -7,6 +7,8 @@ be paired with the next observation; the next rollout connects afresh.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, packb, unpackb
 # websockets >= 17 asks to be told that a connection is used without a `with` block.
 _DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 else {}
 DEFAULT_URL = "ws://localhost:8000"
+CLOSE_TIMEOUT_S = 2.0  # the longest a closing handshake may take
 HOW_TO_SERVE = "start one with `policybench serve --policy=NAME --port PORT`"
 
 
@@ -91,7 +94,7 @@ class RemoteModel:
                 connection.send(frame)
                 answer = connection.recv(timeout=endpoint.infer_timeout_s)
             except TimeoutError:
-                connection.close()
+                _drop(connection)
                 raise RemoteTimeout(
                     f"policy server {endpoint.url} did not answer within "
                     f"{endpoint.infer_timeout_s:g} s (--infer-timeout); the connection was closed "
@@ -103,7 +106,7 @@ class RemoteModel:
                     "the next rollout reconnects"
                 ) from None
             if isinstance(answer, str):
-                connection.close()
+                _drop(connection)
                 raise RemotePolicyError(_server_error(endpoint.url, answer))
             return Chunk(
                 codec.actions(unpackb(answer, endpoint.max_frame_bytes)), context.control_hz
@@ -126,6 +129,7 @@ class RemoteModel:
                 max_size=endpoint.max_frame_bytes,
                 open_timeout=endpoint.connect_timeout_s,
                 proxy=None,
+                close_timeout=CLOSE_TIMEOUT_S,
                 **_DIRECT,
             )
         except websockets.InvalidStatus as refused:
@@ -161,6 +165,14 @@ class RemoteModel:
 
     def describe(self) -> dict[str, Any]:
         return {keys.POLICY_NAME: self.name, "url": self.endpoint.url, "codec": self.codec.name}
+
+
+def _drop(connection: ClientConnection) -> None:
+    """Closes a connection now, without waiting for a close handshake a hung server would not
+    answer: nothing it sends later can be read as the answer to another observation."""
+    with contextlib.suppress(OSError):
+        connection.socket.shutdown(socket.SHUT_RDWR)
+    connection.close()
 
 
 def _server_error(url: str, text: str) -> str:

@@ -102,7 +102,7 @@ async def _serve(server: PolicyServer) -> None:
     try:
         await listening.serve_forever()
     finally:
-        server.close()
+        await server.close()
 
 
 class EvalModels:

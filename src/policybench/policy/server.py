@@ -200,9 +200,9 @@ class PolicyServer:
             self._batchers[id(model)] = batcher
         return batcher
 
-    def close(self) -> None:
+    async def close(self) -> None:
         for batcher in self._batchers.values():
-            batcher.close()
+            await batcher.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
 
@@ -270,6 +270,6 @@ class ServerThread:
             listening, self._listening = self._listening, None
             listening.close()
             asyncio.run_coroutine_threadsafe(listening.wait_closed(), self._loop).result(30)
+            asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(30)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(30)
-            self.server.close()

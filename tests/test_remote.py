@@ -1,0 +1,141 @@
+"""RemoteModel against `policybench serve` processes on loopback: unreachable servers, model
+errors, hung and killed servers, each failing only its rollout, and reconnecting afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench.harness import run_rollout
+from policybench.policy.base import SessionContext
+from policybench.policy.chunk_player import ChunkPolicy
+from policybench.policy.codec import Codec, CodecPolicy
+from policybench.policy.conventions import NATIVE
+from policybench.policy.remote import Endpoint, RemoteModel, RemoteUnavailable
+from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
+from policybench.record.episode import OutcomeKind
+from policybench.world import World
+from tests.served import POINT, RecordingModel
+
+REPO = Path(__file__).resolve().parents[1]
+POINT_CONTEXT = SessionContext("reach the goal", POINT.control_hz)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen[str]:
+    """`policybench serve` of the point Eval's scripted model, as a user would start it."""
+    command = [sys.executable, "-m", "policybench.cli", "serve", "--policy=scripted"]
+    command += ["--eval", "tests.served:POINT", "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    line = process.stdout.readline()
+    assert "serving" in line, f"server did not start: {line!r}"
+    return process
+
+
+@pytest.fixture
+def port():
+    return free_port()
+
+
+def remote_policy(url: str, infer_timeout_s: float = 30.0) -> ChunkPolicy:
+    return ChunkPolicy(
+        RemoteModel(Endpoint(url, infer_timeout_s=infer_timeout_s), NATIVE, POINT.name)
+    )
+
+
+def test_an_unreachable_url_fails_fast_naming_the_url_and_how_to_start_a_server(port):
+    url = f"ws://127.0.0.1:{port}"
+    started = time.perf_counter()
+    with pytest.raises(RemoteUnavailable) as error:
+        RemoteModel(Endpoint(url)).open(POINT_CONTEXT)
+    assert time.perf_counter() - started < 5
+    assert url in str(error.value) and "policybench serve" in str(error.value)
+
+
+def test_an_unreachable_server_is_an_error_outcome_not_a_hang(port):
+    world = World(POINT)
+    (rollout,) = POINT.rollouts(1, 0)
+    episode = run_rollout(rollout, POINT, world, remote_policy(f"ws://127.0.0.1:{port}"))
+    assert episode.outcome.kind is OutcomeKind.ERROR
+    assert f"ws://127.0.0.1:{port}" in episode.outcome.reason
+
+
+def test_a_model_error_fails_its_rollout_with_the_servers_message_and_the_next_is_fine():
+    model = RecordingModel()
+    config = ServerConfig(port=0)
+    with ServerThread(PolicyServer(fixed_model(model, POINT.control_hz), config)) as server:
+        world = World(POINT)
+        first, second = POINT.rollouts(2, 0)
+
+        # The recording model raises when an observation carries `fail`.
+        refusing = Codec("fail", encode=lambda obs: {**obs, "fail": np.array("no chunk for you")})
+        broken = run_rollout(first, POINT, world, CodecPolicy(remote_policy(server.url), refusing))
+        assert broken.outcome.kind is OutcomeKind.ERROR
+        assert "ValueError: model refused: no chunk for you" in broken.outcome.reason
+        fine = run_rollout(second, POINT, world, remote_policy(server.url))
+        assert fine.outcome.kind is not OutcomeKind.ERROR
+
+
+def _run_with(action, url: str, infer_timeout_s: float):
+    """Runs a point rollout against `url`, calling `action()` at its third control step."""
+    steps = []
+
+    def observer(time_ns, obs):
+        steps.append(time_ns)
+        if len(steps) == 3:
+            action()
+
+    (rollout,) = POINT.rollouts(1, 0)
+    started = time.perf_counter()
+    episode = run_rollout(
+        rollout, POINT, World(POINT), remote_policy(url, infer_timeout_s), observer
+    )
+    return episode, time.perf_counter() - started
+
+
+def test_a_hung_server_fails_its_rollout_at_the_timeout_and_the_next_rollout_reconnects(port):
+    url = f"ws://127.0.0.1:{port}"
+    server = start_server(port)
+    try:
+        episode, took = _run_with(lambda: server.send_signal(signal.SIGSTOP), url, 1.0)
+        assert episode.outcome.kind is OutcomeKind.ERROR
+        assert "did not answer within 1 s" in episode.outcome.reason
+        assert 1.0 <= took < 5.0
+        server.send_signal(signal.SIGCONT)
+        episode, _ = _run_with(lambda: None, url, 5.0)
+        assert episode.outcome.kind is OutcomeKind.SOLVED
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_killed_server_fails_its_rollout_and_later_rollouts_reconnect_after_a_restart(port):
+    url = f"ws://127.0.0.1:{port}"
+    server = start_server(port)
+    try:
+        episode, took = _run_with(server.kill, url, 30.0)
+        assert episode.outcome.kind is OutcomeKind.ERROR
+        assert re.search(r"dropped the connection|cannot reach", episode.outcome.reason)
+        assert took < 10.0  # well within the 30 s timeout
+        server.wait()
+        server = start_server(port)
+        episode, _ = _run_with(lambda: None, url, 5.0)
+        assert episode.outcome.kind is OutcomeKind.SOLVED
+    finally:
+        server.kill()
+        server.wait()

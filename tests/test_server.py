@@ -1,0 +1,214 @@
+"""`policybench serve` on real loopback sockets: the openpi handshake and answers, /healthz, the
+API key, refused frames, errors as text frames, and batching that never mixes up answers."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+
+import numpy as np
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from websockets.sync.client import connect
+
+from policybench.policy.base import SessionContext
+from policybench.policy.remote import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
+from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
+from policybench.policy.wire import packb, unpackb
+from tests.served import EchoBatchModel, RecordingModel
+
+CONTEXT = SessionContext("do the thing", 10.0)
+
+
+def serve(model, **config) -> ServerThread:
+    server = PolicyServer(fixed_model(model, 10.0), ServerConfig(port=0, **config), model.name)
+    return ServerThread(server)
+
+
+def raw(url: str, **kwargs):
+    """An openpi-style client connection: compression off, no size limit."""
+    return connect(url, compression=None, max_size=None, proxy=None, legacy=True, **kwargs)
+
+
+@pytest.fixture
+def recording():
+    model = RecordingModel()
+    with serve(model) as server:
+        yield server, model
+
+
+def test_the_first_frame_is_the_metadata_map_then_answers_carry_actions_and_timing(recording):
+    server, _ = recording
+    with raw(server.url) as ws:
+        metadata = unpackb(ws.recv(timeout=5))
+        assert metadata["server"] == "policybench" and metadata["policy"] == "recording"
+        for _ in range(2):
+            ws.send(packb({"answer": np.full((3, 2), 0.5, np.float32), "prompt": "go"}))
+            answer = unpackb(ws.recv(timeout=5))
+        assert answer["actions"].shape == (3, 2) and answer["actions"].dtype == np.float32
+        timing = answer["server_timing"]
+        assert timing["batch_size"] == 1 and timing["infer_ms"] >= 0
+        assert {"queue_ms", "prev_total_ms"} <= set(timing)
+
+
+ALL_DTYPES = ["|b1", "|u1", "<u2", "<i4", "<i8", "<f2", "<f4", "<f8", "|S4", "<U2"]
+
+
+def test_every_dtype_and_shape_reaches_the_model_and_actions_come_back_intact(recording):
+    server, model = recording
+    rng = np.random.default_rng(1)
+    obs = {
+        f"x{i}": rng.integers(0, 9, size=shape).astype(dtype)
+        for i, (dtype, shape) in enumerate(
+            (dtype, shape) for dtype in ALL_DTYPES for shape in [(), (0,), (2, 3), (1, 2, 2, 1)]
+        )
+    }
+    remote = RemoteModel(Endpoint(server.url))
+    for answer in [np.arange(6.0).reshape(3, 2), np.arange(4, dtype=np.int16).reshape(1, 4)]:
+        chunk = remote.open(CONTEXT)({**obs, "answer": answer})
+        assert chunk.actions.dtype == answer.dtype
+        np.testing.assert_array_equal(chunk.actions, answer)
+        assert chunk.fps == CONTEXT.control_hz
+    seen = model.seen[-1]
+    assert "prompt" not in seen  # the instruction travels as the prompt, not as an observation
+    for name, array in obs.items():
+        assert seen[name].dtype == array.dtype and seen[name].shape == array.shape
+        np.testing.assert_array_equal(seen[name], array)
+    assert remote.metadata["policy"] == "recording"
+
+
+def test_healthz_answers_200(recording):
+    server, _ = recording
+    health = server.url.replace("ws://", "http://") + "/healthz"
+    with urllib.request.urlopen(health, timeout=5) as response:
+        assert response.status == 200
+
+
+def test_a_model_error_is_a_text_frame_with_the_message_and_the_next_rollout_is_fine(recording):
+    server, _ = recording
+    remote = RemoteModel(Endpoint(server.url))
+    with pytest.raises(RemotePolicyError, match=r"answered an error: ValueError: model refused: x"):
+        remote.open(CONTEXT)({"fail": np.array("x"), "state": np.zeros(2)})
+    chunk = remote.open(CONTEXT)({"state": np.zeros(2)})
+    assert chunk.actions.shape == (1, 1)
+
+
+def test_oversized_and_garbage_frames_are_refused_and_the_server_keeps_serving():
+    with serve(RecordingModel(), max_frame_bytes=1000) as server:
+        with raw(server.url) as ws:
+            ws.recv(timeout=5)
+            ws.send(packb({"big": np.zeros(5000, np.uint8)}))
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd.code == 1009  # message too big
+        for garbage, code in [(b"\xc1\x00", 1007), (b"\x93\x01", 1007), ("hello", 1003)]:
+            with raw(server.url) as ws:
+                ws.recv(timeout=5)
+                ws.send(garbage)
+                message = ws.recv(timeout=5)
+                assert isinstance(message, str) and message
+                with pytest.raises(websockets.ConnectionClosed) as closed:
+                    ws.recv(timeout=5)
+                assert closed.value.rcvd.code == code
+        chunk = RemoteModel(Endpoint(server.url)).open(CONTEXT)({"state": np.zeros(2)})
+        assert chunk.actions.shape == (1, 1)
+
+
+def test_the_api_key_is_enforced_when_set():
+    with serve(RecordingModel(), api_key="s3cret") as server:
+        for key in [None, "wrong"]:
+            with pytest.raises(RemoteUnavailable, match=r"HTTP 401.*--policy-api-key"):
+                RemoteModel(Endpoint(server.url, api_key=key)).open(CONTEXT)
+        chunk = RemoteModel(Endpoint(server.url, api_key="s3cret")).open(CONTEXT)({})
+        assert chunk.actions.shape == (1, 1)
+        health = server.url.replace("ws://", "http://") + "/healthz"
+        with urllib.request.urlopen(health, timeout=5) as response:
+            assert response.status == 200  # health checks need no key
+
+
+def test_an_exception_fails_only_its_batch():
+    model = EchoBatchModel(delay_s=0.05)
+    with serve(model, max_batch=2, max_wait_ms=2000) as server:
+        answers: dict[str, object] = {}
+
+        def ask(name: str, obs: dict) -> None:
+            try:
+                answers[name] = RemoteModel(Endpoint(server.url)).open(CONTEXT)(obs)
+            except RemotePolicyError as error:
+                answers[name] = error
+
+        one = {"who": np.array([1.0]), "seq": np.array([0.0])}
+        threads = [
+            threading.Thread(target=ask, args=("poisoned", {**one, "poison": np.array(1)})),
+            threading.Thread(target=ask, args=("same-batch", one)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert model.batch_sizes == [2]
+        assert "poisoned batch" in str(answers["poisoned"])
+        assert "poisoned batch" in str(answers["same-batch"])
+        ask("later", one)
+        np.testing.assert_array_equal(answers["later"].actions, [[1.0, 0.0]])
+
+
+@pytest.fixture(scope="module")
+def echo_server():
+    model = EchoBatchModel(delay_s=0.003)
+    with serve(model, max_batch=4, max_wait_ms=3) as server:
+        yield server, model
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    pauses=st.lists(
+        st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.004]), min_size=1, max_size=6),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_batching_never_mixes_up_which_answer_goes_to_which_client(echo_server, pauses):
+    server, _ = echo_server
+    wrong: list[str] = []
+    start = threading.Barrier(len(pauses))
+
+    def client(who: int, waits: list[float]) -> None:
+        source = RemoteModel(Endpoint(server.url)).open(CONTEXT)
+        start.wait()
+        for seq, wait in enumerate(waits):
+            threading.Event().wait(wait)
+            chunk = source({"who": np.array([float(who)]), "seq": np.array([float(seq)])})
+            if chunk.actions.tolist() != [[who, seq]]:
+                wrong.append(f"client {who} call {seq} got {chunk.actions.tolist()}")
+
+    threads = [threading.Thread(target=client, args=item) for item in enumerate(pauses)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not wrong
+
+
+def test_concurrent_clients_are_answered_in_shared_batches(echo_server):
+    server, model = echo_server
+    before = len(model.batch_sizes)
+    barrier = threading.Barrier(4)
+
+    def client(who: int) -> None:
+        source = RemoteModel(Endpoint(server.url)).open(CONTEXT)
+        barrier.wait()
+        for seq in range(20):
+            source({"who": np.array([float(who)]), "seq": np.array([float(seq)])})
+
+    threads = [threading.Thread(target=client, args=(who,)) for who in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    sizes = model.batch_sizes[before:]
+    assert sum(sizes) == 80 and max(sizes) > 1 and len(sizes) < 80
