@@ -36,10 +36,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen[str]:
-    """`policybench serve` of the point Eval's scripted model, as a user would start it."""
+def start_server(port: int, *args: str) -> subprocess.Popen[str]:
+    """`policybench serve --policy=scripted` (by default of the point Eval), as a user would."""
     command = [sys.executable, "-m", "policybench.cli", "serve", "--policy=scripted"]
-    command += ["--eval", "tests.served:POINT", "--port", str(port)]
+    command += [*(args or ("--eval", "tests.served:POINT")), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
     line = process.stdout.readline()

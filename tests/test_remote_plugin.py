@@ -1,0 +1,56 @@
+"""The pytest side of served policies: `--policy=openpi` against `policybench serve`, and the
+server a run shares among its xdist workers, give the same outcomes as the in-process policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_remote import REPO, free_port, start_server
+
+pytest.importorskip("metaworld", reason="needs the metaworld extra")
+
+SELECTION = ["benchmarks/test_metaworld.py", "-k", "reach or drawer-close", "--rollouts", "1"]
+
+
+def run_benchmark(report_dir: Path, *args: str) -> list[dict]:
+    command = [sys.executable, "-m", "pytest", *SELECTION, "-p", "no:cacheprovider", "-q"]
+    command += ["--report-dir", str(report_dir), *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda record: record["nodeid"])
+
+
+def outcomes(records: list[dict]) -> list[tuple]:
+    return [(r["nodeid"], r["outcome"], r["steps"], r["reason"]) for r in records]
+
+
+@pytest.mark.slow
+def test_served_metaworld_gives_the_in_process_outcomes(tmp_path):
+    in_process = run_benchmark(tmp_path / "local", "-n", "0", "--policy=scripted")
+    assert len(in_process) == 2 and all("url" not in r["policy"] for r in in_process)
+
+    port = free_port()
+    server = start_server(port, "--eval", "metaworld-mt10")
+    try:
+        url = f"ws://127.0.0.1:{port}"
+        over_openpi = run_benchmark(
+            tmp_path / "openpi", "-n", "2", "--policy=openpi", "--policy-url", url
+        )
+    finally:
+        server.kill()
+        server.wait()
+    assert outcomes(over_openpi) == outcomes(in_process)
+    assert {r["policy"]["codec"] for r in over_openpi} == {"openpi"}
+
+    shared = run_benchmark(tmp_path / "shared", "-n", "2", "--policy=scripted")
+    assert outcomes(shared) == outcomes(in_process)
+    served_at = {r["policy"]["url"] for r in shared}
+    assert len(served_at) == 1 and served_at.pop().startswith("ws://127.0.0.1:")
