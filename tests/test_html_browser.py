@@ -1,0 +1,151 @@
+"""The HTML report in a real browser (headless Chromium through Playwright): a run with
+`-n 2 --record-video` opens from disk showing the overview table, the success chart, the
+rollouts table (which filters and sorts) and a rollout video that plays."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CHROMIUM = next(
+    (
+        found
+        for name in ("chromium", "chromium-browser", "google-chrome")
+        if (found := shutil.which(name))
+    ),
+    None,
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium installed: apt-get install -y chromium (the report's browser test)",
+)
+
+ENVS = (Path(__file__).parent / "envs.py").read_text()
+
+# A PointEnv that is also filmed: a 48x64 image with a red marker at the point's position.
+BENCHMARK = """
+import numpy as np
+import policybench
+from envs import GreedyPointModel, PointEnv, point_eval
+from policybench import keys
+
+
+class FilmedPointEnv(PointEnv):
+    def _obs(self):
+        image = np.full((48, 64, 3), 255, np.uint8)
+        x = int(np.clip(self._pos * 12, 0, 56))
+        image[20:28, x : x + 8] = (220, 20, 20)
+        return {keys.STATE: super()._obs(), keys.IMAGE: image}
+
+
+FILMED = point_eval("filmed", tasks={"reach": "reach", "near": "reach near"},
+                    scripted=GreedyPointModel)
+FILMED = type(FILMED)(**{**FILMED.__dict__, "make_env": lambda task: FilmedPointEnv()})
+STATE_ONLY = point_eval("state-only", tasks={"far": "reach slowly"}, timeout_s=0.2,
+                        scripted=GreedyPointModel)
+
+
+@policybench.evaluate(FILMED, STATE_ONLY)
+def test_point(rollout, harness):
+    harness(rollout)
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real `pytest -n 2 --record-video` run (a subprocess), shared by this module's tests."""
+    project = tmp_path_factory.mktemp("project")
+    (project / "envs.py").write_text(ENVS)
+    (project / "test_point.py").write_text(BENCHMARK)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--rollouts", "2", "--record-video", "-q"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (project / "reports" / "latest").resolve()
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        browser.close()
+
+
+def pixels(png: bytes) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+def test_report_shows_table_chart_and_rollouts_and_filters_them(report, page, tmp_path):
+    page.goto((report / "index.html").as_uri())
+    for selector in ("#overview-table", "#success-chart", "#rollouts-table", "svg.histogram"):
+        assert page.locator(selector).first.is_visible(), selector
+    assert page.locator("#overview-table tbody tr").count() == 3  # two Evals and the total
+    assert page.locator("#success-chart g.bar").count() == 3  # one bar per task
+    assert page.locator("#rollouts-table tbody tr:visible").count() == 6
+    assert page.text_content("#rollout-count") == "showing 6 of 6"
+
+    page.select_option("select[data-filter=outcome]", "unsolved")
+    assert page.locator("#rollouts-table tbody tr:visible").count() == 2
+    assert page.text_content("#rollout-count") == "showing 2 of 6"
+    page.select_option("select[data-filter=outcome]", "")
+    page.click("#rollouts-table th:has-text('steps')")
+    page.click("#rollouts-table th:has-text('steps')")  # descending
+    steps = [
+        int(s) for s in page.locator("#rollouts-table tbody tr td:nth-child(6)").all_text_contents()
+    ]
+    assert steps == sorted(steps, reverse=True)
+
+    shot = page.screenshot(full_page=True, path=str(tmp_path / "report.png"))
+    image = pixels(shot)
+    assert image.shape[1] == 1280 and image.shape[0] > 900
+    # The chart's bars are drawn: its screenshot holds the first Eval's bar colour (#3b6ea8,
+    # at 85% opacity on white) over a sizeable area.
+    chart = pixels(page.locator("#success-chart").screenshot()).astype(int)
+    bar = np.abs(chart - np.array([0x58, 0x7F, 0xB3])).sum(axis=-1) < 30
+    assert bar.sum() > 2000
+
+
+def test_rollout_page_plays_its_video(report, page):
+    page.goto((report / "index.html").as_uri())
+    page.locator("#rollouts-table tbody tr[data-eval=filmed] a").first.click()
+    video = page.locator("#rollout-video")
+    assert video.is_visible()
+    page.wait_for_function(
+        "document.getElementById('rollout-video').readyState >= 2", timeout=10_000
+    )
+    duration, error = page.evaluate(
+        "[document.getElementById('rollout-video').duration,"
+        " document.getElementById('rollout-video').error]"
+    )
+    steps = int(page.text_content("#reason").split("success at step ")[1]) + 1
+    assert error is None
+    assert duration == pytest.approx(steps / 10.0, abs=0.15)  # one frame per step at 10 Hz
+    frame = pixels(video.screenshot())
+    red = (frame[..., 0] > 150) & (frame[..., 1] < 90)
+    assert red.sum() > 50  # the marker is painted: the video decodes in the browser
+
+
+def test_rollout_page_of_a_state_only_eval_says_why_there_is_no_video(report, page):
+    page.goto((report / "index.html").as_uri())
+    page.locator("#rollouts-table tbody tr[data-eval=state-only] a").first.click()
+    assert page.locator("#no-video").is_visible()
+    assert "a state-only Eval has nothing to film" in page.text_content("#no-video")
+    assert page.locator("#statics").is_visible()
+    assert page.text_content("#outcome") == "unsolved"
