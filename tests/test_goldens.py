@@ -45,7 +45,7 @@ def test_off_by_one_in_chunk_playback_fails_the_pipeline_golden(pipeline_diff_ba
     trace = json.loads(dumps(pipeline_trace()))
     found = differences(stored("test_pipeline_golden"), trace)
     assert describe_differences(found)[0].startswith("golden differs at")
-    assert ("steps[3].waypoint[1]", 3, 2) in [(d.path, d.expected, d.actual) for d in found]
+    assert ("trace[3].waypoint[1]", 3, 2) in [(d.path, d.expected, d.actual) for d in found]
 
 
 def test_changed_latency_fails_the_pipeline_golden(pipeline_diff_base):
@@ -98,12 +98,12 @@ def test_float_noise_of_1e_9_does_not_fail_a_golden():
 def test_a_mismatch_reports_step_field_expected_actual_and_count():
     golden = stored("test_sim_golden[pusht]")
     changed = json.loads(json.dumps(golden))
-    for step in changed["steps"][5:8]:
+    for step in changed["trace"][5:8]:
         step["reward"] += 0.5
     lines = describe_differences(differences(golden, changed))
     assert lines[0] == "golden differs at 3 step(s); first differing step: 5"
-    expected = golden["steps"][5]["reward"]
-    assert lines[1] == f"  steps[5].reward: expected {expected!r}, got {expected + 0.5!r}"
+    expected = golden["trace"][5]["reward"]
+    assert lines[1] == f"  trace[5].reward: expected {expected!r}, got {expected + 0.5!r}"
 
 
 def test_the_same_golden_run_twice_is_identical():

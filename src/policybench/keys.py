@@ -45,3 +45,10 @@ REWARD = "reward"
 SUCCESS = "success"
 OBSERVATION = "obs"
 WAYPOINT = "waypoint"
+
+# Sections of a canonical trace (a golden file).
+TRACE_ABOUT = "recorded_with"
+TRACE_STATICS = "statics"
+TRACE_RESULT = "result"
+TRACE_CALLS = "calls"
+TRACE_STEPS = "trace"

@@ -11,6 +11,7 @@ from typing import Any
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.location import PyTestLocation
 
+from policybench import keys
 from policybench.record.trace import describe_differences, differences
 
 GOLDENS_DIR = "goldens"
@@ -18,11 +19,11 @@ GOLDENS_DIR = "goldens"
 
 def dumps(trace: Any) -> str:
     """JSON with one line per step, so a golden diff reads step by step."""
-    if isinstance(trace, dict) and isinstance(trace.get("steps"), list):
-        head = {name: value for name, value in trace.items() if name != "steps"}
+    if isinstance(trace, dict) and isinstance(trace.get(keys.TRACE_STEPS), list):
+        head = {name: value for name, value in trace.items() if name != keys.TRACE_STEPS}
         text = json.dumps(head, indent=1, sort_keys=True)
-        steps = ",\n".join("  " + json.dumps(step, sort_keys=True) for step in trace["steps"])
-        return text[:-2] + ',\n "steps": [\n' + steps + "\n ]\n}\n"
+        steps = ",\n".join("  " + json.dumps(s, sort_keys=True) for s in trace[keys.TRACE_STEPS])
+        return text[:-2] + f',\n "{keys.TRACE_STEPS}": [\n' + steps + "\n ]\n}\n"
     return json.dumps(trace, indent=1, sort_keys=True) + "\n"
 
 

@@ -22,8 +22,7 @@ IMAGE_LEVELS = 16  # ... and quantizes each block's mean to 16 levels before has
 
 # Statics that say which software made a trace rather than what happened in it: kept in the
 # golden for the reader, never compared (an upgrade must fail on behaviour, not on a number).
-ABOUT = "recorded_with"
-NOT_COMPARED = (ABOUT,)
+NOT_COMPARED = (keys.TRACE_ABOUT,)
 
 
 def image_digest(image: np.ndarray) -> dict[str, Any]:
@@ -91,19 +90,19 @@ def canonical_trace(
             entry[keys.WAYPOINT] = waypoints.get(step.time_ns)
         steps.append(entry)
     return {
-        ABOUT: {keys.PACKAGES: episode.statics.get(keys.PACKAGES, {})},
-        "statics": statics,
-        "outcome": {
+        keys.TRACE_ABOUT: {keys.PACKAGES: episode.statics.get(keys.PACKAGES, {})},
+        keys.TRACE_STATICS: statics,
+        keys.TRACE_RESULT: {
             keys.OUTCOME: episode.outcome.kind.value,
             keys.REASON: episode.outcome.reason,
             keys.STEPS: episode.steps,
             keys.SUCCESS_STEP: episode.success_step,
         },
-        "calls": [
+        keys.TRACE_CALLS: [
             {"asked_ns": c.asked_ns, "arrives_ns": c.arrives_ns, "horizon": c.horizon}
             for c in calls
         ],
-        "steps": steps,
+        keys.TRACE_STEPS: steps,
     }
 
 
@@ -187,9 +186,10 @@ def describe_differences(found: Sequence[Difference], limit: int = 12) -> list[s
 
 
 def _step_of(path: str) -> int | None:
-    if not path.startswith("steps["):
+    prefix = f"{keys.TRACE_STEPS}["
+    if not path.startswith(prefix):
         return None
-    return int(path[len("steps[") : path.index("]")])
+    return int(path[len(prefix) : path.index("]")])
 
 
 def _short(value: Any) -> str:
