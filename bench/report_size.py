@@ -48,7 +48,7 @@ def run(rollouts: int, workers: int, video: bool, report_dir: Path) -> dict:
         "total_kb": size(run_dir) / 1024,
         "videos_kb": size(videos) / 1024 if videos.exists() else 0.0,
         "html_kb": (size(run_dir / "rollouts") + (run_dir / "index.html").stat().st_size) / 1024,
-        "command": " ".join(command[2:]),
+        "command": " ".join(command[1:]),
     }
 
 
@@ -70,7 +70,7 @@ def main() -> None:
             f"{100 * row['report_s'] / row['run_s']:>9.1f}%{row['total_kb']:>11.0f}"
             f"{row['videos_kb']:>12.0f}{row['html_kb']:>10.0f}"
         )
-    print("commands:", *(f"  pytest {row['command']}" for row in rows), sep="\n")
+    print("commands:", *(f"  python {row['command']}" for row in rows), sep="\n")
 
 
 if __name__ == "__main__":
