@@ -27,6 +27,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request as HttpRequest
 from websockets.http11 import Response
 
+from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.batcher import Batcher, Request, RolloutState
 from policybench.policy.conventions import ACTIONS, NATIVE, SERVER_TIMING, WireCodec
@@ -91,7 +92,7 @@ class PolicyServer:
         self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="policybench-model")
         self.metadata = {
             "server": "policybench",
-            "policy": name,
+            keys.POLICY: name,
             "max_batch": config.max_batch,
             "max_wait_ms": config.max_wait_ms,
         }
@@ -223,8 +224,8 @@ async def _fail(connection: ServerConnection, text: str, code: int) -> None:
 
 def context_to_json(context: SessionContext) -> str:
     payload = {
-        "instruction": context.instruction,
-        "control_hz": context.control_hz,
+        keys.INSTRUCTION: context.instruction,
+        keys.CONTROL_HZ: context.control_hz,
         "fields": dict(context.fields),
     }
     return json.dumps(payload)
@@ -234,7 +235,9 @@ def context_from_json(text: str) -> SessionContext:
     try:
         payload = json.loads(text)
         return SessionContext(
-            str(payload["instruction"]), float(payload["control_hz"]), dict(payload["fields"])
+            str(payload[keys.INSTRUCTION]),
+            float(payload[keys.CONTROL_HZ]),
+            dict(payload["fields"]),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
