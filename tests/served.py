@@ -3,6 +3,7 @@ process can import, and models that echo, record, fail on request or answer in b
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -11,9 +12,14 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Chunk, SessionContext
+from policybench.policy.conventions import WireCodec
 from tests.envs import GreedyPointModel, point_eval
 
-POINT = point_eval("point-served", scripted=GreedyPointModel)
+# An openpi client (which names no codec) sends the state as `observation/state`.
+OPENPI = WireCodec("openpi", state=(keys.STATE,), state_key="observation/state")
+POINT = dataclasses.replace(
+    point_eval("point-served", scripted=GreedyPointModel), codecs={"openpi": OPENPI}
+)
 
 
 class RecordingModel:
