@@ -141,3 +141,30 @@ def test_statics_record_the_rollout_scene_policy_and_versions():
 @pytest.mark.parametrize("rollouts", [0])
 def test_an_eval_with_no_rollouts_plans_nothing(rollouts):
     assert point_eval().rollouts(rollouts, 0) == ()
+
+
+def test_a_recorder_that_raises_is_named_and_the_env_is_kept():
+    def broken_recorder(time_ns, obs):
+        if time_ns > 0:
+            raise OSError("disk full")
+
+    eval = point_eval()
+    world = World(eval)
+    rollout = eval.rollouts(1, 0)[0]
+    episode = run_rollout(rollout, eval, world, ChunkPolicy(GreedyPointModel()), broken_recorder)
+    assert episode.outcome.kind is OutcomeKind.ERROR
+    assert episode.outcome.reason == "recorder raised OSError: disk full"
+    assert world.env_for("reach").resets == 1, "a healthy env is not rebuilt for a recorder fault"
+
+
+def test_an_observer_sees_each_observation_before_its_step():
+    seen = []
+    eval = point_eval(timeout_s=0.5)
+    episode = run_rollout(
+        eval.rollouts(1, 0)[0],
+        eval,
+        World(eval),
+        FixedSessionPolicy(lambda obs, t: Step(np.zeros(1), t + 1)),
+        lambda time_ns, obs: seen.append(time_ns),
+    )
+    assert seen == [step.time_ns for step in episode.trace]

@@ -20,7 +20,7 @@ from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.spec import Eval, Rollout
 from policybench.world import World
 
-ENV_RESET, ENV_STEP, POLICY = "env reset", "env step", "policy"
+ENV_RESET, ENV_STEP, POLICY, RECORDER = "env reset", "env step", "policy", "recorder"
 
 
 class ActionError(ValueError):
@@ -85,6 +85,7 @@ def run_rollout(
         last_action: np.ndarray | None = None
         while True:
             if observer is not None:
+                phase = RECORDER
                 observer(time_ns, obs)
             commands = None
             if time_ns >= resume_at_ns:
@@ -113,7 +114,7 @@ def run_rollout(
     except ActionError as error:
         return finish(OutcomeKind.ERROR, str(error))
     except Exception as error:
-        if phase != POLICY:
+        if phase in (ENV_RESET, ENV_STEP):
             world.discard()
         return finish(
             OutcomeKind.ERROR,

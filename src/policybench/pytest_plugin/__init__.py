@@ -1,5 +1,5 @@
 """The pytest plugin (registered through the `pytest11` entry point). Each concern is a plugin
-module of its own, read top to bottom: options, collection, fixtures, outcomes, aggregation."""
+module of its own with its own hooks and options, listed below; read any one top to bottom."""
 
 pytest_plugins = [
     "policybench.pytest_plugin.options",

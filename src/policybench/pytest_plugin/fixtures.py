@@ -19,7 +19,26 @@ from policybench.world import World
 
 SETTINGS = pytest.StashKey[RunSettings]()
 EPISODE = pytest.StashKey[Episode]()
-OBSERVER = pytest.StashKey[Observer]()  # set by a recorder plugin before the test runs
+# Recorder plugins add their observers to an item's list before its test runs.
+OBSERVERS = pytest.StashKey[list[Observer]]()
+
+
+def add_observer(item: pytest.Item, observer: Observer) -> None:
+    """Lets a recorder see every observation of the rollout `item` runs."""
+    item.stash.setdefault(OBSERVERS, []).append(observer)
+
+
+def _fan_out(observers: list[Observer]) -> Observer | None:
+    if not observers:
+        return None
+    if len(observers) == 1:
+        return observers[0]
+
+    def observe(time_ns: int, obs) -> None:
+        for observer in observers:
+            observer(time_ns, obs)
+
+    return observe
 
 
 def settings_of(config: pytest.Config) -> RunSettings:
@@ -105,7 +124,8 @@ def harness(
                 f"rollout {rollout.id!r} belongs to eval {rollout.eval!r}, which this test does "
                 f"not declare; declared: {sorted(evals)}"
             )
-        episode = policybench_runner.run(rollout, eval, request.node.stash.get(OBSERVER, None))
+        observer = _fan_out(request.node.stash.get(OBSERVERS, []))
+        episode = policybench_runner.run(rollout, eval, observer)
         request.node.stash[EPISODE] = episode
         if episode.outcome.kind is OutcomeKind.ERROR:
             raise RolloutError(episode.outcome)

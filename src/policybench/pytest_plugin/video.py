@@ -12,7 +12,7 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.collection import evals_of
-from policybench.pytest_plugin.fixtures import OBSERVER
+from policybench.pytest_plugin.fixtures import add_observer
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.report.video import Video, VideoRecorder
 from policybench.spec import Rollout
@@ -50,7 +50,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return (yield)
     name = f"{VIDEOS}/{video_name(item.nodeid)}.mp4"
     recorder = VideoRecorder(run_dir_of(item.config) / name, eval.control_hz)
-    item.stash[OBSERVER] = recorder
+    add_observer(item, recorder)
     try:
         return (yield)
     finally:
