@@ -6,6 +6,7 @@ This is a leaf module: it imports nothing from policybench, so anything may impo
 # Shared observation keys (what a World hands a policy, before any codec).
 STATE = "state"
 IMAGE = "image"
+WRIST_IMAGE = "wrist_image"
 
 # Statics: what an Episode records about the rollout it ran.
 EVAL = "eval"

@@ -127,6 +127,7 @@ class Eval:
     policy_facing: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
     codecs: Mapping[str, WireCodec] = field(default_factory=dict)
+    install: str | None = None  # when `pip install 'policybench[extra]'` is not enough
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

@@ -87,4 +87,5 @@ def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:
     if not missing:
         return ()
     extra = f"pip install 'policybench[{eval.extra}]'" if eval.extra else "install it"
+    extra = eval.install or extra
     return (pytest.mark.skip(reason=f"{eval.name}: {', '.join(missing)} not installed; {extra}"),)

@@ -1,0 +1,230 @@
+"""LIBERO (robosuite + hf-libero): the spatial, object, goal, 10 and 90 suites, each rollout on one
+of a task's fixed init states, with openpi's LIBERO protocol constants and wire convention."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.policy.base import Observation
+from policybench.policy.conventions import WireCodec
+from policybench.spec import Eval, Rollout, Scene
+from policybench.suites.libero_env import HOW_TO_INSTALL, INIT_STATE
+from policybench.suites.libero_tasks import TASKS
+
+INIT_STATES_PER_TASK = 50  # every LIBERO task ships 50 fixed init states
+
+
+@dataclass(frozen=True)
+class LiberoProtocol:
+    """The constants a LIBERO result depends on, in one place; recorded with every rollout.
+
+    Defaults are openpi's LIBERO example (examples/libero/main.py): 20 Hz control, 10 settle
+    steps of zero motion with the gripper open before the policy's first observation, 256x256
+    renders sent rotated by 180 degrees and resized with padding to 224x224, the 8-d state, and
+    a new chunk every 5 actions.
+    """
+
+    name: str = "openpi"
+    control_hz: float = 20.0  # LIBERO's robosuite control_freq
+    settle_steps: int = 10
+    settle_action: tuple[float, ...] = (0.0,) * 6 + (-1.0,)
+    max_steps: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "libero_spatial": 220,
+            "libero_object": 280,
+            "libero_goal": 300,
+            "libero_10": 520,
+            "libero_90": 400,
+        }
+    )
+    camera_size: int = 256
+    model_image_size: int = 224
+    rotate_180: bool = True
+    replan_every: int = 5
+
+    def settings(self, suite: str) -> dict[str, Any]:
+        """What an Episode records as the Eval's settings."""
+        return {
+            "protocol": self.name,
+            "suite": suite,
+            "max_steps": self.max_steps[suite],
+            "settle_steps": self.settle_steps,
+            "settle_action": list(self.settle_action),
+            "observation": (
+                f"{keys.IMAGE}: agentview, {keys.WRIST_IMAGE}: robot0_eye_in_hand, "
+                f"{self.camera_size}x{self.camera_size} uint8 as LIBERO renders them "
+                "(upside down); "
+                f"{keys.STATE}: eef pos (3), eef axis-angle (3), gripper qpos (2)"
+            ),
+            "camera_size": self.camera_size,
+            "openpi_images": (
+                f"rotated 180 degrees, resized with padding to "
+                f"{self.model_image_size}x{self.model_image_size}"
+                if self.rotate_180
+                else f"resized with padding to {self.model_image_size}x{self.model_image_size}"
+            ),
+            "replan_every": self.replan_every,
+            "init_states": "rollout i of a task starts from the task's init state i",
+            "success": "LIBERO's goal predicates (the env's done)",
+        }
+
+
+OPENPI = LiberoProtocol()
+LEROBOT = dataclasses.replace(
+    OPENPI, name="lerobot", max_steps={**OPENPI.max_steps, "libero_spatial": 280}
+)
+"""openpi's values with LeRobot's 280-step limit on libero_spatial."""
+
+
+def task_id(index: int) -> str:
+    return f"task{index}"
+
+
+def language_of(task: str) -> str:
+    """A task's instruction, as LIBERO's benchmark derives it from the task's file name."""
+    if task[0].isupper():  # libero_10 and libero_90 names start with their scene
+        scene = task.find("SCENE")
+        task = task[scene + (8 if "SCENE10" in task else 7) :]
+    return " ".join(task.split("_"))
+
+
+@dataclass(frozen=True)
+class InitStatePerTask:
+    """`rollouts_per_task` rollouts of every task; rollout i starts from the task's init state i
+    and is seeded `base_seed + i`. The scene records the init state (`init_state=i`)."""
+
+    instructions: Mapping[str, str]
+    timeout_s: float
+    init_states: int = INIT_STATES_PER_TASK
+
+    def __call__(
+        self, eval_name: str, rollouts_per_task: int, base_seed: int
+    ) -> tuple[Rollout, ...]:
+        if rollouts_per_task > self.init_states:
+            raise ValueError(
+                f"{eval_name} has {self.init_states} init states per task, so at most "
+                f"{self.init_states} rollouts per task; got --rollouts {rollouts_per_task}"
+            )
+        planned = [
+            (task, instruction, i)
+            for task, instruction in self.instructions.items()
+            for i in range(rollouts_per_task)
+        ]
+        return tuple(
+            Rollout(
+                eval=eval_name,
+                index=index,
+                count=len(planned),
+                instruction=instruction,
+                timeout_s=self.timeout_s,
+                scene=Scene(task=task, seed=base_seed + i, fields={INIT_STATE: i}),
+            )
+            for index, (task, instruction, i) in enumerate(planned)
+        )
+
+
+def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """openpi_client's `image_tools.resize_with_pad`: scale to fit (PIL bilinear), pad with
+    black to `height` x `width`, keep uint8."""
+    from PIL import Image
+
+    if image.shape[:2] == (height, width):
+        return image
+    current = Image.fromarray(image)
+    ratio = max(current.width / width, current.height / height)
+    resized = current.resize(
+        (int(current.width / ratio), int(current.height / ratio)), resample=Image.BILINEAR
+    )
+    padded = Image.new(resized.mode, (width, height), 0)
+    padded.paste(resized, ((width - resized.width) // 2, (height - resized.height) // 2))
+    return np.asarray(padded)
+
+
+@dataclass(frozen=True)
+class LiberoWireCodec(WireCodec):
+    """openpi's LIBERO example on the wire: `observation/image` and `observation/wrist_image`
+    rotated by 180 degrees then resized with padding to `model_image_size` (uint8),
+    `observation/state` the 8-d state, `prompt`; of each `[H, 7]` answer the first
+    `replan_every` actions are played before asking again, as the example does."""
+
+    model_image_size: int = 224
+    replan_every: int | None = 5
+
+    def encode(self, obs: Observation, instruction: str) -> dict[str, Any]:
+        wire = super().encode(obs, instruction)
+        size = self.model_image_size
+        for name in self.images.values():
+            if name in wire:
+                wire[name] = resize_with_pad(wire[name], size, size)
+        return wire
+
+    def actions(self, answer: Any) -> np.ndarray:
+        actions = super().actions(answer)
+        return actions if self.replan_every is None else actions[: self.replan_every]
+
+
+def openpi_codec(protocol: LiberoProtocol = OPENPI) -> LiberoWireCodec:
+    return LiberoWireCodec(
+        name="openpi",
+        images={keys.IMAGE: "observation/image", keys.WRIST_IMAGE: "observation/wrist_image"},
+        rotate_180=protocol.rotate_180,
+        state=(keys.STATE,),
+        state_key="observation/state",
+        action_width=7,
+        model_image_size=protocol.model_image_size,
+        replan_every=protocol.replan_every,
+    )
+
+
+def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
+    """No end-effector motion; the gripper as last commanded (open before any command)."""
+    gripper = -1.0 if last is None else float(last[6])
+    return np.array([0.0] * 6 + [gripper])
+
+
+def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
+    """One LIBERO suite's tasks (`task0`, `task1`, ... in LIBERO's order) under `protocol`."""
+    if suite not in TASKS:
+        raise ValueError(f"no LIBERO suite {suite!r}; known: {sorted(TASKS)}")
+    names = TASKS[suite]
+    instructions = {task_id(i): language_of(name) for i, name in enumerate(names)}
+
+    def make_env(task: str):
+        from policybench.suites.libero_env import LiberoEnv
+
+        return LiberoEnv(
+            suite,
+            names[int(task.removeprefix("task"))],
+            camera_size=protocol.camera_size,
+            settle_steps=protocol.settle_steps,
+            settle_action=protocol.settle_action,
+        )
+
+    suffix = "" if protocol.name == OPENPI.name else f"-{protocol.name}"
+    return Eval(
+        name=f"{suite}{suffix}",
+        make_env=make_env,
+        plan=InitStatePerTask(instructions, protocol.max_steps[suite] / protocol.control_hz),
+        control_hz=protocol.control_hz,
+        hold=hold,
+        hold_name="zero motion, keep gripper",
+        requires=("libero", "robosuite", "bddl"),
+        extra="libero",
+        install=HOW_TO_INSTALL,
+        packages=("hf-libero", "robosuite", "mujoco", "bddl", "numpy"),
+        metadata=protocol.settings(suite),
+        codecs={"openpi": openpi_codec(protocol)},
+    )
+
+
+LIBERO_SPATIAL = libero("libero_spatial")
+LIBERO_OBJECT = libero("libero_object")
+LIBERO_GOAL = libero("libero_goal")
+LIBERO_10 = libero("libero_10")
+LIBERO_90 = libero("libero_90")

