@@ -168,3 +168,35 @@ def test_an_observer_sees_each_observation_before_its_step():
         lambda time_ns, obs: seen.append(time_ns),
     )
     assert seen == [step.time_ns for step in episode.trace]
+
+
+def test_model_calls_and_their_wall_time_are_recorded():
+    eval = point_eval(timeout_s=2.0)
+    idle_chunks = FixedChunkModel(horizon=4)
+    episode, _ = run(eval, ChunkPolicy(idle_chunks))
+    record = episode.record()
+    assert episode.steps == 20
+    assert record[keys.MODEL_CALLS] == 5  # 20 steps, 4 waypoints a chunk
+    assert record[keys.INFER_MS_MAX] >= record[keys.INFER_MS_MEAN] > 0.0
+
+
+def test_a_session_without_a_model_records_no_calls():
+    idle = FixedSessionPolicy(lambda obs, t: Step(np.zeros(1), t + 1))
+    record = run(point_eval(), idle)[0].record()
+    assert record[keys.MODEL_CALLS] == 0
+    assert record[keys.INFER_MS_MEAN] is None
+
+
+class FixedChunkModel:
+    name = "still"
+
+    def __init__(self, horizon):
+        self.horizon = horizon
+
+    def open(self, context):
+        from policybench.policy.base import Chunk
+
+        return lambda obs: Chunk(np.zeros((self.horizon, 1)), context.control_hz)
+
+    def describe(self):
+        return {keys.POLICY_NAME: self.name}

@@ -60,6 +60,7 @@ def run_rollout(
     timeout_ns = round(rollout.timeout_s * 1e9)
     hold, stop_on_success = eval.hold, eval.stop_on_success
     phase = ENV_RESET  # what is running, to name the culprit if it raises
+    session = None
 
     def finish(kind: OutcomeKind, reason: str, details: str = "") -> Episode:
         return Episode(
@@ -69,6 +70,7 @@ def run_rollout(
             sim_s=len(trace) * period_ns / 1e9,
             wall_s=time.perf_counter() - started,
             success_step=success_step,
+            infer_wall_ns=tuple(call.wall_ns for call in getattr(session, "calls", ())),
         )
 
     try:

@@ -42,6 +42,9 @@ class EndEpisode:
 
 
 class Session(Protocol):
+    """Answers what to command at `time_ns`. A session that calls a model may also expose
+    `calls`, a list of records with `wall_ns` (see ChunkCall); the harness summarises them."""
+
     def __call__(self, obs: Observation, time_ns: int) -> Step | EndEpisode: ...
 
 

@@ -38,11 +38,13 @@ class ChunkAnchor(StrEnum):
 
 @dataclass(frozen=True)
 class ChunkCall:
-    """One model call: when it was asked, when its chunk arrived, how many waypoints it held."""
+    """One model call: when it was asked and its chunk arrived (sim time), how many waypoints it
+    held, and how long the call took in real time."""
 
     asked_ns: int
     arrives_ns: int
     horizon: int
+    wall_ns: int
 
 
 class ChunkPlayer:
@@ -86,7 +88,8 @@ class ChunkPlayer:
         wall_ns = self._wall_clock_ns() - started
         if not isinstance(chunk, Chunk):
             raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
-        call = ChunkCall(time_ns, time_ns + self._latency.charge_ns(wall_ns), len(chunk.actions))
+        arrives_ns = time_ns + self._latency.charge_ns(wall_ns)
+        call = ChunkCall(time_ns, arrives_ns, len(chunk.actions), wall_ns)
         self.calls.append(call)
         self._pending = (call, chunk)
         if call.arrives_ns <= time_ns:

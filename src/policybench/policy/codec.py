@@ -95,16 +95,23 @@ class CodecPolicy:
         self.name = policy.name
 
     def new_session(self, context: SessionContext) -> Session:
-        session = self._policy.new_session(context)
-        encode, decode = self._codec.encode, self._codec.decode
-
-        def coded(obs: Observation, time_ns: int) -> Step | EndEpisode:
-            step = session(encode(obs), time_ns)
-            if isinstance(step, Step) and step.commands is not None:
-                return Step(decode(step.commands), step.resume_at_ns)
-            return step
-
-        return coded
+        return _CodedSession(self._policy.new_session(context), self._codec)
 
     def describe(self) -> dict[str, Any]:
         return {**self._policy.describe(), "codec": self._codec.name}
+
+
+class _CodedSession:
+    def __init__(self, session: Session, codec: Codec) -> None:
+        self._session = session
+        self._encode, self._decode = codec.encode, codec.decode
+
+    def __call__(self, obs: Observation, time_ns: int) -> Step | EndEpisode:
+        step = self._session(self._encode(obs), time_ns)
+        if isinstance(step, Step) and step.commands is not None:
+            return Step(self._decode(step.commands), step.resume_at_ns)
+        return step
+
+    @property
+    def calls(self) -> list[Any]:
+        return getattr(self._session, "calls", [])

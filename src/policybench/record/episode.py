@@ -41,6 +41,7 @@ class Episode:
     sim_s: float
     wall_s: float
     success_step: int | None
+    infer_wall_ns: tuple[int, ...] = ()  # real time of each model call the session made
 
     @property
     def steps(self) -> int:
@@ -56,4 +57,13 @@ class Episode:
             keys.SUCCESS_STEP: self.success_step,
             keys.SIM_S: self.sim_s,
             keys.WALL_S: round(self.wall_s, 6),
+            keys.MODEL_CALLS: len(self.infer_wall_ns),
+            keys.INFER_MS_MEAN: _ms(sum(self.infer_wall_ns) / len(self.infer_wall_ns))
+            if self.infer_wall_ns
+            else None,
+            keys.INFER_MS_MAX: _ms(max(self.infer_wall_ns)) if self.infer_wall_ns else None,
         }
+
+
+def _ms(nanoseconds: float) -> float:
+    return round(nanoseconds / 1e6, 4)
