@@ -109,7 +109,9 @@ def aloha(
     max_steps: int = MAX_STEPS,
 ) -> Eval:
     """TransferCube and Insertion at 50 Hz for `max_steps` steps, seen as `rendering` says."""
-    suffix = "" if rendering == Rendering() else f"-{rendering.size[0]}"
+    default = Rendering()
+    suffix = "" if rendering.camera == default.camera else f"-{rendering.camera}"
+    suffix += "" if rendering.size == default.size else "-{}x{}".format(*rendering.size)
     suffix += "" if rendering.shadows else "-noshadows"
     return Eval(
         name=f"aloha{suffix}",
