@@ -75,6 +75,9 @@ def test_summary_json_has_per_eval_per_task_and_overall_counts_with_intervals(be
     assert overall["steps"]["count"] == 8
     assert by_eval["slow"]["steps"]["median"] == 2  # 0.2 s at 10 Hz
     assert by_eval["solvable"]["inference_latency"] == ["none"]
+    # Every solvable rollout called its model: the spread of their mean call times is there.
+    assert by_eval["solvable"]["infer_ms_mean"]["count"] == 4
+    assert by_eval["solvable"]["infer_ms_mean"]["min"] > 0.0
 
 
 def test_run_json_records_what_makes_the_run_reproducible(bench):

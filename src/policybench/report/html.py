@@ -13,7 +13,7 @@ import numpy as np
 from policybench import keys
 from policybench.report.compare import Comparison
 from policybench.report.results import OUTCOMES
-from policybench.report.stats import step_wall_ms
+from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Row, RunInfo, Summary
 
 INDEX = "index.html"
@@ -56,6 +56,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             histograms=[
                 histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS]),
                 histogram("Wall time per step", "ms", findings.records, step_wall_ms),
+                histogram("Model call wall time (rollout mean)", "ms", findings.records, infer_ms),
             ],
             rollouts=rollouts,
             choices={

@@ -96,6 +96,11 @@ def latency_setting(record: Mapping[str, Any]) -> str:
     return str(policy.get(keys.INFERENCE_LATENCY, "not recorded"))
 
 
+def infer_ms(record: Mapping[str, Any]) -> float | None:
+    """A rollout's mean model-call wall time (None when it made no model calls)."""
+    return record.get(keys.INFER_MS_MEAN)
+
+
 @dataclass(frozen=True)
 class GroupStats:
     """Everything the report says about one group of rollouts (an Eval, a task, the run)."""
@@ -104,6 +109,7 @@ class GroupStats:
     steps: Spread | None
     sim_s: Spread | None
     step_wall_ms: Spread | None
+    infer_ms: Spread | None  # of each rollout's mean model-call wall time
     latency: tuple[str, ...]
 
     @classmethod
@@ -114,6 +120,7 @@ class GroupStats:
             steps=Spread.of([record[keys.STEPS] for record in records]),
             sim_s=Spread.of([record[keys.SIM_S] for record in records]),
             step_wall_ms=Spread.of(walls),
+            infer_ms=Spread.of([ms for ms in map(infer_ms, records) if ms is not None]),
             latency=tuple(sorted({latency_setting(record) for record in records})),
         )
 

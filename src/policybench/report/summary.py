@@ -103,6 +103,7 @@ class Row:
             keys.STEPS: _spread(self.stats.steps),
             keys.SIM_S: _spread(self.stats.sim_s),
             "step_wall_ms": _spread(self.stats.step_wall_ms),
+            keys.INFER_MS_MEAN: _spread(self.stats.infer_ms),
             keys.INFERENCE_LATENCY: list(self.stats.latency),
             keys.POLICY: dict(self.policy),
             keys.PACKAGES: dict(self.packages),
