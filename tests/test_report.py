@@ -77,7 +77,7 @@ def test_summary_json_has_per_eval_per_task_and_overall_counts_with_intervals(be
     assert by_eval["solvable"]["inference_latency"] == ["none"]
     # Every solvable rollout called its model: the spread of their mean call times is there.
     assert by_eval["solvable"]["infer_ms_mean"]["count"] == 4
-    assert by_eval["solvable"]["infer_ms_mean"]["min"] > 0.0
+    assert by_eval["solvable"]["infer_ms_mean"]["low"] > 0.0
 
 
 def test_run_json_records_what_makes_the_run_reproducible(bench):
