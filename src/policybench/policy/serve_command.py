@@ -142,7 +142,11 @@ class EvalModels:
         if ref is not None and self.from_clients:
             return resolve_eval(ref)
         served = sorted(self.evals) or sorted(builtin_evals())
-        raise LookupError(f"this server does not serve eval {name!r} ({ref}); it serves {served}")
+        raise LookupError(
+            f"this server does not serve eval {name!r} ({ref or 'not declared at module level'}); "
+            f"it serves {served}. Start it with --eval, or run the policy in each worker with "
+            "--policy-sharing=per-worker"
+        )
 
 
 def builtin_evals() -> dict[str, Eval]:
