@@ -125,6 +125,25 @@ def _pusht_circle(steps: int = 40) -> np.ndarray:
     return np.stack([256 + 150 * np.cos(angles), 256 + 150 * np.sin(angles)], axis=1)
 
 
+def _aloha_reach(steps: int = 30) -> np.ndarray:
+    """From gym-aloha's rest pose, both arms swing their waists apart and reach forward a little;
+    grippers half open. Gentle, so the trace is no chaotic flailing."""
+    k = np.arange(steps)[:, None] / steps
+    rest = np.array([0.0, -0.96, 1.16, 0.0, -0.3, 0.0])
+    reach = np.hstack([0.2 * np.sin(np.pi * k), 0.2 * k, -0.2 * k, 0 * k, 0.1 * k, 0 * k])
+    left, right = rest + reach, rest + reach * [-1, 1, 1, 1, 1, 1]
+    gripper = np.full((steps, 1), 0.5)
+    return np.hstack([left, gripper, right, gripper])
+
+
+def _libero_moves(steps: int = 8) -> np.ndarray:
+    """End-effector deltas round a small circle while descending; the gripper closes at the end."""
+    angles = np.linspace(0.0, 2 * np.pi, steps, endpoint=False)[:, None]
+    moves = np.hstack([0.5 * np.cos(angles), 0.5 * np.sin(angles), -0.3 + 0 * angles])
+    gripper = np.where(np.arange(steps) < steps // 2, -1.0, 1.0)[:, None]
+    return np.hstack([moves, np.zeros((steps, 3)), gripper])
+
+
 def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]]]:
     def metaworld(task: str):
         from policybench.suites.metaworld import MT10_STATE
@@ -136,16 +155,33 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
 
         return PUSHT, "push-t", FixedActions(_pusht_circle()), 4.0
 
+    def aloha():
+        from policybench.suites.aloha import Rendering, aloha
+
+        eval = aloha(Rendering(size=(120, 160), shadows=False))  # cheap frames; same physics
+        return eval, "transfer_cube", FixedActions(_aloha_reach()), 0.6
+
+    def libero():
+        from policybench.suites.libero import OPENPI, libero
+
+        # Init state 0, openpi's settle steps, 64x64 frames (cheap; same physics), 8 actions.
+        protocol = dataclasses.replace(OPENPI, name="golden", camera_size=64)
+        return libero("libero_spatial", protocol), "task0", FixedActions(_libero_moves()), 0.4
+
     return {
         "metaworld-reach-v3": lambda: metaworld("reach-v3"),
         "metaworld-pick-place-v3": lambda: metaworld("pick-place-v3"),
         "pusht": pusht,
+        "aloha-transfer-cube": aloha,
+        "libero-spatial-task0": libero,
     }
 
 
 SIM_GOLDENS = tuple(_sim_goldens())
 SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "metaworld"}
 SIM_REQUIRES["pusht"] = "gym_pusht"
+SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
+SIM_REQUIRES["libero-spatial-task0"] = "libero"
 
 
 def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[str, Any]:
