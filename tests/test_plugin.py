@@ -156,3 +156,11 @@ def test_random_policy_runs_any_eval(bench):
     result = bench.runpytest("--policy", "random", "-k", "reach", "--rollouts", "2")
     assert result.ret == 0
     assert {line["policy"]["name"] for line in results(bench)} == {"random"}
+
+
+def test_light_policies_run_in_each_worker_by_default_under_xdist(bench):
+    result = bench.runpytest_subprocess("-n", "2", "-k", "reach", "--rollouts", "2")
+    assert result.ret == 0
+    records = results(bench)
+    assert len(records) == 2
+    assert all("url" not in record["policy"] for record in records), "scripted was served"

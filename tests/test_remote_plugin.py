@@ -50,7 +50,9 @@ def test_served_metaworld_gives_the_in_process_outcomes(tmp_path):
     assert outcomes(over_openpi) == outcomes(in_process)
     assert {r["policy"]["codec"] for r in over_openpi} == {"openpi"}
 
-    shared = run_benchmark(tmp_path / "shared", "-n", "2", "--policy=scripted")
+    shared = run_benchmark(
+        tmp_path / "shared", "-n", "2", "--policy=scripted", "--policy-sharing=shared"
+    )
     assert outcomes(shared) == outcomes(in_process)
     served_at = {r["policy"]["url"] for r in shared}
     assert len(served_at) == 1 and served_at.pop().startswith("ws://127.0.0.1:")

@@ -6,6 +6,8 @@ independent of machine load. The harness never raises: whatever breaks becomes a
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -41,7 +43,7 @@ def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World
         keys.STOP_ON_SUCCESS: eval.stop_on_success,
         keys.HOLD: eval.hold_name,
         keys.EVAL_SETTINGS: dict(eval.metadata),
-        keys.PACKAGES: {"policybench": metadata.version("policybench"), **world.packages},
+        keys.PACKAGES: {"policybench": _own_version(), **world.packages},
     }
 
 
@@ -143,15 +145,21 @@ def error_episode(
     )
 
 
+@functools.cache
+def _own_version() -> str:
+    return metadata.version("policybench")
+
+
 def check_action(action: Any, expected_shape: tuple[int, ...], policy_name: str) -> np.ndarray:
     """The action as the env takes it; a wrong shape, dtype or a NaN is an ActionError."""
-    array = np.asarray(action)
+    array = action if type(action) is np.ndarray else np.asarray(action)
     if array.shape != expected_shape:
         raise ActionError(
             f"policy {policy_name!r} answered action of shape {array.shape}, expected "
             f"{expected_shape}; check the model's action dimension or the codec's action slice"
         )
-    if array.dtype.kind not in "fiu" or not np.isfinite(array).all():
+    # A sum is NaN or infinite exactly when an element is (short of overflowing 1e308).
+    if array.dtype.kind not in "fiu" or not math.isfinite(array.sum()):
         raise ActionError(
             f"policy {policy_name!r} answered an action that is not all finite numbers "
             f"(dtype {array.dtype}): {array}"

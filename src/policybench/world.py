@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -22,8 +21,7 @@ if TYPE_CHECKING:
 SUCCESS_INFO_KEYS = ("success", "is_success", "task_success")
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     obs: Observation
     reward: float
     success: bool
@@ -56,9 +54,8 @@ class World:
     def step(self, action: np.ndarray) -> Transition:
         assert self._env is not None, "World.step before World.reset"
         obs, reward, terminated, truncated, info = self._env.step(action)
-        return Transition(
-            as_observation(obs), float(reward), success_of(info), terminated, truncated
-        )
+        obs = {keys.STATE: obs} if type(obs) is np.ndarray else as_observation(obs)
+        return Transition(obs, float(reward), success_of(info), terminated, truncated)
 
     @property
     def action_space(self) -> gym.spaces.Box:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -26,8 +26,7 @@ class SessionContext:
     fields: Mapping[str, ContextValue] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """A session's answer: the command for now (None: nothing new) and when to call it next."""
 
     commands: np.ndarray | None

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,8 +36,7 @@ class ChunkAnchor(StrEnum):
     ARRIVAL = "arrival"
 
 
-@dataclass(frozen=True)
-class ChunkCall:
+class ChunkCall(NamedTuple):
     """One model call: when it was asked and its chunk arrived (sim time), how many waypoints it
     held, and how long the call took in real time."""
 
@@ -97,10 +96,14 @@ class ChunkPlayer:
 
     def _load(self, call: ChunkCall, chunk: Chunk) -> None:
         anchor_ns = call.asked_ns if self._anchor is ChunkAnchor.OBSERVATION else call.arrives_ns
-        period_ns = 1e9 / chunk.fps
-        self._waypoints = deque(
-            (anchor_ns + round(k * period_ns), action) for k, action in enumerate(chunk.actions)
-        )
+        actions = chunk.actions
+        if len(actions) == 1:  # the common per-step model: no timestamps to compute
+            self._waypoints = deque(((anchor_ns, actions[0]),))
+        else:
+            period_ns = 1e9 / chunk.fps
+            self._waypoints = deque(
+                [(anchor_ns + round(k * period_ns), action) for k, action in enumerate(actions)]
+            )
         self._pending = None
         self._played_of_chunk = 0
 
@@ -115,12 +118,13 @@ class ChunkPlayer:
         return None
 
     def _next_call_ns(self, time_ns: int) -> int:
-        wake = []
-        if self._waypoints:
-            wake.append(self._waypoints[0][0])
+        """The next waypoint's time or the pending chunk's arrival, whichever is first; the next
+        tick when there is neither (the chunk drained: ask again)."""
+        wake = self._waypoints[0][0] if self._waypoints else None
         if self._pending is not None:
-            wake.append(self._pending[0].arrives_ns)
-        return max(min(wake), time_ns + 1) if wake else time_ns + 1
+            arrives_ns = self._pending[0].arrives_ns
+            wake = arrives_ns if wake is None else min(wake, arrives_ns)
+        return time_ns + 1 if wake is None or wake <= time_ns else wake
 
 
 @dataclass(frozen=True)

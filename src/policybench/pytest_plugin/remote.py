@@ -17,7 +17,9 @@ from policybench.policy.registry import OPENPI
 from policybench.policy.remote import DEFAULT_URL, Endpoint
 from policybench.policy.serve_command import API_KEY_VARIABLE, READY
 
-SHARED, PER_WORKER = "shared", "per-worker"
+AUTO, SHARED, PER_WORKER = "auto", "shared", "per-worker"
+# Built-in policies that load nothing: a copy per worker costs less than a round trip per step.
+LIGHT_POLICIES = ("scripted", "random")
 URL_INPUT, KEY_INPUT = "policybench_policy_url", "policybench_policy_api_key"
 START_TIMEOUT_S = 60.0
 
@@ -42,10 +44,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--policy-sharing",
-        choices=(SHARED, PER_WORKER),
-        default=SHARED,
-        help="with -n N and a local policy: one server all workers share (default), or a copy "
-        "of the policy in each worker",
+        choices=(AUTO, SHARED, PER_WORKER),
+        default=AUTO,
+        help="with -n N and a local policy: one server all workers share, or a copy of the "
+        "policy in each worker; auto (default) shares models that load weights and gives each "
+        "worker its own scripted/random policy",
     )
 
 
@@ -87,11 +90,12 @@ def pytest_configure_node(node) -> None:  # xdist: hand each worker the shared s
 
 def _wants_shared_server(config: pytest.Config) -> bool:
     distributed = getattr(config.option, "dist", "no") != "no"
+    policy, sharing = config.getoption("policy"), config.getoption("policy_sharing")
     return (
         distributed
         and not config.option.collectonly
-        and config.getoption("policy") != OPENPI
-        and config.getoption("policy_sharing") == SHARED
+        and policy != OPENPI
+        and (sharing == SHARED or (sharing == AUTO and policy not in LIGHT_POLICIES))
     )
 
 
