@@ -11,7 +11,12 @@ from policybench.policy import serve_command
 from policybench.policy.registry import known_policies
 from policybench.report import cli as report_command
 
-SUITE_MODULES = ("policybench.suites.metaworld", "policybench.suites.pusht")
+SUITE_MODULES = (
+    "policybench.suites.metaworld",
+    "policybench.suites.pusht",
+    "policybench.suites.aloha",
+    "policybench.suites.libero",
+)
 
 
 def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
