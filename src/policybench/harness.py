@@ -84,7 +84,8 @@ def run_rollout(
             fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
         )
         session = policy.new_session(context)
-        expected_shape = world.action_space.shape
+        expected_shape, policy_name = world.action_space.shape, policy.name
+        record = trace.append
         time_ns = resume_at_ns = 0
         last_action: np.ndarray | None = None
         while True:
@@ -103,10 +104,10 @@ def run_rollout(
             if commands is None:
                 action = hold(last_action, obs)
             else:
-                action = last_action = check_action(commands, expected_shape, policy.name)
+                action = last_action = check_action(commands, expected_shape, policy_name)
             phase = ENV_STEP
             result = world.step(action)
-            trace.append(TraceStep(time_ns, action, result.reward, result.success))
+            record(TraceStep(time_ns, action, result.reward, result.success))
             time_ns += period_ns
             obs = result.obs
             if result.success and success_step is None:

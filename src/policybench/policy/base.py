@@ -68,7 +68,7 @@ class Chunk:
 
     def __post_init__(self) -> None:
         actions = self.actions
-        if not isinstance(actions, np.ndarray) or actions.ndim != 2 or actions.shape[0] < 1:
+        if type(actions) is not np.ndarray or actions.ndim != 2 or len(actions) < 1:
             shape = getattr(actions, "shape", type(actions).__name__)
             raise ValueError(
                 f"a chunk's actions must be an array of shape [H>=1, D], got {shape}; "

@@ -70,16 +70,15 @@ class ChunkPlayer:
         self.skipped = 0
 
     def __call__(self, obs: Observation, time_ns: int) -> Step:
-        if self._pending is not None and self._pending[0].arrives_ns <= time_ns:
-            self._load(*self._pending)
-        if self._pending is None and self._wants_new_chunk():
+        pending = self._pending
+        if pending is not None and pending[0].arrives_ns <= time_ns:
+            self._load(*pending)
+        if self._pending is None and (
+            not self._waypoints
+            or (self._replan_every is not None and self._played_of_chunk >= self._replan_every)
+        ):
             self._ask(obs, time_ns)
         return Step(self._play_due(time_ns), self._next_call_ns(time_ns))
-
-    def _wants_new_chunk(self) -> bool:
-        if not self._waypoints:
-            return True
-        return self._replan_every is not None and self._played_of_chunk >= self._replan_every
 
     def _ask(self, obs: Observation, time_ns: int) -> None:
         started = self._wall_clock_ns()
@@ -90,9 +89,10 @@ class ChunkPlayer:
         arrives_ns = time_ns + self._latency.charge_ns(wall_ns)
         call = ChunkCall(time_ns, arrives_ns, len(chunk.actions), wall_ns)
         self.calls.append(call)
-        self._pending = (call, chunk)
-        if call.arrives_ns <= time_ns:
+        if arrives_ns <= time_ns:
             self._load(call, chunk)
+        else:
+            self._pending = (call, chunk)
 
     def _load(self, call: ChunkCall, chunk: Chunk) -> None:
         anchor_ns = call.asked_ns if self._anchor is ChunkAnchor.OBSERVATION else call.arrives_ns
