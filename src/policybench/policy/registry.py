@@ -1,7 +1,8 @@
 """Turns a policy name (`--policy=...`) into a Policy for one Eval.
 
 Built in: `scripted` (the Eval's own expert or heuristic), `random`, and `openpi` (a policy
-served over openpi's protocol at the settings' endpoint, fed through the Eval's `openpi` codec).
+served over openpi's protocol at the settings' endpoint, fed through the Eval's `openpi` codec);
+`lerobot:PATH` loads a LeRobot checkpoint directory (policy.lerobot, the Eval's `lerobot` codec).
 Other packages add names through the `policybench.policies` entry-point group: a callable
 `(eval, action_space, settings) -> Policy`; one that returns a ChunkPolicy can also be served.
 """
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "policybench.policies"
 OPENPI = "openpi"
 BUILTIN = ("scripted", "random", OPENPI)
+LEROBOT_PREFIX = "lerobot:"  # `lerobot:PATH`, a LeRobot checkpoint directory
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class PolicySettings:
     anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
     replan_every: int | None = None
     endpoint: Endpoint | None = None
+    device: str = "cpu"  # where a local model with weights runs (LeRobot checkpoints)
 
 
 class PolicyUnavailable(LookupError):
@@ -60,7 +63,7 @@ def known_policies() -> list[str]:
 
 def check_policy_name(name: str) -> None:
     """Raises ValueError naming the known policies when `name` is not one of them."""
-    if name not in known_policies():
+    if name not in known_policies() and not name.startswith(LEROBOT_PREFIX):
         raise ValueError(f"unknown policy {name!r}; known policies: {', '.join(known_policies())}")
 
 
@@ -78,7 +81,7 @@ def build_policy(
         model: Model = RemoteModel(endpoint, codec, eval.name, eval_reference(eval))
     elif settings.endpoint is not None:
         model = RemoteModel(settings.endpoint, NATIVE, eval.name, eval_reference(eval), name)
-    elif name in BUILTIN:
+    elif name in BUILTIN or name.startswith(LEROBOT_PREFIX):
         model = build_model(name, eval, action_space, settings)
     else:
         return _entry_point(name)(eval, action_space, settings)
@@ -103,6 +106,8 @@ def build_model(
         return eval.scripted()
     if name == OPENPI:
         raise PolicyUnavailable("openpi is a served policy; it cannot be served again")
+    if name.startswith(LEROBOT_PREFIX):
+        return _lerobot_model(name, eval, settings)
     if action_space is None:
         raise ValueError(f"policy {name!r} needs the action space of eval {eval.name!r}")
     if name == "random":
@@ -117,6 +122,15 @@ def build_model(
             "cannot be served; run it in each worker with --policy-sharing=per-worker"
         )
     return model
+
+
+def _lerobot_model(name: str, eval: Eval, settings: PolicySettings) -> Model:
+    from policybench.policy.lerobot import load_model
+
+    try:
+        return load_model(name, eval.codecs, eval.name, settings.device)
+    except LookupError as error:
+        raise PolicyUnavailable(str(error)) from None
 
 
 def _entry_point(name: str) -> PolicyFactory:

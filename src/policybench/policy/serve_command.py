@@ -11,7 +11,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from policybench.policy.registry import OPENPI, PolicySettings, build_model, known_policies
+from policybench.policy.registry import (
+    LEROBOT_PREFIX,
+    OPENPI,
+    PolicySettings,
+    build_model,
+    known_policies,
+)
 from policybench.policy.server import PolicyServer, ServedModel, ServerConfig
 from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES
 
@@ -62,18 +68,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="largest frame accepted, in MiB (default 64)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of seeded policies (default 0)")
+    parser.add_argument(
+        "--policy-device", default="cpu", help="where a model with weights runs (default cpu)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.policy == OPENPI or args.policy not in known_policies():
+    known = args.policy in known_policies() or args.policy.startswith(LEROBOT_PREFIX)
+    if args.policy == OPENPI or not known:
         servable = [name for name in known_policies() if name != OPENPI]
         raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
     if args.max_batch < 1 or args.max_wait_ms < 0:
         raise SystemExit("--max-batch must be >= 1 and --max-wait-ms >= 0")
     models = EvalModels(
         args.policy,
-        PolicySettings(seed=args.seed),
+        PolicySettings(seed=args.seed, device=args.policy_device),
         [resolve_eval(name) for name in args.eval],
         args.evals_from_clients,
     )

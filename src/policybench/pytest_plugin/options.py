@@ -18,7 +18,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--policy",
         default="scripted",
-        help="policy to evaluate: scripted (default), random, or an installed policy name",
+        help="policy to evaluate: scripted (default), random, lerobot:PATH (a LeRobot checkpoint "
+        "directory), or an installed policy name",
+    )
+    group.addoption(
+        "--policy-device",
+        default="cpu",
+        help="where a local model with weights (lerobot:PATH) runs: cpu (default), cuda or mps",
     )
     group.addoption("--rollouts", type=int, default=3, help="rollouts per task (default 3)")
     group.addoption("--seed", type=int, default=0, help="base seed of the rollout plan (default 0)")
@@ -86,5 +92,6 @@ def read_settings(config: pytest.Config) -> RunSettings:
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
             replan_every=replan_every,
             endpoint=endpoint_of(config),
+            device=config.getoption("policy_device"),
         ),
     )

@@ -119,6 +119,8 @@ class SharedServer:
             config.getoption("policy"),
             "--seed",
             str(config.getoption("seed")),
+            "--policy-device",
+            config.getoption("policy_device"),
             "--port",
             "0",
             "--evals-from-clients",

@@ -337,6 +337,18 @@ OPENPI = WireCodec(
     action_width=2,
 )
 
+# LeRobot's PushT conventions (lerobot.envs: `pixels` -> `observation.image`, `agent_pos` ->
+# `observation.state`; the policy adapter turns the uint8 HxWxC image into float CxHxW in [0, 1]);
+# the 2-d action is the agent's target position.
+LEROBOT = WireCodec(
+    "lerobot",
+    images={keys.IMAGE: "observation.image"},
+    image_size=(96, 96),
+    state=(keys.STATE,),
+    state_key="observation.state",
+    action_width=2,
+)
+
 
 def pusht(scripted: Any = None) -> Eval:
     return Eval(
@@ -351,7 +363,7 @@ def pusht(scripted: Any = None) -> Eval:
         packages=("gym-pusht", "pymunk", "gymnasium"),
         scripted=scripted,
         metadata={"observation": "image 96x96 + agent_pos"},
-        codecs={"openpi": OPENPI},
+        codecs={"openpi": OPENPI, "lerobot": LEROBOT},
     )
 
 
