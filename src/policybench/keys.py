@@ -37,6 +37,9 @@ SUCCESS_STEP = "success_step"
 MODEL_CALLS = "model_calls"
 INFER_MS_MEAN = "infer_ms_mean"
 INFER_MS_MAX = "infer_ms_max"
+# Sum and maximum of the env's per-step rewards (as lerobot-eval names them).
+SUM_REWARD = "sum_reward"
+MAX_REWARD = "max_reward"
 NODEID = "nodeid"
 # Where a rollout's video lies, relative to its run directory, or why it has none.
 VIDEO = "video"

@@ -62,6 +62,8 @@ class Episode:
             if self.infer_wall_ns
             else None,
             keys.INFER_MS_MAX: _ms(max(self.infer_wall_ns)) if self.infer_wall_ns else None,
+            keys.SUM_REWARD: sum(step.reward for step in self.trace),
+            keys.MAX_REWARD: max((step.reward for step in self.trace), default=None),
         }
 
 
