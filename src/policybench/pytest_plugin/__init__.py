@@ -12,4 +12,6 @@ pytest_plugins = [
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",
+    "policybench.pytest_plugin.lerobot",
+    "policybench.pytest_plugin.dataset",
 ]
