@@ -129,7 +129,7 @@ def aloha(
             "image_size": list(rendering.size),
             "shadows": rendering.shadows,
             "max_steps": max_steps,
-            "success": "gym-aloha is_success (full reward)",
+            "success_check": "gym-aloha is_success (full reward)",
         },
     )
 

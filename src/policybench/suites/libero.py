@@ -71,7 +71,7 @@ class LiberoProtocol:
             ),
             "replan_every": self.replan_every,
             "init_states": "rollout i of a task starts from the task's init state i",
-            "success": "LIBERO's goal predicates (the env's done)",
+            "success_check": "LIBERO's goal predicates (the env's done)",
         }
 
 

@@ -220,7 +220,7 @@ class LiberoEnv(gym.Env):
     def step(self, action: np.ndarray):
         raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
         # LIBERO's `done` is its goal check; the harness decides when the episode ends.
-        return self._observe(raw), float(reward), False, False, {**info, "success": bool(done)}
+        return self._observe(raw), float(reward), False, False, {**info, keys.SUCCESS: bool(done)}
 
     def sim_state(self) -> np.ndarray:
         """The full MuJoCo state (time, qpos, qvel), as LIBERO's init states hold it."""
