@@ -247,10 +247,11 @@ def save_random_act(
     seed: int = 0,
     chunk_size: int = 20,
     n_action_steps: int = 10,
+    image_key: str = "observation.image",
 ) -> Path:
-    """Writes a small random-init ACT checkpoint (`observation.image` CxHxW, `observation.state`,
-    `action`) with its processors, as `lerobot-eval` loads it: for pipeline checks, not skill.
-    `stats` holds mean/std per feature (images: per channel)."""
+    """Writes a small random-init ACT checkpoint (an image `image_key` CxHxW,
+    `observation.state`, `action`) with its processors, as `lerobot-eval` loads it: for pipeline
+    checks, not skill. `stats` holds mean/std per feature (images: per channel)."""
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
@@ -260,7 +261,7 @@ def save_random_act(
     torch.manual_seed(seed)
     config = ACTConfig(
         input_features={
-            "observation.image": PolicyFeature(FeatureType.VISUAL, image_shape),
+            image_key: PolicyFeature(FeatureType.VISUAL, image_shape),
             "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
         },
         output_features={ACTION: PolicyFeature(FeatureType.ACTION, (action_dim,))},

@@ -1,0 +1,176 @@
+"""LeRobot checkpoints through `--policy=lerobot:PATH`: a random-init ACT saved with
+save_pretrained plus its processors runs PushT in process, per worker and over the shared server
+with identical outcomes, matches lerobot-eval's own rollout loop, and a checkpoint whose features
+do not match the suite fails with both feature lists. Runs in the `lerobot` tox env."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[lerobot]'")
+pytest.importorskip("gym_pusht", reason="needs the pusht extra")
+
+from policybench import keys
+from policybench.harness import run_rollout
+from policybench.policy.base import SessionContext
+from policybench.policy.lerobot import LeRobotModel, save_random_act
+from policybench.policy.registry import (
+    PolicySettings,
+    PolicyUnavailable,
+    build_policy,
+)
+from policybench.record.episode import OutcomeKind
+from policybench.suites.pusht import LEROBOT, PUSHT, pusht
+from policybench.world import World
+
+REPO = Path(__file__).resolve().parents[1]
+# Roughly PushT's scale: positions in [0, 512], images in [0, 1].
+PUSHT_STATS = {
+    "observation.image": {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3},
+    "observation.images.top": {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3},
+    "observation.state": {"mean": [256.0, 256.0], "std": [100.0, 100.0]},
+    "action": {"mean": [256.0, 256.0], "std": [100.0, 100.0]},
+}
+
+
+def write_checkpoint(directory: Path, image_key: str = "observation.image") -> Path:
+    stats = {k: v for k, v in PUSHT_STATS.items() if not k.startswith("observation.image")}
+    stats[image_key] = PUSHT_STATS[image_key]
+    return save_random_act(directory, (3, 96, 96), 2, 2, stats, image_key=image_key)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("act-pusht"))
+
+
+def run_pusht(report_dir: Path, *args: str, rollouts: int = 2) -> list[dict]:
+    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    command += ["-q", "--rollouts", str(rollouts), "--report-dir", str(report_dir), *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda record: record[keys.NODEID])
+
+
+def outcomes(records: list[dict]) -> list[tuple]:
+    return [
+        (r[keys.NODEID], r[keys.OUTCOME], r[keys.STEPS], r[keys.SUM_REWARD], r[keys.MAX_REWARD])
+        for r in records
+    ]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoint, tmp_path):
+    policy = f"--policy=lerobot:{checkpoint}"
+    in_process = run_pusht(tmp_path / "n0", policy, "-n", "0")
+    per_worker = run_pusht(tmp_path / "n2", policy, "-n", "2", "--policy-sharing=per-worker")
+    shared = run_pusht(tmp_path / "shared", policy, "-n", "2")
+    assert len(in_process) == 2
+    assert outcomes(per_worker) == outcomes(in_process)
+    assert outcomes(shared) == outcomes(in_process)
+    first = in_process[0]
+    assert first[keys.POLICY]["policy_type"] == "act"
+    assert first[keys.POLICY]["n_action_steps"] == 10
+    assert len(first[keys.POLICY]["weights_sha256"]) == 16
+    assert "url" in shared[0][keys.POLICY], "with -n 2 a model with weights is served once"
+    # The checkpoint's n_action_steps (10) is the replan interval: a call every 10 steps.
+    assert all(r[keys.MODEL_CALLS] == -(-r[keys.STEPS] // 10) for r in in_process)
+
+
+def test_a_batch_answers_what_each_rollout_gets_alone(checkpoint):
+    model = LeRobotModel(checkpoint, LEROBOT)
+    rng = np.random.default_rng(0)
+    context = SessionContext("push", 10.0)
+    observations = [
+        {
+            keys.IMAGE: rng.integers(0, 256, (96, 96, 3), dtype=np.uint8),
+            keys.STATE: rng.uniform(0, 512, 2),
+        }
+        for _ in range(3)
+    ]
+    together = model.predict_batch([(context, obs) for obs in observations])
+    for obs, chunk in zip(observations, together, strict=True):
+        alone = model.predict_batch([(context, obs)])[0]
+        assert chunk.actions.shape == (10, 2)
+        np.testing.assert_array_equal(chunk.actions, alone.actions)
+
+
+def test_a_checkpoint_with_other_features_fails_its_first_rollout_naming_both(tmp_path):
+    other = write_checkpoint(tmp_path / "aloha-like", image_key="observation.images.top")
+    world = World(PUSHT)
+    rollout = PUSHT.rollouts(1, 0)[0]
+    world.reset(rollout.scene)
+    policy = build_policy(f"lerobot:{other}", PUSHT, world.action_space, PolicySettings())
+    episode = run_rollout(rollout, PUSHT, world, policy)
+    assert episode.outcome.kind is OutcomeKind.ERROR
+    reason = episode.outcome.reason
+    assert "FeatureMismatch" in reason and episode.steps == 0
+    assert "expects input features {observation.images.top: (3, 96, 96)" in reason
+    assert "provides {observation.image: (3, 96, 96), observation.state: (2,)}" in reason
+    assert "mismatched: observation.images.top" in reason
+
+
+def test_a_directory_without_a_checkpoint_is_named(tmp_path):
+    world = World(PUSHT)
+    with pytest.raises(ValueError, match=r"no LeRobot checkpoint at .*expected config.json"):
+        build_policy(
+            f"lerobot:{tmp_path}", PUSHT, world.env_for("push-t").action_space, PolicySettings()
+        )
+
+
+def test_an_eval_without_a_lerobot_codec_is_unavailable(checkpoint):
+    bare = dataclasses.replace(pusht(), codecs={})
+    with pytest.raises(PolicyUnavailable, match="declares no LeRobot codec"):
+        build_policy(f"lerobot:{checkpoint}", bare, None, PolicySettings())
+
+
+def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
+    """lerobot-eval's eval_policy (its vectorized PushT env, seeds start_seed + i) and policybench
+    give each seed the same success, sum and max reward."""
+    import torch
+    from lerobot.envs.configs import PushtEnv
+    from lerobot.envs.factory import make_env, make_env_pre_post_processors
+    from lerobot.scripts.lerobot_eval import eval_policy
+
+    model = LeRobotModel(checkpoint, LEROBOT)
+    env_config = PushtEnv()
+    vector_env = make_env(env_config, n_envs=2)["pusht"][0]
+    env_pre, env_post = make_env_pre_post_processors(env_config, model._policy.config)
+    try:
+        with torch.no_grad():
+            info = eval_policy(
+                vector_env,
+                model._policy,
+                env_pre,
+                env_post,
+                model._pre,
+                model._post,
+                n_episodes=2,
+                start_seed=7,
+            )
+    finally:
+        vector_env.close()
+    theirs = [(e["success"], e["sum_reward"], e["max_reward"]) for e in info["per_episode"]]
+
+    world = World(PUSHT)
+    policy = build_policy(
+        f"lerobot:{checkpoint}", PUSHT, world.env_for("push-t").action_space, PolicySettings()
+    )
+    ours = []
+    for rollout in PUSHT.rollouts(2, 7):
+        record = run_rollout(rollout, PUSHT, world, policy).record()
+        ours.append(
+            (record[keys.OUTCOME] == "solved", record[keys.SUM_REWARD], record[keys.MAX_REWARD])
+        )
+    assert [success for success, _, _ in ours] == [success for success, _, _ in theirs]
+    np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)
