@@ -11,7 +11,10 @@ import pytest
 
 from policybench import keys
 from policybench.harness import run_rollout
+from policybench.policy.base import Chunk
 from policybench.policy.registry import PolicySettings, build_policy
+from policybench.policy.remote import Endpoint
+from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.record.episode import OutcomeKind
 from policybench.spec import Scene
 from policybench.suites.aloha import ALOHA, AlohaSim, Rendering, aloha
@@ -103,3 +106,56 @@ def test_a_random_rollout_ends_unsolved_at_the_step_limit_with_its_protocol_reco
     settings = episode.statics[keys.EVAL_SETTINGS]
     assert settings["max_steps"] == 20 and settings["shadows"] is False
     assert episode.statics[keys.SCENE] == Scene("transfer_cube", 0).as_record()
+
+
+def test_openpi_codec_sends_openpis_aloha_sim_convention_and_reads_it_back():
+    codec = ALOHA.codecs["openpi"]
+    image = np.zeros((480, 640, 3), np.uint8)
+    image[:10] = 255  # a white band at the top
+    state = np.linspace(-1.0, 1.0, 14)
+    wire = codec.encode({keys.IMAGE: image, keys.STATE: state}, "Transfer cube")
+    assert set(wire) == {"state", "images", "prompt"}
+    assert set(wire["images"]) == {"cam_high"}
+    cam = wire["images"]["cam_high"]
+    assert cam.shape == (3, 224, 224) and cam.dtype == np.uint8  # channels first, 4:3 padded
+    assert cam[:, :28].max() == 0 and cam[:, 28:31].min() == 255  # 28 black rows, then the band
+    np.testing.assert_array_equal(wire["state"], state)
+    assert codec.actions({"actions": np.ones((50, 14))}).shape == (10, 14)
+    obs, prompt = codec.unwire(wire)
+    assert obs[keys.IMAGE].shape == (224, 224, 3) and prompt == "Transfer cube"
+    np.testing.assert_array_equal(obs[keys.STATE], state)
+
+
+def test_openpi_policy_on_aloha_sends_the_aloha_sim_convention_over_a_loopback_server():
+    pytest.importorskip(
+        "gym_aloha", reason="gym-aloha not installed: pip install 'policybench[aloha]'"
+    )
+    seen = []
+
+    class Checking:
+        name = "checking"
+
+        def open(self, context):
+            def predict(obs):
+                cam = obs["images"]["cam_high"]
+                if set(obs) != {"state", "images"} or cam.shape != (3, 224, 224):
+                    raise ValueError(f"unexpected observation {sorted(obs)}")
+                seen.append((cam.dtype, obs["state"].shape, context.instruction))
+                return Chunk(np.zeros((50, 14)), context.control_hz)
+
+            return predict
+
+        def describe(self):
+            return {keys.POLICY_NAME: self.name}
+
+    eval = aloha(SMALL, max_steps=12)
+    rollout = eval.rollouts(1, 0)[0]
+    world = World(eval)
+    server = PolicyServer(fixed_model(Checking(), eval.control_hz), ServerConfig(port=0))
+    with ServerThread(server) as served:
+        settings = PolicySettings(endpoint=Endpoint(served.url, infer_timeout_s=60.0))
+        space = world.env_for(rollout.scene.task).action_space
+        episode = run_rollout(rollout, eval, world, build_policy("openpi", eval, space, settings))
+    world.close()
+    assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
+    assert seen == [(np.dtype(np.uint8), (14,), rollout.instruction)] * 2  # steps 0 and 10

@@ -28,9 +28,9 @@ from policybench.suites.libero import (
     language_of,
     libero,
     openpi_codec,
-    resize_with_pad,
 )
 from policybench.suites.libero_tasks import TASKS
+from policybench.suites.openpi_images import resize_with_pad
 from policybench.world import World
 
 WIRE_IMAGES = ("observation/image", "observation/wrist_image")

@@ -4,6 +4,7 @@ them, seen through the top camera plus the 14-d joint state; only that camera is
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,10 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
+from policybench.policy.conventions import PROMPT, WireCodec
+from policybench.policy.wire import WireError
 from policybench.spec import Eval, seeded_per_task
+from policybench.suites.openpi_images import resize_with_pad
 
 CONTROL_HZ = 50.0  # gym-aloha's DT of 0.02 s
 MAX_STEPS = 400  # LeRobot's ALOHA episode_length (gym-aloha's registry says 300)
@@ -98,6 +102,51 @@ class AlohaSim(gym.Env):
         self._env.close()
 
 
+# openpi's aloha_sim keys: the joint state, and the top camera as `cam_high` among `images`.
+OPENPI_STATE, OPENPI_IMAGES, OPENPI_CAMERA = "state", "images", "cam_high"
+
+
+@dataclass(frozen=True)
+class AlohaWireCodec(WireCodec):
+    """openpi's aloha_sim example on the wire: `state` (14 joints) and `images.cam_high`, the top
+    camera resized with padding to 224x224 uint8 and sent channels-first, plus `prompt`; of
+    each `[H, 14]` answer the first `replan_every` actions are played (its action horizon)."""
+
+    model_image_size: int = 224
+    replan_every: int | None = 10
+
+    def encode(self, obs: Observation, instruction: str) -> dict[str, Any]:
+        size = self.model_image_size
+        image = resize_with_pad(np.asarray(obs[keys.IMAGE]), size, size)
+        return {
+            OPENPI_STATE: np.asarray(obs[keys.STATE]),
+            OPENPI_IMAGES: {OPENPI_CAMERA: np.ascontiguousarray(image.transpose(2, 0, 1))},
+            PROMPT: instruction,
+        }
+
+    def actions(self, answer: Any) -> np.ndarray:
+        actions = super().actions(answer)
+        return actions if self.replan_every is None else actions[: self.replan_every]
+
+    def unwire(self, wire: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
+        images = wire.get(OPENPI_IMAGES)
+        if (
+            not isinstance(images, Mapping)
+            or OPENPI_CAMERA not in images
+            or OPENPI_STATE not in wire
+        ):
+            raise WireError(
+                f"codec {self.name!r} expects {OPENPI_STATE!r} and {OPENPI_IMAGES!r} with "
+                f"{OPENPI_CAMERA!r}; got keys {sorted(wire)}"
+            )
+        image = np.asarray(images[OPENPI_CAMERA]).transpose(1, 2, 0)
+        obs = {keys.IMAGE: np.ascontiguousarray(image), keys.STATE: np.asarray(wire[OPENPI_STATE])}
+        return obs, str(wire.get(PROMPT, ""))
+
+
+OPENPI_CODEC = AlohaWireCodec("openpi", action_width=14)
+
+
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     """Keep the joints where they are (actions are absolute joint positions)."""
     return np.asarray(obs[keys.STATE], dtype=np.float32) if last is None else last
@@ -131,6 +180,7 @@ def aloha(
             "max_steps": max_steps,
             "success_check": "gym-aloha is_success (full reward)",
         },
+        codecs={"openpi": OPENPI_CODEC},
     )
 
 

@@ -16,6 +16,7 @@ from policybench.policy.conventions import WireCodec
 from policybench.spec import Eval, Rollout, Scene
 from policybench.suites.libero_env import HOW_TO_INSTALL, INIT_STATE
 from policybench.suites.libero_tasks import TASKS
+from policybench.suites.openpi_images import resize_with_pad
 
 INIT_STATES_PER_TASK = 50  # every LIBERO task ships 50 fixed init states
 
@@ -127,23 +128,6 @@ class InitStatePerTask:
             )
             for index, (task, instruction, i) in enumerate(planned)
         )
-
-
-def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """openpi_client's `image_tools.resize_with_pad`: scale to fit (PIL bilinear), pad with
-    black to `height` x `width`, keep uint8."""
-    from PIL import Image
-
-    if image.shape[:2] == (height, width):
-        return image
-    current = Image.fromarray(image)
-    ratio = max(current.width / width, current.height / height)
-    resized = current.resize(
-        (int(current.width / ratio), int(current.height / ratio)), resample=Image.BILINEAR
-    )
-    padded = Image.new(resized.mode, (width, height), 0)
-    padded.paste(resized, ((width - resized.width) // 2, (height - resized.height) // 2))
-    return np.asarray(padded)
 
 
 @dataclass(frozen=True)
