@@ -26,6 +26,7 @@ import numpy as np
 from policybench import keys
 from policybench.policy.base import Observation
 from policybench.policy.conventions import PROMPT, WireCodec
+from policybench.policy.lerobot import TASK as LEROBOT_TASK
 from policybench.record.episode import Episode
 
 EPISODES = ".episodes"
@@ -132,7 +133,7 @@ def write_episode(
                     REWARD: np.array([trace.reward], np.float32),
                     SUCCESS: np.array([trace.success]),
                     DONE: np.array([step == steps - 1]),
-                    "task": instruction,
+                    LEROBOT_TASK: instruction,
                 }
             )
         dataset.save_episode()
