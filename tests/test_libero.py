@@ -15,6 +15,7 @@ import pytest
 from policybench import keys
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk, SessionContext
+from policybench.policy.codec import resize_with_pad
 from policybench.policy.registry import PolicySettings, build_policy
 from policybench.policy.remote import Endpoint
 from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
@@ -30,7 +31,6 @@ from policybench.suites.libero import (
     openpi_codec,
 )
 from policybench.suites.libero_tasks import TASKS
-from policybench.suites.openpi_images import resize_with_pad
 from policybench.world import World
 
 WIRE_IMAGES = ("observation/image", "observation/wrist_image")

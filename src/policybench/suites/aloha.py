@@ -13,10 +13,10 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
+from policybench.policy.codec import resize_with_pad
 from policybench.policy.conventions import PROMPT, WireCodec
 from policybench.policy.wire import WireError
 from policybench.spec import Eval, seeded_per_task
-from policybench.suites.openpi_images import resize_with_pad
 
 CONTROL_HZ = 50.0  # gym-aloha's DT of 0.02 s
 MAX_STEPS = 400  # LeRobot's ALOHA episode_length (gym-aloha's registry says 300)

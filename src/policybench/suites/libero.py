@@ -12,11 +12,11 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
+from policybench.policy.codec import resize_with_pad
 from policybench.policy.conventions import WireCodec
 from policybench.spec import Eval, Rollout, Scene
 from policybench.suites.libero_env import HOW_TO_INSTALL, INIT_STATE
 from policybench.suites.libero_tasks import TASKS
-from policybench.suites.openpi_images import resize_with_pad
 
 INIT_STATES_PER_TASK = 50  # every LIBERO task ships 50 fixed init states
 
