@@ -30,7 +30,7 @@ from policybench.suites.libero import (
     libero,
     openpi_codec,
 )
-from policybench.suites.libero_tasks import TASKS
+from policybench.suites.libero.tasks import TASKS
 from policybench.world import World
 
 WIRE_IMAGES = ("observation/image", "observation/wrist_image")

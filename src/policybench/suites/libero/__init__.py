@@ -15,8 +15,8 @@ from policybench.policy.base import Observation
 from policybench.policy.codec import resize_with_pad
 from policybench.policy.conventions import WireCodec
 from policybench.spec import Eval, Rollout, Scene
-from policybench.suites.libero_env import HOW_TO_INSTALL, INIT_STATE
-from policybench.suites.libero_tasks import TASKS
+from policybench.suites.libero.env import HOW_TO_INSTALL, INIT_STATE
+from policybench.suites.libero.tasks import TASKS
 
 INIT_STATES_PER_TASK = 50  # every LIBERO task ships 50 fixed init states
 
@@ -180,7 +180,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
     instructions = {task_id(i): language_of(name) for i, name in enumerate(names)}
 
     def make_env(task: str):
-        from policybench.suites.libero_env import LiberoEnv
+        from policybench.suites.libero.env import LiberoEnv
 
         return LiberoEnv(
             suite,
