@@ -110,7 +110,8 @@ def main() -> None:
         ("policybench -n 2 (shared server)", ["-n", "2"]),
         ("policybench -n 2 (model per worker)", ["-n", "2", "--policy-sharing=per-worker"]),
     ):
-        runs.append((name, policybench(checkpoint, work / name.split()[1], n, seed, extra, env)))
+        out = work / f"pb-{len(runs)}"
+        runs.append((name, policybench(checkpoint, out, n, seed, extra, env)))
         print(f"ran {name}", file=sys.stderr)
 
     reference = runs[-3][1]
