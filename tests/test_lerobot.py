@@ -82,7 +82,9 @@ def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoi
     assert first[keys.POLICY]["policy_type"] == "act"
     assert first[keys.POLICY]["n_action_steps"] == 10
     assert len(first[keys.POLICY]["weights_sha256"]) == 16
-    assert "url" in shared[0][keys.POLICY], "with -n 2 a model with weights is served once"
+    served = shared[0][keys.POLICY]
+    assert served["served"] == "shared", "with -n 2 a model with weights is served once"
+    assert served["model"]["weights_sha256"] == first[keys.POLICY]["weights_sha256"]
     # The checkpoint's n_action_steps (10) is the replan interval: a call every 10 steps.
     assert all(r[keys.MODEL_CALLS] == -(-r[keys.STEPS] // 10) for r in in_process)
 

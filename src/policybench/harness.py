@@ -65,6 +65,8 @@ def run_rollout(
     session = None
 
     def finish(kind: OutcomeKind, reason: str, details: str = "") -> Episode:
+        # Described again at the end: a served policy knows its model once connected.
+        statics[keys.POLICY] = policy.describe()
         return Episode(
             statics=statics,
             trace=tuple(trace),

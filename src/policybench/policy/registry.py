@@ -80,7 +80,9 @@ def build_policy(
         endpoint = settings.endpoint or Endpoint()
         model: Model = RemoteModel(endpoint, codec, eval.name, eval_reference(eval))
     elif settings.endpoint is not None:
-        model = RemoteModel(settings.endpoint, NATIVE, eval.name, eval_reference(eval), name)
+        model = RemoteModel(
+            settings.endpoint, NATIVE, eval.name, eval_reference(eval), name, shared=True
+        )
     elif name in BUILTIN or name.startswith(LEROBOT_PREFIX):
         model = build_model(name, eval, action_space, settings)
     else:

@@ -23,6 +23,7 @@ from policybench.policy.server import (
     CONTEXT_HEADER,
     EVAL_HEADER,
     EVAL_REF_HEADER,
+    SERVED_MODEL,
     context_to_json,
 )
 from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, packb, unpackb
@@ -75,11 +76,13 @@ class RemoteModel:
         eval_name: str | None = None,
         eval_ref: str | None = None,
         name: str = "openpi",
+        shared: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.codec = codec
         self.name = name
         self.metadata: dict[str, Any] | None = None
+        self._shared = shared  # the run's own shared server, on a port that changes every run
         self._eval_headers = {EVAL_HEADER: eval_name, EVAL_REF_HEADER: eval_ref}
         self._connection: ClientConnection | None = None
 
@@ -164,7 +167,16 @@ class RemoteModel:
             self._connection = None
 
     def describe(self) -> dict[str, Any]:
-        return {keys.POLICY_NAME: self.name, "url": self.endpoint.url, "codec": self.codec.name}
+        """Name, codec and where it is served; once connected to a policybench server, also the
+        served model's own description."""
+        served = (self.metadata or {}).get(SERVED_MODEL)
+        where = {"served": "shared"} if self._shared else {"url": self.endpoint.url}
+        return {
+            keys.POLICY_NAME: self.name,
+            **where,
+            "codec": self.codec.name,
+            **({SERVED_MODEL: served} if isinstance(served, dict) else {}),
+        }
 
 
 def _drop(connection: ClientConnection) -> None:

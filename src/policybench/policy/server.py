@@ -39,6 +39,7 @@ CODEC_HEADER = "X-Policybench-Codec"  # the convention observations come in (def
 CONTEXT_HEADER = "X-Policybench-Context"  # JSON: instruction, control_hz, fields
 DEFAULT_CODEC = "openpi"
 HEALTH_PATH = "/healthz"
+SERVED_MODEL = "model"  # the metadata entry describing the model a connection is answered by
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,9 @@ class PolicyServer:
         try:
             # A client that goes away (a worker ending, a killed process) ends this quietly.
             with contextlib.suppress(websockets.ConnectionClosed):
-                await connection.send(packb(self.metadata))
+                # The model's own description (checkpoint, weights) goes into each record.
+                metadata = {**self.metadata, SERVED_MODEL: served.model.describe()}
+                await connection.send(packb(metadata))
                 await self._answer_each(connection, batcher, served, codec, context)
         finally:
             batcher.clients -= 1
