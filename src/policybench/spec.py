@@ -75,21 +75,21 @@ class SeededPerTask:
         self, eval_name: str, rollouts_per_task: int, base_seed: int
     ) -> tuple[Rollout, ...]:
         planned = [
-            (task, instruction, base_seed + i)
+            (instruction, Scene(task=task, seed=base_seed + i))
             for task, instruction in self.instructions.items()
             for i in range(rollouts_per_task)
         ]
-        return tuple(
-            Rollout(
-                eval=eval_name,
-                index=index,
-                count=len(planned),
-                instruction=instruction,
-                timeout_s=self.timeout_s,
-                scene=Scene(task=task, seed=seed),
-            )
-            for index, (task, instruction, seed) in enumerate(planned)
-        )
+        return numbered(eval_name, self.timeout_s, planned)
+
+
+def numbered(
+    eval_name: str, timeout_s: float, planned: Sequence[tuple[str, Scene]]
+) -> tuple[Rollout, ...]:
+    """The Rollouts of (instruction, scene) pairs in plan order, with their index and count."""
+    return tuple(
+        Rollout(eval_name, index, len(planned), instruction, timeout_s, scene)
+        for index, (instruction, scene) in enumerate(planned)
+    )
 
 
 def seeded_per_task(instructions: Mapping[str, str], timeout_s: float) -> SeededPerTask:

@@ -14,7 +14,7 @@ from policybench import keys
 from policybench.policy.base import Observation
 from policybench.policy.codec import resize_with_pad
 from policybench.policy.conventions import WireCodec
-from policybench.spec import Eval, Rollout, Scene
+from policybench.spec import Eval, Rollout, Scene, numbered
 from policybench.suites.libero.env import HOW_TO_INSTALL, INIT_STATE
 from policybench.suites.libero.tasks import TASKS
 
@@ -113,21 +113,11 @@ class InitStatePerTask:
                 f"{self.init_states} rollouts per task; got --rollouts {rollouts_per_task}"
             )
         planned = [
-            (task, instruction, i)
+            (instruction, Scene(task=task, seed=base_seed + i, fields={INIT_STATE: i}))
             for task, instruction in self.instructions.items()
             for i in range(rollouts_per_task)
         ]
-        return tuple(
-            Rollout(
-                eval=eval_name,
-                index=index,
-                count=len(planned),
-                instruction=instruction,
-                timeout_s=self.timeout_s,
-                scene=Scene(task=task, seed=base_seed + i, fields={INIT_STATE: i}),
-            )
-            for index, (task, instruction, i) in enumerate(planned)
-        )
+        return numbered(eval_name, self.timeout_s, planned)
 
 
 @dataclass(frozen=True)
