@@ -108,3 +108,37 @@ def test_a_mismatch_reports_step_field_expected_actual_and_count():
 
 def test_the_same_golden_run_twice_is_identical():
     assert dumps(sim_trace("pusht")) == dumps(sim_trace("pusht"))
+
+
+GOLDEN_MODULE = """
+import pytest
+
+TRACES = {TRACES}
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_trace(name, golden):
+    assert TRACES[name] == golden
+"""
+
+
+def test_goldens_are_stored_under_goldens_and_unused_ones_are_reported(pytester):
+    traces = {"a": {"trace": [{"time_ns": 0, "reward": 0.5}]}, "b": {"trace": []}}
+    pytester.makepyfile(test_mine=GOLDEN_MODULE.replace("{TRACES}", repr(traces)))
+    created = pytester.runpytest("--snapshot-update")
+    created.assert_outcomes(passed=2)
+    stored = sorted(p.name for p in (pytester.path / "goldens" / "test_mine").iterdir())
+    assert stored == ["test_trace[a].json", "test_trace[b].json"]
+
+    traces["a"]["trace"][0]["reward"] = 0.75
+    del traces["b"]
+    pytester.makepyfile(test_mine=GOLDEN_MODULE.replace("{TRACES}", repr(traces)))
+    changed = pytester.runpytest()
+    assert changed.ret == 1
+    changed.stdout.fnmatch_lines(
+        [
+            "*golden differs at 1 step(s); first differing step: 0*",
+            "*trace[[]0[]].reward: expected 0.5, got 0.75*",
+            "*1 snapshot failed. 1 snapshot unused.*",
+        ]
+    )

@@ -21,9 +21,10 @@ def dumps(trace: Any) -> str:
     """JSON with one line per step, so a golden diff reads step by step."""
     if isinstance(trace, dict) and isinstance(trace.get(keys.TRACE_STEPS), list):
         head = {name: value for name, value in trace.items() if name != keys.TRACE_STEPS}
-        text = json.dumps(head, indent=1, sort_keys=True)
+        # The other sections, indented, without the closing brace: "{\n ...\n}" -> "{\n ...,\n".
+        opening = json.dumps(head, indent=1, sort_keys=True)[:-2] + ",\n" if head else "{\n"
         steps = ",\n".join("  " + json.dumps(s, sort_keys=True) for s in trace[keys.TRACE_STEPS])
-        return text[:-2] + f',\n "{keys.TRACE_STEPS}": [\n' + steps + "\n ]\n}\n"
+        return opening + f' "{keys.TRACE_STEPS}": [\n' + steps + "\n ]\n}\n"
     return json.dumps(trace, indent=1, sort_keys=True) + "\n"
 
 
