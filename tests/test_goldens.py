@@ -122,7 +122,11 @@ def test_trace(name, golden):
 """
 
 
-def test_goldens_are_stored_under_goldens_and_unused_ones_are_reported(pytester):
+def test_goldens_are_stored_under_goldens_and_unused_ones_are_reported(pytester, monkeypatch):
+    # The inner runs are plain runs even when this suite runs under xdist: syrupy keeps its
+    # report to itself inside an xdist worker.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     traces = {"a": {"trace": [{"time_ns": 0, "reward": 0.5}]}, "b": {"trace": []}}
     pytester.makepyfile(test_mine=GOLDEN_MODULE.replace("{TRACES}", repr(traces)))
     created = pytester.runpytest("--snapshot-update")
