@@ -132,10 +132,17 @@ def test_an_exception_fails_only_its_batch():
     model = EchoBatchModel(delay_s=0.05)
     with serve(model, max_batch=2, max_wait_ms=2000) as server:
         answers: dict[str, object] = {}
+        # Both clients connect before either asks: the server batches only as many requests as
+        # it has clients, so a second client still connecting would get a batch of its own.
+        sources = {
+            name: RemoteModel(Endpoint(server.url)).open(CONTEXT)
+            for name in ("poisoned", "same-batch")
+        }
 
         def ask(name: str, obs: dict) -> None:
             try:
-                answers[name] = RemoteModel(Endpoint(server.url)).open(CONTEXT)(obs)
+                source = sources.get(name) or RemoteModel(Endpoint(server.url)).open(CONTEXT)
+                answers[name] = source(obs)
             except RemotePolicyError as error:
                 answers[name] = error
 
