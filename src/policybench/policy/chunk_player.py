@@ -67,7 +67,6 @@ class ChunkPlayer:
         self._pending: tuple[ChunkCall, Chunk] | None = None
         self._played_of_chunk = 0
         self.calls: list[ChunkCall] = []
-        self.skipped = 0
 
     def __call__(self, obs: Observation, time_ns: int) -> Step:
         pending = self._pending
@@ -111,7 +110,6 @@ class ChunkPlayer:
         waypoints = self._waypoints
         while len(waypoints) > 1 and waypoints[1][0] <= time_ns:
             waypoints.popleft()
-            self.skipped += 1
         if waypoints and waypoints[0][0] <= time_ns:
             self._played_of_chunk += 1
             return waypoints.popleft()[1]

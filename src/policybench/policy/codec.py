@@ -6,7 +6,7 @@ so a stack reads in the order data flows from env to model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,28 +45,6 @@ def compose(*codecs: Codec) -> Codec:
     for codec in codecs:
         stacked = stacked.then(codec)
     return stacked
-
-
-def rename(mapping: Mapping[str, str]) -> Codec:
-    """Renames observation keys (env name -> model name); other keys pass unchanged."""
-    table = dict(mapping)
-
-    def encode(obs: Observation) -> Observation:
-        return {table.get(name, name): value for name, value in obs.items()}
-
-    return Codec(f"rename({','.join(f'{a}->{b}' for a, b in table.items())})", encode=encode)
-
-
-def select(*names: str) -> Codec:
-    """Keeps only the named observation keys; a missing key is an error naming what exists."""
-
-    def encode(obs: Observation) -> Observation:
-        missing = [name for name in names if name not in obs]
-        if missing:
-            raise KeyError(f"observation lacks {missing}; it has {sorted(obs)}")
-        return {name: obs[name] for name in names}
-
-    return Codec(f"select({','.join(names)})", encode=encode)
 
 
 def rotate_180(*names: str) -> Codec:

@@ -19,7 +19,7 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.video import video_fields
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
-from policybench.report.results import ResultsWriter, read_results, resolve_run
+from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import Row, RunInfo, Summary
 
 
@@ -88,7 +88,7 @@ class Aggregator:
 
     def _compare(self, notes: list[str]) -> Comparison:
         assert self.baseline is not None
-        baseline = read_results(self.baseline / "results.jsonl")
+        baseline = read_results(self.baseline / RESULTS)
         notes += [f"baseline {problem}" for problem in baseline.problems]
         return compare_runs(
             baseline.records,

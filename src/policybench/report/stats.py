@@ -44,11 +44,8 @@ class Tally:
 
 
 def tally_by(records: Iterable[Mapping[str, Any]], *fields: str) -> dict[tuple[str, ...], Tally]:
-    tallies: dict[tuple[str, ...], Tally] = {}
-    for record in records:
-        group = tuple(str(record[name]) for name in fields)
-        tallies[group] = tallies.get(group, Tally()).add(record[keys.OUTCOME])
-    return tallies
+    """A Tally per value of `fields`, in sorted order."""
+    return {key: tally_of(members) for key, members in group(records, *fields).items()}
 
 
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
