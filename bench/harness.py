@@ -111,7 +111,7 @@ def measure_overhead(seeds: int, repeats: int) -> OverheadResult:
     rollouts = MT10_STATE.rollouts(seeds, 0)
 
     def harness_run(rollout: Rollout) -> Callable[[], int]:
-        return lambda: run_rollout(rollout, MT10_STATE, world, policy).steps
+        return lambda: run_rollout(rollout, world, policy).steps
 
     def plain_run(rollout: Rollout) -> Callable[[], int]:
         task, seed = rollout.scene.task, rollout.scene.seed
@@ -199,11 +199,11 @@ def profile_harness(seeds: int, top: int) -> None:
     world, policy = World(MT10_STATE), ChunkPolicy(MT10_STATE.scripted())
     rollouts = MT10_STATE.rollouts(seeds, 0)
     for rollout in rollouts[::seeds]:
-        run_rollout(rollout, MT10_STATE, world, policy)
+        run_rollout(rollout, world, policy)
     profiler = cProfile.Profile()
     profiler.enable()
     for rollout in rollouts:
-        run_rollout(rollout, MT10_STATE, world, policy)
+        run_rollout(rollout, world, policy)
     profiler.disable()
     print(f"\ncProfile of run_rollout, {len(rollouts)} MT10 rollouts, policybench code by tottime:")
     pstats.Stats(profiler).sort_stats("tottime").print_stats("policybench", top)

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from policybench.policy.base import Chunk, Observation, SessionContext
-from policybench.policy.remote import Endpoint, RemoteModel
-from policybench.policy.server import PolicyServer, ServerConfig, fixed_model
+from policybench.serve.client import Endpoint, RemoteModel
+from policybench.serve.server import PolicyServer, ServerConfig, fixed_model
 
 IMAGE, STATE = "observation/image", "observation/state"
 SIZE, PATCH, STATE_DIM, HORIZON, ACTION_DIM = 224, 32, 8, 10, 7
@@ -196,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
 def kill(args: argparse.Namespace, clients: int = 8, timeout_s: float = 10.0) -> int:
     """8 clients in rollouts (a connection each) when the server is killed: how long each takes
     to fail and with what, then how long until each connects again once it restarts."""
-    from policybench.policy.remote import RemotePolicyError, RemoteTimeout, RemoteUnavailable
+    from policybench.serve.client import RemotePolicyError, RemoteTimeout, RemoteUnavailable
 
     process, ready = start_server(args, 8)
     url = re.search(r"ws://\S+", ready).group(0)

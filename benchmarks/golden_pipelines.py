@@ -14,9 +14,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # rendering without a display
 
 from policybench import keys
 from policybench.harness import run_rollout
-from policybench.policy.base import Chunk, SessionContext, Step
+from policybench.policy.base import Chunk, ChunkSource, ModelCall, SessionContext, Step
 from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
-from policybench.policy.codec import Codec, CodecPolicy, compose, rotate_180, slice_action
+from policybench.policy.codec import Codec, action_dims, rotate_180
 from policybench.policy.latency import InferenceLatency, LatencyMode
 from policybench.record.trace import TraceRecorder, canonical_trace
 from policybench.spec import Eval
@@ -25,7 +25,7 @@ from policybench.world import World
 PIPELINE_LATENCY_S = 0.03  # 2.4 control periods at 80 Hz: chunks land between ticks
 PIPELINE_REPLAN_EVERY = 5
 PIPELINE_TIMEOUT_S = 0.6  # 48 steps at 80 Hz
-PIPELINE_CODEC = compose(rotate_180(keys.IMAGE), slice_action(4))
+PIPELINE_CODEC = Codec("golden", (rotate_180(keys.IMAGE), action_dims(4)))
 
 
 class GoldenReacher:
@@ -61,28 +61,63 @@ class GoldenReacher:
 
 
 class WaypointTap:
-    """Sits between the codec and the ChunkPlayer and notes, by sim time, which waypoint
-    (chunk number, index) each call played."""
+    """A Policy: a ChunkPolicy over `model` that notes, by sim time, which waypoint (chunk
+    number, index) each call played. The model's chunks carry both in two action dimensions
+    that the codec drops; a played command is matched to the chunk row it was cut from."""
 
-    def __init__(self, inner: ChunkPolicy) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.waypoints: dict[int, list[int]] = {}
-        self.player: ChunkPlayer | None = None
+    def __init__(self, model: GoldenReacher, codec: Codec, **play: Any) -> None:
+        self.rows: dict[bytes, list[int]] = {}
+        self.inner = ChunkPolicy(_NotingModel(model, self.rows), codec, **play)
+        self.name = self.inner.name
+        self.waypoints: dict[int, list[int] | None] = {}
 
-    def new_session(self, context: SessionContext):
-        self.player = self.inner.new_session(context)
-
-        def tapped(obs: Any, time_ns: int) -> Step:
-            step = self.player(obs, time_ns)
-            if step.commands is not None:
-                self.waypoints[time_ns] = [int(v) for v in step.commands[4:6]]
-            return step
-
-        return tapped
+    def new_session(self, context: SessionContext) -> _TappedSession:
+        return _TappedSession(self.inner.new_session(context), self)
 
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotingModel:
+    """GoldenReacher, noting each chunk row's (chunk number, index) by its played dimensions."""
+
+    model: GoldenReacher
+    rows: dict[bytes, list[int]]
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def open(self, context: SessionContext) -> ChunkSource:
+        source = self.model.open(context)
+
+        def predict(obs: Any) -> Chunk:
+            chunk = source(obs)
+            for row in chunk.actions:
+                self.rows.setdefault(row[:4].tobytes(), [int(v) for v in row[4:6]])
+            return chunk
+
+        return predict
+
+    def describe(self) -> dict[str, Any]:
+        return self.model.describe()
+
+
+class _TappedSession:
+    def __init__(self, player: ChunkPlayer, tap: WaypointTap) -> None:
+        self._player = player
+        self._tap = tap
+
+    @property
+    def calls(self) -> list[ModelCall]:
+        return self._player.calls
+
+    def __call__(self, obs: Any, time_ns: int) -> Step:
+        step = self._player(obs, time_ns)
+        if step.commands is not None:
+            self._tap.waypoints[time_ns] = self._tap.rows.get(step.commands.tobytes())
+        return step
 
 
 def pipeline_trace(
@@ -95,15 +130,14 @@ def pipeline_trace(
     eval = mt10(camera="corner", size=64, shadows=False)
     rollout = dataclasses.replace(_first_rollout(eval, "reach-v3"), timeout_s=PIPELINE_TIMEOUT_S)
     tap = WaypointTap(
-        ChunkPolicy(
-            GoldenReacher(),
-            replan_every=PIPELINE_REPLAN_EVERY,
-            latency=InferenceLatency(LatencyMode.FIXED, latency_s),
-        )
+        GoldenReacher(),
+        codec,
+        replan_every=PIPELINE_REPLAN_EVERY,
+        latency=InferenceLatency(LatencyMode.FIXED, latency_s),
     )
     recorder = TraceRecorder()
-    episode = run_rollout(rollout, eval, World(eval), CodecPolicy(tap, codec), recorder)
-    return canonical_trace(episode, recorder.observations, tap.waypoints, tap.player.calls)
+    episode = run_rollout(rollout, World(eval), tap, recorder)
+    return canonical_trace(episode, recorder.observations, tap.waypoints, calls=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +235,7 @@ def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[s
     if timeout_s is not None:
         rollout = dataclasses.replace(rollout, timeout_s=timeout_s)
     recorder = TraceRecorder()
-    episode = run_rollout(rollout, eval, World(eval), ChunkPolicy(model), recorder)
+    episode = run_rollout(rollout, World(eval), ChunkPolicy(model), recorder)
     return canonical_trace(episode, recorder.observations)
 
 

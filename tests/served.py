@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 import numpy as np
+from policybench.policy.conventions import WireCodec
 
 from policybench import keys
 from policybench.policy.base import Chunk, SessionContext
-from policybench.policy.conventions import WireCodec
 from tests.envs import GreedyPointModel, point_eval
 
 # An openpi client (which names no codec) sends the state as `observation/state`.

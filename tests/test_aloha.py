@@ -12,10 +12,10 @@ import pytest
 from policybench import keys
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk
-from policybench.policy.registry import PolicySettings, build_policy
-from policybench.policy.remote import Endpoint
-from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.record.episode import OutcomeKind
+from policybench.registry import PolicySettings, build_policy
+from policybench.serve.client import Endpoint
+from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.spec import Scene
 from policybench.suites.aloha import ALOHA, AlohaSim, Rendering, aloha
 from policybench.world import World
@@ -99,7 +99,7 @@ def test_a_random_rollout_ends_unsolved_at_the_step_limit_with_its_protocol_reco
     policy = build_policy(
         "random", eval, world.env_for(rollout.scene.task).action_space, PolicySettings()
     )
-    episode = run_rollout(rollout, eval, world, policy)
+    episode = run_rollout(rollout, world, policy)
     world.close()
     assert episode.outcome.kind is OutcomeKind.UNSOLVED
     assert episode.steps == 20
@@ -155,7 +155,7 @@ def test_openpi_policy_on_aloha_sends_the_aloha_sim_convention_over_a_loopback_s
     with ServerThread(server) as served:
         settings = PolicySettings(endpoint=Endpoint(served.url, infer_timeout_s=60.0))
         space = world.env_for(rollout.scene.task).action_space
-        episode = run_rollout(rollout, eval, world, build_policy("openpi", eval, space, settings))
+        episode = run_rollout(rollout, world, build_policy("openpi", eval, space, settings))
     world.close()
     assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
     assert seen == [(np.dtype(np.uint8), (14,), rollout.instruction)] * 2  # steps 0 and 10

@@ -21,7 +21,6 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from policybench import keys
 from policybench.harness import run_rollout
-from policybench.policy.registry import PolicySettings, build_policy
 from policybench.record.dataset import (
     EPISODES,
     OUTCOMES,
@@ -29,6 +28,7 @@ from policybench.record.dataset import (
     merge_all,
     write_episode,
 )
+from policybench.registry import PolicySettings, build_policy
 from policybench.spec import seeded_per_task
 from policybench.suites.pusht import INSTRUCTION, LEROBOT, PUSHT, TASK
 from policybench.world import World
@@ -113,7 +113,7 @@ def test_each_finished_rollout_is_a_readable_dataset_until_merged(checkpoint, tm
     written = []
     for rollout in rollouts:
         recorder = FrameRecorder(LEROBOT)
-        episode = run_rollout(rollout, PushTShort, world, policy, recorder)
+        episode = run_rollout(rollout, world, policy, recorder)
         written.append(
             write_episode(
                 tmp_path, PUSHT.name, rollout.index, recorder.frames, episode, 10.0, videos=False

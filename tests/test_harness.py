@@ -20,7 +20,7 @@ from tests.envs import GreedyPointModel, point_eval
 def run(eval, policy, rollout_index=0):
     world = World(eval)
     rollout = eval.rollouts(2, 0)[rollout_index]
-    return run_rollout(rollout, eval, world, policy), world
+    return run_rollout(rollout, world, policy), world
 
 
 class FixedSessionPolicy:
@@ -151,7 +151,7 @@ def test_a_recorder_that_raises_is_named_and_the_env_is_kept():
     eval = point_eval()
     world = World(eval)
     rollout = eval.rollouts(1, 0)[0]
-    episode = run_rollout(rollout, eval, world, ChunkPolicy(GreedyPointModel()), broken_recorder)
+    episode = run_rollout(rollout, world, ChunkPolicy(GreedyPointModel()), broken_recorder)
     assert episode.outcome.kind is OutcomeKind.ERROR
     assert episode.outcome.reason == "recorder raised OSError: disk full"
     assert world.env_for("reach").resets == 1, "a healthy env is not rebuilt for a recorder fault"

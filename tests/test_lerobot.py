@@ -22,12 +22,12 @@ from policybench import keys
 from policybench.harness import run_rollout
 from policybench.policy.base import SessionContext
 from policybench.policy.lerobot import LeRobotModel, save_random_act
-from policybench.policy.registry import (
+from policybench.record.episode import OutcomeKind
+from policybench.registry import (
     PolicySettings,
     PolicyUnavailable,
     build_policy,
 )
-from policybench.record.episode import OutcomeKind
 from policybench.suites.pusht import LEROBOT, PUSHT, pusht
 from policybench.world import World
 
@@ -113,7 +113,7 @@ def test_a_checkpoint_with_other_features_fails_its_first_rollout_naming_both(tm
     rollout = PUSHT.rollouts(1, 0)[0]
     world.reset(rollout.scene)
     policy = build_policy(f"lerobot:{other}", PUSHT, world.action_space, PolicySettings())
-    episode = run_rollout(rollout, PUSHT, world, policy)
+    episode = run_rollout(rollout, world, policy)
     assert episode.outcome.kind is OutcomeKind.ERROR
     reason = episode.outcome.reason
     assert "FeatureMismatch" in reason and episode.steps == 0
@@ -170,7 +170,7 @@ def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
     )
     ours = []
     for rollout in PUSHT.rollouts(2, 7):
-        record = run_rollout(rollout, PUSHT, world, policy).record()
+        record = run_rollout(rollout, world, policy).record()
         ours.append(
             (record[keys.OUTCOME] == "solved", record[keys.SUM_REWARD], record[keys.MAX_REWARD])
         )

@@ -16,10 +16,10 @@ from policybench import keys
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk, SessionContext
 from policybench.policy.codec import resize_with_pad
-from policybench.policy.registry import PolicySettings, build_policy
-from policybench.policy.remote import Endpoint
-from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.record.episode import OutcomeKind
+from policybench.registry import PolicySettings, build_policy
+from policybench.serve.client import Endpoint
+from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.spec import Scene
 from policybench.suites.libero import (
     LIBERO_10,
@@ -217,7 +217,7 @@ def test_openpi_policy_on_libero_sends_openpis_libero_convention_over_the_wire(w
         settings = PolicySettings(endpoint=Endpoint(served.url, infer_timeout_s=60.0))
         space = world.env_for(rollout.scene.task).action_space
         policy = build_policy("openpi", QUICK, space, settings)
-        episode = run_rollout(rollout, QUICK, world, policy)
+        episode = run_rollout(rollout, world, policy)
     assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
     assert episode.steps == 12
     assert len(model.seen) == 3  # a new chunk every 5 actions: at steps 0, 5 and 10

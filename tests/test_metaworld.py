@@ -37,11 +37,11 @@ def test_a_reused_world_replays_a_rollout_exactly():
     policy = ChunkPolicy(MT10_STATE.scripted())
     rollouts = {r.id: r for r in MT10_STATE.rollouts(3, 0)}
     target = rollouts["push-v3/seed=2"]
-    fresh = run_rollout(target, MT10_STATE, World(MT10_STATE), policy)
+    fresh = run_rollout(target, World(MT10_STATE), policy)
     world = World(MT10_STATE)
     for warmup in ("push-v3/seed=0", "reach-v3/seed=1"):
-        run_rollout(rollouts[warmup], MT10_STATE, world, policy)
-    reused = run_rollout(target, MT10_STATE, world, policy)
+        run_rollout(rollouts[warmup], world, policy)
+    reused = run_rollout(target, world, policy)
     assert fresh.steps == reused.steps
     for a, b in zip(fresh.trace, reused.trace, strict=True):
         np.testing.assert_array_equal(a.command, b.command)
@@ -51,8 +51,7 @@ def test_a_reused_world_replays_a_rollout_exactly():
 def test_expert_solves_every_mt10_task_on_seed_zero():
     world, policy = World(MT10_STATE), ChunkPolicy(MT10_STATE.scripted())
     outcomes = {
-        r.scene.task: run_rollout(r, MT10_STATE, world, policy).outcome.kind
-        for r in MT10_STATE.rollouts(1, 0)
+        r.scene.task: run_rollout(r, world, policy).outcome.kind for r in MT10_STATE.rollouts(1, 0)
     }
     assert outcomes == dict.fromkeys(MT10, OutcomeKind.SOLVED)
 

@@ -13,7 +13,7 @@ openpi_client = pytest.importorskip(
 from openpi_client import msgpack_numpy  # noqa: E402
 from openpi_client.websocket_client_policy import WebsocketClientPolicy  # noqa: E402
 
-from policybench.policy.wire import packb, unpackb  # noqa: E402
+from policybench.serve.wire import packb, unpackb  # noqa: E402
 from tests.test_remote import free_port, start_server  # noqa: E402
 
 

@@ -22,7 +22,7 @@ def final_rewards(policy: Policy) -> tuple[list[OutcomeKind], np.ndarray]:
     """Each rollout's outcome and last reward (coverage / 0.95, capped at 1)."""
     world = World(PUSHT)
     try:
-        episodes = [run_rollout(rollout, PUSHT, world, policy) for rollout in ROLLOUTS]
+        episodes = [run_rollout(rollout, world, policy) for rollout in ROLLOUTS]
     finally:
         world.close()
     return [ep.outcome.kind for ep in episodes], np.array([ep.trace[-1].reward for ep in episodes])

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from policybench.policy.conventions import NATIVE
 
 from policybench.harness import run_rollout
 from policybench.policy.base import SessionContext
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.policy.codec import Codec, CodecPolicy
-from policybench.policy.conventions import NATIVE
-from policybench.policy.remote import Endpoint, RemoteModel, RemoteUnavailable
-from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.record.episode import OutcomeKind
+from policybench.serve.client import Endpoint, RemoteModel, RemoteUnavailable
+from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.world import World
 from tests.served import POINT, RecordingModel
 
@@ -70,7 +70,7 @@ def test_an_unreachable_url_fails_fast_naming_the_url_and_how_to_start_a_server(
 def test_an_unreachable_server_is_an_error_outcome_not_a_hang(port):
     world = World(POINT)
     (rollout,) = POINT.rollouts(1, 0)
-    episode = run_rollout(rollout, POINT, world, remote_policy(f"ws://127.0.0.1:{port}"))
+    episode = run_rollout(rollout, world, remote_policy(f"ws://127.0.0.1:{port}"))
     assert episode.outcome.kind is OutcomeKind.ERROR
     assert f"ws://127.0.0.1:{port}" in episode.outcome.reason
 
@@ -84,10 +84,10 @@ def test_a_model_error_fails_its_rollout_with_the_servers_message_and_the_next_i
 
         # The recording model raises when an observation carries `fail`.
         refusing = Codec("fail", encode=lambda obs: {**obs, "fail": np.array("no chunk for you")})
-        broken = run_rollout(first, POINT, world, CodecPolicy(remote_policy(server.url), refusing))
+        broken = run_rollout(first, world, CodecPolicy(remote_policy(server.url), refusing))
         assert broken.outcome.kind is OutcomeKind.ERROR
         assert "ValueError: model refused: no chunk for you" in broken.outcome.reason
-        fine = run_rollout(second, POINT, world, remote_policy(server.url))
+        fine = run_rollout(second, world, remote_policy(server.url))
         assert fine.outcome.kind is not OutcomeKind.ERROR
 
 
@@ -102,9 +102,7 @@ def _run_with(action, url: str, infer_timeout_s: float):
 
     (rollout,) = POINT.rollouts(1, 0)
     started = time.perf_counter()
-    episode = run_rollout(
-        rollout, POINT, World(POINT), remote_policy(url, infer_timeout_s), observer
-    )
+    episode = run_rollout(rollout, World(POINT), remote_policy(url, infer_timeout_s), observer)
     return episode, time.perf_counter() - started
 
 

@@ -49,7 +49,7 @@ class RecordingModel:
 def inputs_for(eval, scene: Scene) -> list[bytes]:
     model = RecordingModel()
     rollout = Rollout(eval.name, 0, 1, "reach the goal", timeout_s=1.0, scene=scene)
-    episode = run_rollout(rollout, eval, World(eval), ChunkPolicy(model))
+    episode = run_rollout(rollout, World(eval), ChunkPolicy(model))
     assert episode.steps == 10
     return model.inputs
 
@@ -83,7 +83,7 @@ def test_only_declared_policy_facing_fields_reach_the_session_context():
     )
     scene = Scene(task="reach", seed=1, fields={"embodiment": "left-arm", "init_state": 5})
     rollout = Rollout(eval.name, 0, 1, "reach the goal", timeout_s=0.5, scene=scene)
-    run_rollout(rollout, eval, World(eval), ChunkPolicy(ContextSpy()))
+    run_rollout(rollout, World(eval), ChunkPolicy(ContextSpy()))
     (context,) = seen
     assert dict(context.fields) == {"embodiment": "left-arm"}
     assert context.instruction == "reach the goal"

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from policybench.policy.base import SessionContext
-from policybench.policy.remote import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
-from policybench.policy.server import PolicyServer, ServerConfig, ServerThread, fixed_model
-from policybench.policy.wire import packb, unpackb
+from policybench.serve.client import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
+from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
+from policybench.serve.wire import packb, unpackb
 from tests.served import EchoBatchModel, RecordingModel
 
 CONTEXT = SessionContext("do the thing", 10.0)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from policybench.policy.wire import WireError, packb, unpackb
+from policybench.serve.wire import WireError, packb, unpackb
 
 DTYPES = ["|b1", "|u1", "<u2", "<u4", "<u8", "|i1", "<i2", "<i4", "<i8", "<f2", "<f4", "<f8"]
 DTYPES += [">f4", ">i8", "|S5", "<U3"]

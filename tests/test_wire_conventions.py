@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from policybench.policy.conventions import NATIVE, WireCodec
 
 from policybench import keys
-from policybench.policy.conventions import NATIVE, WireCodec
-from policybench.policy.wire import WireError
+from policybench.serve.wire import WireError
 from policybench.suites.metaworld import MT10_STATE, mt10
 from policybench.suites.pusht import PUSHT
 

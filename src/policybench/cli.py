@@ -7,36 +7,26 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from policybench.policy import serve_command
-from policybench.policy.registry import known_policies
+from policybench.registry import known_policies
 from policybench.report import cli as report_command
-
-SUITE_MODULES = (
-    "policybench.suites.metaworld",
-    "policybench.suites.pusht",
-    "policybench.suites.aloha",
-    "policybench.suites.libero",
-)
+from policybench.serve import command as serve_command
+from policybench.suites import registered_evals, suite_modules
 
 
 def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("list", help="list the built-in suites' Evals and the policies")
+    parser = subparsers.add_parser(
+        "list", help="list the registered suites' Evals and the policies"
+    )
     parser.set_defaults(func=run_list)
 
 
 def run_list(args: argparse.Namespace) -> int:
-    import importlib
-
-    from policybench.spec import Eval
-
-    print("policies:", ", ".join(known_policies()))
+    print("policies:", ", ".join(known_policies()), "(and lerobot:PATH, module:attr)")
+    print("suites:", ", ".join(f"{name} ({module})" for name, module in suite_modules().items()))
     print("evals:")
-    for module_name in SUITE_MODULES:
-        module = importlib.import_module(module_name)
-        for value in vars(module).values():
-            if isinstance(value, Eval):
-                tasks = {rollout.scene.task for rollout in value.rollouts(1, 0)}
-                print(f"  {value.name:<24} {len(tasks):>3} tasks  ({module_name}, [{value.extra}])")
+    for value in registered_evals().values():
+        tasks = {rollout.scene.task for rollout in value.rollouts(1, 0)}
+        print(f"  {value.name:<24} {len(tasks):>3} tasks  ([{value.extra}])")
     return 0
 
 

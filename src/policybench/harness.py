@@ -1,4 +1,4 @@
-"""Runs one Rollout of an Eval on a World with a Policy, in simulated time, into an Episode.
+"""Runs one Rollout on its Eval's World with a Policy, in simulated time, into an Episode.
 
 The clock advances by the Eval's control period per step, so a run is deterministic and
 independent of machine load. The harness never raises: whatever breaks becomes an `error`.
@@ -52,8 +52,15 @@ Observer = Callable[[int, Observation], None]
 
 
 def run_rollout(
-    rollout: Rollout, eval: Eval, world: World, policy: Policy, observer: Observer | None = None
+    rollout: Rollout, world: World, policy: Policy, observer: Observer | None = None
 ) -> Episode:
+    """Runs `rollout` on `world` (a World of the rollout's Eval) with `policy`."""
+    eval = world.eval
+    if rollout.eval != eval.name:
+        raise ValueError(
+            f"rollout {rollout.id!r} belongs to eval {rollout.eval!r}, but the World is of eval "
+            f"{eval.name!r}; run it on a World of its own Eval"
+        )
     started = time.perf_counter()
     statics = statics_of(rollout, eval, policy, world)
     trace: list[TraceStep] = []
@@ -74,7 +81,7 @@ def run_rollout(
             sim_s=len(trace) * period_ns / 1e9,
             wall_s=time.perf_counter() - started,
             success_step=success_step,
-            infer_wall_ns=tuple(call.wall_ns for call in getattr(session, "calls", ())),
+            calls=() if session is None else tuple(session.calls),
         )
 
     try:
@@ -85,7 +92,7 @@ def run_rollout(
             control_hz=eval.control_hz,
             fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
         )
-        session = policy.new_session(context)
+        session = checked_session(policy.new_session(context), policy.name)
         expected_shape, policy_name = world.action_space.shape, policy.name
         record = trace.append
         time_ns = resume_at_ns = 0
@@ -134,12 +141,10 @@ def run_rollout(
     return finish(OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)")
 
 
-def error_episode(
-    rollout: Rollout, eval: Eval, world: World, reason: str, details: str = ""
-) -> Episode:
+def error_episode(rollout: Rollout, world: World, reason: str, details: str = "") -> Episode:
     """The Episode of a rollout that broke before it could start (env or policy not built)."""
     return Episode(
-        statics=statics_of(rollout, eval, None, world),
+        statics=statics_of(rollout, world.eval, None, world),
         trace=(),
         outcome=Outcome(OutcomeKind.ERROR, reason, details),
         sim_s=0.0,
@@ -151,6 +156,17 @@ def error_episode(
 @functools.cache
 def _own_version() -> str:
     return metadata.version("policybench")
+
+
+def checked_session(session: Any, policy_name: str) -> Any:
+    """A session that keeps the Session contract's model-call accounting; TypeError if not."""
+    if not callable(session) or not hasattr(session, "calls"):
+        raise TypeError(
+            f"policy {policy_name!r} opened a {type(session).__name__}, which is not a Session: "
+            "a Session is called as session(obs, time_ns) and lists its model calls in `calls` "
+            "(an empty list if it calls none; a wrapper passes its inner session's on)"
+        )
+    return session
 
 
 def check_action(action: Any, expected_shape: tuple[int, ...], policy_name: str) -> np.ndarray:

@@ -26,6 +26,9 @@ STOP_ON_SUCCESS = "stop_on_success"
 HOLD = "hold"
 EVAL_SETTINGS = "eval_settings"
 PACKAGES = "packages"
+# How a policy's model sees the env: its codec's name and steps (in the policy's description).
+CODEC = "codec"
+CODEC_STEPS = "codec_steps"
 
 # Outcome and timing of an Episode.
 OUTCOME = "outcome"

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from policybench.policy.base import Model
-    from policybench.policy.conventions import WireCodec
+    from policybench.policy.codec import Codec
 
 SceneValue = int | float | str
 
@@ -108,8 +108,8 @@ class Eval:
     `make_env(task)` builds a gymnasium env for a task; it is only called when a rollout runs,
     so declaring an Eval imports no simulator. `requires` names the modules the env needs and
     `extra` the install extra that provides them; `packages` are the distributions whose
-    versions every Episode records. `codecs` holds the Eval's wire conventions by name (e.g.
-    `openpi`: the keys, images, state and action slice an openpi server expects).
+    versions every Episode records. `codecs` holds how the Eval looks to a model by convention
+    name (e.g. `openpi`: the keys, images, state and action slice an openpi server expects).
     """
 
     name: str
@@ -126,7 +126,7 @@ class Eval:
     scripted: Callable[[], Model] | None = None
     policy_facing: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    codecs: Mapping[str, WireCodec] = field(default_factory=dict)
+    codecs: Mapping[str, Codec] = field(default_factory=dict)
     install: str | None = None  # when `pip install 'policybench[extra]'` is not enough
 
     def __post_init__(self) -> None:

@@ -3,7 +3,7 @@ now and when to be called next. A Model predicts action Chunks and knows nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -40,9 +40,22 @@ class EndEpisode:
     reason: str
 
 
+class ModelCall(NamedTuple):
+    """One model call: when it was asked and its answer arrived (sim time), how many actions
+    it held, and how long the call took in real time."""
+
+    asked_ns: int
+    arrives_ns: int
+    horizon: int
+    wall_ns: int
+
+
 class Session(Protocol):
-    """Answers what to command at `time_ns`. A session that calls a model may also expose
-    `calls`, a list of records with `wall_ns` (see ChunkCall); the harness summarises them."""
+    """Answers what to command at `time_ns`, and accounts for every model call it made in
+    `calls` (empty for a session that calls no model): the Episode records them. A session
+    that wraps another passes its inner session's calls on."""
+
+    calls: Sequence[ModelCall]
 
     def __call__(self, obs: Observation, time_ns: int) -> Step | EndEpisode: ...
 

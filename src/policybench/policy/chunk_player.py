@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -17,10 +17,12 @@ from policybench.policy.base import (
     Chunk,
     ChunkSource,
     Model,
+    ModelCall,
     Observation,
     SessionContext,
     Step,
 )
+from policybench.policy.codec import IDENTITY, Codec
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 
 
@@ -34,16 +36,6 @@ class ChunkAnchor(StrEnum):
 
     OBSERVATION = "observation"
     ARRIVAL = "arrival"
-
-
-class ChunkCall(NamedTuple):
-    """One model call: when it was asked and its chunk arrived (sim time), how many waypoints it
-    held, and how long the call took in real time."""
-
-    asked_ns: int
-    arrives_ns: int
-    horizon: int
-    wall_ns: int
 
 
 class ChunkPlayer:
@@ -64,9 +56,9 @@ class ChunkPlayer:
         self._anchor = anchor
         self._wall_clock_ns = wall_clock_ns
         self._waypoints: deque[tuple[int, np.ndarray]] = deque()
-        self._pending: tuple[ChunkCall, Chunk] | None = None
+        self._pending: tuple[ModelCall, Chunk] | None = None
         self._played_of_chunk = 0
-        self.calls: list[ChunkCall] = []
+        self.calls: list[ModelCall] = []
 
     def __call__(self, obs: Observation, time_ns: int) -> Step:
         pending = self._pending
@@ -86,14 +78,14 @@ class ChunkPlayer:
         if not isinstance(chunk, Chunk):
             raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
         arrives_ns = time_ns + self._latency.charge_ns(wall_ns)
-        call = ChunkCall(time_ns, arrives_ns, len(chunk.actions), wall_ns)
+        call = ModelCall(time_ns, arrives_ns, len(chunk.actions), wall_ns)
         self.calls.append(call)
         if arrives_ns <= time_ns:
             self._load(call, chunk)
         else:
             self._pending = (call, chunk)
 
-    def _load(self, call: ChunkCall, chunk: Chunk) -> None:
+    def _load(self, call: ModelCall, chunk: Chunk) -> None:
         anchor_ns = call.asked_ns if self._anchor is ChunkAnchor.OBSERVATION else call.arrives_ns
         actions = chunk.actions
         if len(actions) == 1:  # the common per-step model: no timestamps to compute
@@ -127,9 +119,11 @@ class ChunkPlayer:
 
 @dataclass(frozen=True)
 class ChunkPolicy:
-    """A Policy over a Model: every session is a ChunkPlayer over the model's chunks."""
+    """A Policy over a Model: every session is a ChunkPlayer over the model's chunks, the model
+    seeing each observation through `codec` and its actions played back through it."""
 
     model: Model
+    codec: Codec = IDENTITY
     replan_every: int | None = None
     latency: InferenceLatency = NO_LATENCY
     anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
@@ -140,16 +134,33 @@ class ChunkPolicy:
 
     def new_session(self, context: SessionContext) -> ChunkPlayer:
         return ChunkPlayer(
-            self.model.open(context),
+            coded(self.model.open(context), self.codec, context),
             replan_every=self.replan_every,
             latency=self.latency,
             anchor=self.anchor,
         )
 
     def describe(self) -> dict[str, Any]:
+        codec = self.codec.describe() if self.codec.steps else {}
         return {
             **self.model.describe(),
+            **codec,
             "replan_every": self.replan_every,
             keys.INFERENCE_LATENCY: str(self.latency),
             keys.CHUNK_ANCHOR: self.anchor.value,
         }
+
+
+def coded(source: ChunkSource, codec: Codec, context: SessionContext) -> ChunkSource:
+    """`source` seen through `codec`: it gets encoded observations, its chunks play decoded."""
+    if not codec.steps:
+        return source
+    instruction = context.instruction
+
+    def predict(obs: Observation) -> Chunk:
+        chunk = source(codec.encode(obs, instruction))
+        if not isinstance(chunk, Chunk):
+            raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
+        return Chunk(codec.actions(chunk.actions), chunk.fps)
+
+    return predict

@@ -1,5 +1,6 @@
 """LeRobot checkpoints as policybench Models (`--policy=lerobot:PATH`): a PreTrainedPolicy and its
-saved pre/post-processors, fed through an Eval's `lerobot` codec, batched across rollouts."""
+saved pre/post-processors, batched across rollouts. The model takes observations in LeRobot's
+names, as an Eval's `lerobot` codec encodes them (the instruction as `task`)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
-from policybench.policy.conventions import ACTIONS, PROMPT, WireCodec
-from policybench.policy.registry import LEROBOT_PREFIX
+from policybench.policy.codec import Codec
 
-LEROBOT = "lerobot"  # the policy name's prefix, and the name of an Eval's LeRobot codec
-PREFIX = LEROBOT_PREFIX
-TASK = "task"  # LeRobot's key for the instruction in a batch
+PREFIX = "lerobot:"  # the policy name's prefix: `lerobot:PATH`
+TASK = "task"  # LeRobot's key for the instruction in a batch (a `lerobot` codec's prompt key)
 ACTION = "action"  # LeRobot's action feature
 DEVICES = ("cpu", "cuda", "mps")
 INSTALL = "pip install 'policybench[lerobot]'"
@@ -50,10 +49,10 @@ def checkpoint_of(policy_name: str) -> Path:
 def as_lerobot_inputs(encoded: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """A codec's output as LeRobot's env conventions hand it to a policy (its
     `preprocess_observation`): uint8 HxWxC images as float32 CxHxW in [0, 1], everything else
-    float32. The prompt is left out (it travels as `task`)."""
+    float32. The instruction is left out (it travels as `task`)."""
     inputs: dict[str, np.ndarray] = {}
     for name, value in encoded.items():
-        if name == PROMPT:
+        if name == TASK:
             continue
         array = np.asarray(value)
         if array.dtype == np.uint8 and array.ndim == 3:
@@ -64,15 +63,14 @@ def as_lerobot_inputs(encoded: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 
 class LeRobotModel:
-    """A LeRobot policy over one Eval: `predict_batch` runs the policy's `predict_action_chunk` on
-    the stacked observations of many rollouts and answers each the first `n_action_steps`
-    actions (LeRobot's own action queue), so a ChunkPlayer replans when they are played."""
+    """A LeRobot policy: `predict_batch` runs the policy's `predict_action_chunk` on the stacked
+    observations of many rollouts and answers each the first `n_action_steps` actions (LeRobot's
+    own action queue), so a ChunkPlayer replans when they are played."""
 
-    def __init__(self, checkpoint: Path, codec: WireCodec, device: str = "cpu") -> None:
+    def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
         if device not in DEVICES:
             raise ValueError(f"--policy-device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.checkpoint = checkpoint
-        self.codec = codec
         self.device = device
         self.name = f"{PREFIX}{checkpoint}"
         if device == "cpu":
@@ -99,21 +97,20 @@ class LeRobotModel:
     def predict_batch(self, requests: Sequence[tuple[SessionContext, Observation]]) -> list[Chunk]:
         import torch
 
-        encoded = [self.codec.encode(obs, context.instruction) for context, obs in requests]
-        inputs = [as_lerobot_inputs(one) for one in encoded]
+        inputs = [as_lerobot_inputs(obs) for _, obs in requests]
         if not self._checked:
             self._check(inputs[0])
         batch: dict[str, Any] = {
             name: torch.from_numpy(np.stack([one[name] for one in inputs]))
             for name in self.expected.shapes
         }
-        batch[TASK] = [context.instruction for context, _ in requests]
+        batch[TASK] = [obs.get(TASK, context.instruction) for context, obs in requests]
         with torch.inference_mode():
             actions = self._policy.predict_action_chunk(self._pre(batch))
             actions = self._post(actions[:, : self.n_action_steps])
         actions = actions.to("cpu", torch.float32).numpy()
         return [
-            Chunk(self.codec.actions({ACTIONS: chunk}), context.control_hz)
+            Chunk(chunk, context.control_hz)
             for (context, _), chunk in zip(requests, actions, strict=True)
         ]
 
@@ -124,15 +121,12 @@ class LeRobotModel:
             for name, shape in self.expected.shapes.items()
             if provided.shapes.get(name) != shape
         ]
-        width = self.codec.action_width
-        action_ok = self.action_shape is None or width is None or self.action_shape[0] >= width
-        if missing or not action_ok:
+        if missing:
             raise FeatureMismatch(
-                f"LeRobot checkpoint {self.checkpoint} expects input features {self.expected} "
-                f"and actions {self.action_shape}; the Eval's {self.codec.name!r} codec provides "
-                f"{provided} and plays actions of width {width} (mismatched: "
-                f"{', '.join(missing) or ACTION}). Evaluate the checkpoint on the suite it was "
-                "trained for, or declare a codec that names its features"
+                f"LeRobot checkpoint {self.checkpoint} expects input features {self.expected}; "
+                f"the Eval's 'lerobot' codec provides {provided} (mismatched: "
+                f"{', '.join(missing)}). Evaluate the checkpoint on the suite it was trained "
+                "for, or declare a codec that names its features"
             )
         self._checked = True
 
@@ -147,23 +141,23 @@ class LeRobotModel:
             "device": self.device,
             "cpu_kernels": CPU_KERNELS if self.device == "cpu" else None,
             "lerobot": metadata.version("lerobot"),
-            "codec": self.codec.name,
         }
 
 
-def load_model(
-    policy_name: str, codecs: Mapping[str, WireCodec], eval_name: str, device: str = "cpu"
-) -> LeRobotModel:
-    """The LeRobotModel for `lerobot:PATH` on an Eval with these codecs. Raises LookupError when
-    the Eval declares no LeRobot codec, ValueError for a bad checkpoint directory."""
-    checkpoint = checkpoint_of(policy_name)
-    codec = codecs.get(LEROBOT)
-    if codec is None:
-        raise LookupError(
-            f"eval {eval_name!r} declares no LeRobot codec (Eval.codecs['lerobot']), so its "
-            "observations have no LeRobot form"
+def load_model(policy_name: str, device: str = "cpu") -> LeRobotModel:
+    """The LeRobotModel for `lerobot:PATH`; ValueError for a bad checkpoint directory."""
+    return LeRobotModel(checkpoint_of(policy_name), device)
+
+
+def check_action_width(model: LeRobotModel, codec: Codec) -> None:
+    """Raises FeatureMismatch when the checkpoint's actions are narrower than the env plays."""
+    width = codec.action_width
+    if model.action_shape is not None and width is not None and model.action_shape[0] < width:
+        raise FeatureMismatch(
+            f"LeRobot checkpoint {model.checkpoint} answers actions {model.action_shape}; the "
+            f"Eval's {codec.name!r} codec plays actions of width {width} (mismatched: {ACTION}). "
+            "Evaluate the checkpoint on the suite it was trained for"
         )
-    return LeRobotModel(checkpoint, codec, device)
 
 
 def _load(checkpoint: Path, device: str) -> tuple[Any, Any, Any]:

@@ -12,11 +12,10 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin import gates
-from policybench.pytest_plugin.fixtures import settings_of
-from policybench.pytest_plugin.options import RunSettings
+from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.pytest_plugin.outcomes import record_of
 from policybench.pytest_plugin.rundir import run_dir_of
-from policybench.pytest_plugin.video import video_fields
+from policybench.pytest_plugin.workers import is_worker
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
@@ -24,7 +23,7 @@ from policybench.report.summary import Row, RunInfo, Summary
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) aggregates
+    if not is_worker(config):  # the controller (or a run without xdist) aggregates
         aggregator = Aggregator(config, settings_of(config), gates.read_gate_settings(config))
         config.pluginmanager.register(aggregator, "policybench-aggregator")
 
@@ -43,27 +42,27 @@ class Aggregator:
             config.invocation_params.dir,
             run_settings(config, settings),
         )
+        self.config = config
         self.records: list[dict[str, Any]] = []
-        self.declared_floors: dict[str, float] = {}
         self.writer = ResultsWriter(self.run_dir)
         self.findings: Findings | None = None
         self.report_s = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = record_of(report)
-        if record is not None and report.when == "call":
-            record = {**record, **video_fields(report)}
-            self.declared_floors.update(gates.declared_floors(report))
+        if record is not None:
             self.records.append(record)
             self.writer.write(record)
 
+    @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.writer.close()
         if not self.records:
             return
         started = time.perf_counter()
         summary = Summary.of(self.records)
-        breaches, notes = gates.floor_breaches(summary, self.gate_settings, self.declared_floors)
+        declared = gates.declared_floors(self.config)
+        breaches, notes = gates.floor_breaches(summary, self.gate_settings, declared)
         comparison = None
         if self.baseline is not None:
             comparison = self._compare(notes)
@@ -82,6 +81,7 @@ class Aggregator:
             comparison,
         )
         write_html(self.run_dir, self.findings)
+        _junit_suite_properties(self.config, summary)
         self.report_s = time.perf_counter() - started
         if breaches and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -118,6 +118,27 @@ class Aggregator:
             write(line, red=True, bold=True)
         write(f"results: {self.writer.path}")
         write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
+
+
+def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:
+    """With --junitxml: each Eval's (and the run's) success rate and 95% interval as testsuite
+    properties, so CI dashboards see them beside the rollouts' testcases."""
+    from _pytest.junitxml import xml_key  # pytest's own LogXML, as record_testsuite_property uses
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    for row in [*summary.evals, summary.overall]:
+        tally, interval = row.stats.tally, row.stats.tally.interval()
+        prefix = f"policybench.{row.eval}"
+        xml.add_global_property(f"{prefix}.rollouts", tally.rollouts)
+        xml.add_global_property(f"{prefix}.solved", tally.solved)
+        xml.add_global_property(f"{prefix}.errors", tally.errors)
+        if tally.rate is not None and interval is not None:
+            xml.add_global_property(f"{prefix}.success_rate", round(tally.rate, 6))
+            xml.add_global_property(
+                f"{prefix}.success_ci95", f"{interval[0]:.6f},{interval[1]:.6f}"
+            )
 
 
 def _baseline_dir(baseline: str | None, report_dir: Path) -> Path | None:

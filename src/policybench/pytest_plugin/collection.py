@@ -1,14 +1,29 @@
-"""Collection: `@policybench.evaluate(*evals)` turns a test function into one item per Rollout."""
+"""Collection: `@policybench.evaluate(*evals)` turns a test function into one item per Rollout.
+Each item carries its Eval and Rollout (`planned_of(item)`); nothing looks an Eval up by name."""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
 import pytest
 
+from policybench.pytest_plugin.options import settings_of
 from policybench.spec import Eval, Rollout
+from policybench.suites import reference_in
 
 MARKER = "policybench_evaluate"
+PLANNED = pytest.StashKey["Planned"]()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What one item runs: a Rollout of an Eval, and where the Eval is declared (`module:attr`,
+    so a policybench server can import it; None when it is not held at module level)."""
+
+    eval: Eval
+    rollout: Rollout
+    eval_ref: str | None = None
 
 
 def evaluate(*evals: Eval) -> pytest.MarkDecorator:
@@ -18,67 +33,75 @@ def evaluate(*evals: Eval) -> pytest.MarkDecorator:
     return getattr(pytest.mark, MARKER)(*evals)
 
 
+def planned_of(item: pytest.Item) -> Planned | None:
+    """The Eval and Rollout an item runs; None for any other test."""
+    return item.stash.get(PLANNED, None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}(*evals): run this test once per planned Rollout of the Evals"
     )
 
 
-def evals_of(node: pytest.Item | pytest.Function) -> dict[str, Eval]:
-    marker = node.get_closest_marker(MARKER)
-    return {} if marker is None else {candidate.name: candidate for candidate in marker.args}
+@pytest.fixture
+def rollout(request: pytest.FixtureRequest) -> Rollout:
+    """The Rollout this item runs (an item of `@policybench.evaluate`)."""
+    planned = getattr(request, "param", None)
+    if not isinstance(planned, Planned):
+        raise pytest.UsageError(
+            f"{request.node.nodeid} asks for `rollout` but is not declared with "
+            "@policybench.evaluate(*evals)"
+        )
+    return planned.rollout
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is None:
         return
-    from policybench.pytest_plugin.fixtures import settings_of
-
     settings = settings_of(metafunc.config)
     params, seen = [], {}
     for eval in marker.args:
         skip = _missing_requirement(eval)
+        ref = reference_in(eval, metafunc.module)
         rollouts = eval.rollouts(settings.rollouts, settings.policy_settings.seed)
         if not rollouts:
-            # An Eval that plans nothing is a visible error, not a silently empty collection.
-            params.append(pytest.param(eval, id=f"{eval.name}/no-rollouts"))
-            continue
-        for rollout in rollouts:
-            if rollout.id in seen:
+            raise ValueError(
+                f"eval {eval.name!r} planned no rollouts (--rollouts={settings.rollouts}); ask "
+                "for at least one per task"
+            )
+        for planned in rollouts:
+            if planned.id in seen:
                 raise pytest.UsageError(
-                    f"rollout id {rollout.id!r} is planned by both {seen[rollout.id]!r} and "
-                    f"{eval.name!r} in {metafunc.definition.nodeid}; give them distinct task names "
-                    "or declare them in separate test functions"
+                    f"rollout id {planned.id!r} is planned by both {seen[planned.id]!r} and "
+                    f"{eval.name!r} in {metafunc.definition.nodeid}; give them distinct task "
+                    "names or declare them in separate test functions"
                 )
-            seen[rollout.id] = eval.name
-            params.append(pytest.param(rollout, id=rollout.id, marks=skip))
-    metafunc.parametrize("rollout", params)
+            seen[planned.id] = eval.name
+            params.append(pytest.param(Planned(eval, planned, ref), id=planned.id, marks=skip))
+    metafunc.parametrize("rollout", params, indirect=True)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    callspec = getattr(item, "callspec", None)
+    planned = None if callspec is None else callspec.params.get("rollout")
+    if isinstance(planned, Planned):
+        item.stash[PLANNED] = planned
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from policybench.pytest_plugin.fixtures import settings_of
-
     wanted = settings_of(config).suites
     if not wanted:
         return
     keep, drop = [], []
     for item in items:
-        name = _eval_name(item)
-        (drop if name is not None and not any(text in name for text in wanted) else keep).append(
-            item
-        )
+        planned = planned_of(item)
+        unwanted = planned is not None and not any(text in planned.eval.name for text in wanted)
+        (drop if unwanted else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-
-
-def _eval_name(item: pytest.Item) -> str | None:
-    callspec = getattr(item, "callspec", None)
-    if callspec is None or MARKER not in {mark.name for mark in item.iter_markers()}:
-        return None
-    planned = callspec.params.get("rollout")
-    return planned.eval if isinstance(planned, Rollout) else getattr(planned, "name", None)
 
 
 def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:

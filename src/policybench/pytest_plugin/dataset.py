@@ -10,15 +10,14 @@ from typing import Any
 
 import pytest
 
-from policybench.policy.lerobot import LEROBOT
-from policybench.pytest_plugin.collection import evals_of
+from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, add_observer
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.dataset import INSTALL, FrameRecorder, merge_all, write_episode
-from policybench.spec import Rollout
+from policybench.registry import LEROBOT_CODEC
 
 ROOT = pytest.StashKey[Path]()
 MERGED = pytest.StashKey[list[Path]]()
-WORKER_ROOT = "policybench_dataset_root"  # workerinput key
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,9 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
     option = config.getoption("record_dataset", None)
     if option is None:
         return
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        config.stash[ROOT] = Path(workerinput[WORKER_ROOT])
+    if is_worker(config):
+        config.stash[ROOT] = Path(from_controller(config, "dataset_root"))
         return
     if importlib.util.find_spec("lerobot") is None:
         raise pytest.UsageError(f"--record-dataset writes LeRobot datasets; {INSTALL}")
@@ -55,24 +53,17 @@ def pytest_configure(config: pytest.Config) -> None:
             "python -m policybench.record.dataset PATH)"
         )
     config.stash[ROOT] = root
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    """xdist: tells a worker where the datasets go."""
-    root = node.config.stash.get(ROOT, None)
-    if root is not None:
-        node.workerinput[WORKER_ROOT] = str(root)
+    hand_to_workers(config, "dataset_root", str(root))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     root = item.config.stash.get(ROOT, None)
-    rollout = getattr(getattr(item, "callspec", None), "params", {}).get("rollout")
-    eval = evals_of(item).get(rollout.eval) if isinstance(rollout, Rollout) else None
-    if root is None or eval is None:
+    planned = planned_of(item)
+    if root is None or planned is None:
         return (yield)
-    recorder = FrameRecorder(eval.codecs.get(LEROBOT))
+    eval, rollout = planned.eval, planned.rollout
+    recorder = FrameRecorder(eval.codecs.get(LEROBOT_CODEC))
     add_observer(item, recorder)
     try:
         return (yield)
@@ -88,7 +79,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     root = config.stash.get(ROOT, None)
-    if root is not None and not hasattr(config, "workerinput") and root.is_dir():
+    if root is not None and not is_worker(config) and root.is_dir():
         config.stash[MERGED] = merge_all(root)
 
 

@@ -1,31 +1,39 @@
 """Fixtures: the per-process Runner (Worlds and Policies reused across rollouts) and `harness`,
-which runs one Rollout and leaves its Episode on the test item for reporting."""
+which runs the item's Rollout and leaves its Episode on the item for reporting. Recorders see
+each observation through `add_observer` and add to the rollout's record with `add_to_record`."""
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from policybench.harness import Observer, error_episode, run_rollout
-from policybench.policy.base import Policy
-from policybench.policy.registry import PolicyUnavailable, build_policy
-from policybench.pytest_plugin.collection import evals_of
-from policybench.pytest_plugin.options import RunSettings, read_settings
-from policybench.record.episode import Episode, Outcome, OutcomeKind
-from policybench.spec import Eval, Rollout
+from policybench.policy.base import Observation, Policy
+from policybench.pytest_plugin.collection import Planned, planned_of
+from policybench.pytest_plugin.options import RunSettings, settings_of
+from policybench.record.episode import Episode, Outcome
+from policybench.registry import PolicyUnavailable, build_policy
+from policybench.spec import Rollout
 from policybench.world import World
 
-SETTINGS = pytest.StashKey[RunSettings]()
 EPISODE = pytest.StashKey[Episode]()
-# Recorder plugins add their observers to an item's list before its test runs.
+# Recorder plugins add their observers to an item's list before its test runs ...
 OBSERVERS = pytest.StashKey[list[Observer]]()
+# ... and their fields to its record (a video's file, say) before its report is made.
+RECORD_FIELDS = pytest.StashKey[dict[str, Any]]()
 
 
 def add_observer(item: pytest.Item, observer: Observer) -> None:
     """Lets a recorder see every observation of the rollout `item` runs."""
     item.stash.setdefault(OBSERVERS, []).append(observer)
+
+
+def add_to_record(item: pytest.Item, fields: dict[str, Any]) -> None:
+    """Adds JSON-safe `fields` to the record of the rollout `item` runs."""
+    item.stash.setdefault(RECORD_FIELDS, {}).update(fields)
 
 
 def _fan_out(observers: list[Observer]) -> Observer | None:
@@ -34,17 +42,11 @@ def _fan_out(observers: list[Observer]) -> Observer | None:
     if len(observers) == 1:
         return observers[0]
 
-    def observe(time_ns: int, obs) -> None:
+    def observe(time_ns: int, obs: Observation) -> None:
         for observer in observers:
             observer(time_ns, obs)
 
     return observe
-
-
-def settings_of(config: pytest.Config) -> RunSettings:
-    if SETTINGS not in config.stash:
-        config.stash[SETTINGS] = read_settings(config)
-    return config.stash[SETTINGS]
 
 
 class RolloutError(Exception):
@@ -63,31 +65,36 @@ class Runner:
         self._worlds: dict[str, World] = {}
         self._policies: dict[str, Policy] = {}
 
-    def run(self, rollout: Rollout, eval: Eval, observer: Observer | None = None) -> Episode:
+    def run(self, planned: Planned, observer: Observer | None = None) -> Episode:
+        eval, rollout = planned.eval, planned.rollout
         world = self._worlds.get(eval.name)
         if world is None:
             world = self._worlds[eval.name] = World(eval)
         try:
-            policy = self._policy_for(eval, world, rollout.scene.task)
+            policy = self._policy_for(planned, world)
         except PolicyUnavailable as unavailable:
             pytest.skip(str(unavailable))
         except Exception as error:
             return error_episode(
                 rollout,
-                eval,
                 world,
                 f"could not set up {eval.name!r} for policy {self._settings.policy!r}: "
                 f"{type(error).__name__}: {error}",
                 traceback.format_exc(),
             )
-        return run_rollout(rollout, eval, world, policy, observer)
+        return run_rollout(rollout, world, policy, observer)
 
-    def _policy_for(self, eval: Eval, world: World, task: str) -> Policy:
+    def _policy_for(self, planned: Planned, world: World) -> Policy:
+        eval = planned.eval
         policy = self._policies.get(eval.name)
         if policy is None:
-            space = world.env_for(task).action_space
+            task = planned.rollout.scene.task
             policy = build_policy(
-                self._settings.policy, eval, space, self._settings.policy_settings
+                self._settings.policy,
+                eval,
+                self._settings.policy_settings,
+                lambda: world.env_for(task).action_space,
+                planned.eval_ref,
             )
             self._policies[eval.name] = policy
         return policy
@@ -108,26 +115,20 @@ def policybench_runner(pytestconfig: pytest.Config) -> Iterator[Runner]:
 def harness(
     request: pytest.FixtureRequest, policybench_runner: Runner
 ) -> Callable[[Rollout], Episode]:
-    """`harness(rollout)` runs the rollout and returns its Episode; an `error` outcome raises."""
-    evals = evals_of(request.node)
+    """`harness(rollout)` runs the item's rollout and returns its Episode; an `error` raises."""
+    planned = planned_of(request.node)
 
-    def run(rollout: Rollout | Eval) -> Episode:
-        if isinstance(rollout, Eval):
-            reason = (
-                f"eval {rollout.name!r} planned no rollouts (--rollouts="
-                f"{settings_of(request.config).rollouts}); ask for at least one per task"
-            )
-            raise RolloutError(Outcome(OutcomeKind.ERROR, reason))
-        eval = evals.get(rollout.eval)
-        if eval is None:
-            raise LookupError(
-                f"rollout {rollout.id!r} belongs to eval {rollout.eval!r}, which this test does "
-                f"not declare; declared: {sorted(evals)}"
+    def run(rollout: Rollout) -> Episode:
+        if planned is None or rollout != planned.rollout:
+            raise pytest.UsageError(
+                f"{request.node.nodeid}: harness(rollout) runs the rollout this item was planned "
+                "with; pass the `rollout` argument of a test declared with "
+                "@policybench.evaluate(*evals)"
             )
         observer = _fan_out(request.node.stash.get(OBSERVERS, []))
-        episode = policybench_runner.run(rollout, eval, observer)
+        episode = policybench_runner.run(planned, observer)
         request.node.stash[EPISODE] = episode
-        if episode.outcome.kind is OutcomeKind.ERROR:
+        if episode.outcome.is_error:
             raise RolloutError(episode.outcome)
         return episode
 

@@ -1,22 +1,26 @@
 """Success gates, like `--cov-fail-under`: an overall floor, per-Eval floors (declared on the
-Eval or in a floors file) and significant regressions against a baseline run fail the run."""
+Eval or in a floors file) and significant regressions against a baseline run fail the run.
+
+The Evals' declared floors are read at collection, in whichever processes collect: under xdist
+the workers, which hand them to the controller when they finish (xdist's workeroutput)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from policybench.pytest_plugin.collection import evals_of
+from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.workers import is_worker
 from policybench.report.compare import ALPHA, Comparison
 from policybench.report.summary import Row, Summary
-from policybench.spec import Rollout
 
-FLOOR = "policybench_floor"  # user property: {eval name: its declared success floor}
+DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
+WORKER_OUTPUT = "policybench_declared_floors"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -105,22 +109,31 @@ def read_floors(path: Path) -> dict[str, float]:
     return {name: float(rate) for name, rate in floors.items()}
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, pytest.TestReport]:
-    """Tells the controller (which, under xdist, never sees the Evals) each declared floor."""
-    report: pytest.TestReport = yield
-    rollout = getattr(getattr(item, "callspec", None), "params", {}).get("rollout")
-    if call.when == "call" and isinstance(rollout, Rollout):
-        eval = evals_of(item).get(rollout.eval)
-        if eval is not None and eval.success_floor is not None:
-            report.user_properties.append((FLOOR, {eval.name: eval.success_floor}))
-    return report
+@pytest.hookimpl(trylast=True)  # after --suite and -k have deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    floors = config.stash.setdefault(DECLARED_FLOORS, {})
+    for item in items:
+        planned = planned_of(item)
+        if planned is not None and planned.eval.success_floor is not None:
+            floors[planned.eval.name] = planned.eval.success_floor
 
 
-def declared_floors(report: pytest.TestReport) -> dict[str, float]:
-    return next((value for name, value in report.user_properties if name == FLOOR), {})
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if is_worker(config):
+        config.workeroutput[WORKER_OUTPUT] = config.stash.get(DECLARED_FLOORS, {})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist, on the controller: a worker's declared floors join the run's."""
+    floors = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT, {})
+    node.config.stash.setdefault(DECLARED_FLOORS, {}).update(floors)
+
+
+def declared_floors(config: pytest.Config) -> dict[str, float]:
+    """The success floors the run's Evals declare."""
+    return config.stash.get(DECLARED_FLOORS, {})
 
 
 @dataclass(frozen=True)

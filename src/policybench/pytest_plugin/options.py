@@ -1,4 +1,5 @@
-"""Command-line options, and the run settings read from them."""
+"""Command-line options, and the run settings read from them (once per process; a worker takes
+the policy as the controller resolved it)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import pytest
 
 from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
-from policybench.policy.registry import PolicySettings, check_policy_name
-from policybench.pytest_plugin.remote import endpoint_of
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
+from policybench.registry import LEROBOT_PREFIX, OPENPI, PolicySettings, check_policy_name
+from policybench.serve.client import Endpoint
+
+SETTINGS = pytest.StashKey["RunSettings"]()
+# What the controller hands workers: the policy name as it resolved it, the shared server.
+POLICY, SHARED_URL, SHARED_KEY = "policy", "shared_server_url", "shared_server_api_key"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -18,8 +24,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--policy",
         default="scripted",
-        help="policy to evaluate: scripted (default), random, lerobot:PATH (a LeRobot checkpoint "
-        "directory), or an installed policy name",
+        help="policy to evaluate: scripted (default), random, openpi (served), lerobot:PATH (a "
+        "LeRobot checkpoint directory), module:attr (your own Model, Policy or factory), or an "
+        "installed policy name",
     )
     group.addoption(
         "--policy-device",
@@ -67,9 +74,20 @@ class RunSettings:
     policy_settings: PolicySettings
 
 
+def settings_of(config: pytest.Config) -> RunSettings:
+    if SETTINGS not in config.stash:
+        config.stash[SETTINGS] = read_settings(config)
+    return config.stash[SETTINGS]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not is_worker(config):
+        hand_to_workers(config, POLICY, settings_of(config).policy)
+
+
 def read_settings(config: pytest.Config) -> RunSettings:
     """The run's settings; bad values are a UsageError that says what is accepted."""
-    policy = config.getoption("policy")
+    policy = from_controller(config, POLICY) or resolved_policy(config)
     try:
         check_policy_name(policy)
         latency = InferenceLatency.parse(config.getoption("inference_latency"))
@@ -91,7 +109,34 @@ def read_settings(config: pytest.Config) -> RunSettings:
             latency=latency,
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
             replan_every=replan_every,
-            endpoint=endpoint_of(config),
+            endpoint=endpoint_of(config, policy),
             device=config.getoption("policy_device"),
         ),
     )
+
+
+def resolved_policy(config: pytest.Config) -> str:
+    """The policy option with a `lerobot:PATH` made absolute from where pytest was invoked, so
+    workers and a shared server started elsewhere find the checkpoint."""
+    policy = config.getoption("policy")
+    if not policy.startswith(LEROBOT_PREFIX):
+        return policy
+    path = config.invocation_params.dir / Path(policy[len(LEROBOT_PREFIX) :]).expanduser()
+    return f"{LEROBOT_PREFIX}{path.resolve()}"
+
+
+def endpoint_of(config: pytest.Config, policy: str) -> Endpoint | None:
+    """Where this process's policy is served; None: it runs in this process."""
+    timeout = config.getoption("infer_timeout")
+    if not timeout > 0:
+        raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
+    try:
+        if policy == OPENPI:
+            url, key = config.getoption("policy_url"), config.getoption("policy_api_key")
+            return Endpoint(url, key or None, timeout)
+        shared = from_controller(config, SHARED_URL)
+        if shared is not None:
+            return Endpoint(shared, from_controller(config, SHARED_KEY), timeout)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    return None

@@ -1,5 +1,10 @@
-"""Outcome reporting: a solved rollout passes, an unsolved one gets its own status (`u`,
-UNSOLVED) without failing the run, an error is an error with its reason."""
+"""Outcome reporting and the rollout's record: a solved rollout passes, an unsolved one gets its
+own status (`u`, UNSOLVED) without failing the run, an error is an error with its reason.
+
+Each rollout's record is built here, once, from its Episode and what recorders added with
+`add_to_record`, and travels to the controller on the call report (under xdist too). With
+`--junitxml`, the testcase carries the outcome, reason, steps and sum reward as properties.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin.fixtures import EPISODE, RolloutError
+from policybench.pytest_plugin.fixtures import EPISODE, RECORD_FIELDS, RolloutError
+from policybench.record.episode import OutcomeKind
 
-RECORD = "policybench"  # name of the user property that carries a rollout's record
+RECORD = "policybench"  # name of the call report's user property that carries the record
+JUNIT_FIELDS = (keys.OUTCOME, keys.REASON, keys.STEPS, keys.SUM_REWARD)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -23,7 +30,14 @@ def pytest_runtest_makereport(
         return report
     episode = item.stash.get(EPISODE, None)
     if episode is not None:
-        report.user_properties.append((RECORD, {**episode.record(), keys.NODEID: item.nodeid}))
+        record = {
+            **episode.record(),
+            **item.stash.get(RECORD_FIELDS, {}),
+            keys.NODEID: item.nodeid,
+        }
+        report.user_properties.append((RECORD, record))
+        # The item's own properties reach --junitxml (pytest's record_property way).
+        item.user_properties += [(f"policybench.{name}", record[name]) for name in JUNIT_FIELDS]
     if call.excinfo is not None and isinstance(call.excinfo.value, RolloutError):
         outcome = call.excinfo.value.outcome
         report.longrepr = f"{outcome.reason}\n\n{outcome.details}".rstrip()
@@ -32,6 +46,8 @@ def pytest_runtest_makereport(
 
 def record_of(report: pytest.TestReport) -> dict[str, Any] | None:
     """The rollout record a report carries, if it is a rollout's call report."""
+    if report.when != "call":
+        return None
     for name, value in report.user_properties:
         if name == RECORD:
             return value
@@ -39,14 +55,12 @@ def record_of(report: pytest.TestReport) -> dict[str, Any] | None:
 
 
 def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
-    if report.when != "call":
-        return None
     record = record_of(report)
     if record is None:
         return None
-    outcome = record[keys.OUTCOME]
-    if outcome == "unsolved" and report.passed:
+    outcome = OutcomeKind(record[keys.OUTCOME])
+    if outcome is OutcomeKind.UNSOLVED and report.passed:
         return "unsolved", "u", "UNSOLVED"
-    if outcome == "error" and report.failed:
+    if outcome is OutcomeKind.ERROR and report.failed:
         return "error", "E", "ERROR"
     return None

@@ -13,14 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from policybench.policy.registry import OPENPI
-from policybench.policy.remote import DEFAULT_URL, Endpoint
-from policybench.policy.serve_command import API_KEY_VARIABLE, READY
+from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL, settings_of
+from policybench.pytest_plugin.workers import hand_to_workers, is_worker
+from policybench.registry import OPENPI, RANDOM, SCRIPTED
+from policybench.serve.client import DEFAULT_URL
+from policybench.serve.command import API_KEY_VARIABLE, READY
 
 AUTO, SHARED, PER_WORKER = "auto", "shared", "per-worker"
 # Built-in policies that load nothing: a copy per worker costs less than a round trip per step.
-LIGHT_POLICIES = ("scripted", "random")
-URL_INPUT, KEY_INPUT = "policybench_policy_url", "policybench_policy_api_key"
+LIGHT_POLICIES = (SCRIPTED, RANDOM)
+
 START_TIMEOUT_S = 60.0
 
 
@@ -52,45 +54,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def endpoint_of(config: pytest.Config) -> Endpoint | None:
-    """Where this process's policy is served; None: it runs in this process."""
-    timeout = config.getoption("infer_timeout")
-    if not timeout > 0:
-        raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
-    try:
-        if config.getoption("policy") == OPENPI:
-            url, key = config.getoption("policy_url"), config.getoption("policy_api_key")
-            return Endpoint(url, key or None, timeout)
-        shared = getattr(config, "workerinput", {}).get(URL_INPUT)
-        if shared is not None:
-            return Endpoint(shared, config.workerinput[KEY_INPUT], timeout)
-    except ValueError as error:
-        raise pytest.UsageError(str(error)) from None
-    return None
-
-
 SERVER = pytest.StashKey["SharedServer"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not _wants_shared_server(config):
+    if is_worker(config) or not _wants_shared_server(config):
         return
     server = SharedServer.start(config)
     config.stash[SERVER] = server
     config.add_cleanup(server.stop)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node) -> None:  # xdist: hand each worker the shared server
-    server = node.config.stash.get(SERVER, None)
-    if server is not None:
-        node.workerinput[URL_INPUT] = server.url
-        node.workerinput[KEY_INPUT] = server.api_key
+    hand_to_workers(config, SHARED_URL, server.url)
+    hand_to_workers(config, SHARED_KEY, server.api_key)
 
 
 def _wants_shared_server(config: pytest.Config) -> bool:
     distributed = getattr(config.option, "dist", "no") != "no"
-    policy, sharing = config.getoption("policy"), config.getoption("policy_sharing")
+    policy, sharing = settings_of(config).policy, config.getoption("policy_sharing")
     return (
         distributed
         and not config.option.collectonly
@@ -116,7 +95,7 @@ class SharedServer:
             "policybench.cli",
             "serve",
             "--policy",
-            config.getoption("policy"),
+            settings_of(config).policy,
             "--seed",
             str(config.getoption("seed")),
             "--policy-device",

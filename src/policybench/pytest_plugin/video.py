@@ -1,25 +1,21 @@
 """`--record-video`: films each rollout from the worker that runs it into the run directory's
-videos/, and tells the controller the file (or why there is none) through the item report."""
+videos/, and adds the file (or why there is none) to the rollout's record."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from collections.abc import Generator
-from typing import Any
 
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin.collection import evals_of
-from policybench.pytest_plugin.fixtures import add_observer
+from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.fixtures import add_observer, add_to_record
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.report.video import Video, VideoRecorder
-from policybench.spec import Rollout
 
 VIDEOS = "videos"
-VIDEO = "policybench_video"  # user property: {keys.VIDEO: path} or {keys.VIDEO_MISSING: why}
-RECORDED = pytest.StashKey[dict[str, str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,28 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    rollout = getattr(getattr(item, "callspec", None), "params", {}).get("rollout")
-    eval = evals_of(item).get(rollout.eval) if isinstance(rollout, Rollout) else None
-    if not item.config.getoption("record_video") or eval is None:
+    planned = planned_of(item)
+    if not item.config.getoption("record_video") or planned is None:
         return (yield)
     name = f"{VIDEOS}/{video_name(item.nodeid)}.mp4"
-    recorder = VideoRecorder(run_dir_of(item.config) / name, eval.control_hz)
+    recorder = VideoRecorder(run_dir_of(item.config) / name, planned.eval.control_hz)
     add_observer(item, recorder)
     try:
         return (yield)
     finally:
-        item.stash[RECORDED] = record_fields(recorder.close(), name)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, Any, pytest.TestReport]:
-    report: pytest.TestReport = yield
-    fields = item.stash.get(RECORDED, None)
-    if call.when == "call" and fields is not None:
-        report.user_properties.append((VIDEO, fields))
-    return report
+        add_to_record(item, record_fields(recorder.close(), name))
 
 
 def record_fields(video: Video, name: str) -> dict[str, str]:
@@ -73,10 +57,6 @@ def record_fields(video: Video, name: str) -> dict[str, str]:
     if video.path is None:
         return {keys.VIDEO_MISSING: video.missing or "no frames"}
     return {keys.VIDEO: name}
-
-
-def video_fields(report: pytest.TestReport) -> dict[str, str]:
-    return next((value for name, value in report.user_properties if name == VIDEO), {})
 
 
 def video_name(nodeid: str) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
-from policybench.policy.conventions import PROMPT, WireCodec
+from policybench.policy.codec import Codec
 from policybench.policy.lerobot import TASK as LEROBOT_TASK
 from policybench.record.episode import Episode
 
@@ -43,17 +43,17 @@ class FrameRecorder:
     the Eval's `lerobot` codec when it has one, else `observation.images.<key>` for uint8 HxWxC
     images and `observation.<key>` for the rest."""
 
-    codec: WireCodec | None
+    codec: Codec | None
     frames: list[dict[str, np.ndarray]] = field(default_factory=list)
 
     def __call__(self, time_ns: int, obs: Observation) -> None:
         self.frames.append(lerobot_observation(obs, self.codec))
 
 
-def lerobot_observation(obs: Observation, codec: WireCodec | None) -> dict[str, np.ndarray]:
+def lerobot_observation(obs: Observation, codec: Codec | None) -> dict[str, np.ndarray]:
     if codec is not None:
         encoded = codec.encode(obs, "")
-        encoded.pop(PROMPT, None)
+        encoded.pop(codec.prompt_key, None)
     else:
         encoded = {
             (f"observation.images.{k}" if _is_image(v) else f"observation.{k}"): v

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from policybench import keys
+from policybench.policy.base import ModelCall
 
 
 class OutcomeKind(StrEnum):
@@ -22,6 +23,10 @@ class Outcome:
     kind: OutcomeKind
     reason: str
     details: str = ""  # the traceback behind an error, for the test report
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind is OutcomeKind.ERROR
 
 
 class TraceStep(NamedTuple):
@@ -41,7 +46,7 @@ class Episode:
     sim_s: float
     wall_s: float
     success_step: int | None
-    infer_wall_ns: tuple[int, ...] = ()  # real time of each model call the session made
+    calls: tuple[ModelCall, ...] = ()  # every model call the session made
 
     @property
     def steps(self) -> int:
@@ -49,6 +54,7 @@ class Episode:
 
     def record(self) -> dict[str, Any]:
         """One JSON-safe line for results.jsonl: statics, outcome and timing (no trace)."""
+        walls = [call.wall_ns for call in self.calls]
         return {
             **self.statics,
             keys.OUTCOME: self.outcome.kind.value,
@@ -57,11 +63,9 @@ class Episode:
             keys.SUCCESS_STEP: self.success_step,
             keys.SIM_S: self.sim_s,
             keys.WALL_S: round(self.wall_s, 6),
-            keys.MODEL_CALLS: len(self.infer_wall_ns),
-            keys.INFER_MS_MEAN: _ms(sum(self.infer_wall_ns) / len(self.infer_wall_ns))
-            if self.infer_wall_ns
-            else None,
-            keys.INFER_MS_MAX: _ms(max(self.infer_wall_ns)) if self.infer_wall_ns else None,
+            keys.MODEL_CALLS: len(walls),
+            keys.INFER_MS_MEAN: _ms(sum(walls) / len(walls)) if walls else None,
+            keys.INFER_MS_MAX: _ms(max(walls)) if walls else None,
             keys.SUM_REWARD: sum(step.reward for step in self.trace),
             keys.MAX_REWARD: max((step.reward for step in self.trace), default=None),
         }

@@ -68,12 +68,12 @@ def canonical_trace(
     episode: Episode,
     observations: Sequence[Mapping[str, Any]] = (),
     waypoints: Mapping[int, Any] | None = None,
-    calls: Sequence[Any] = (),
+    calls: bool = False,
 ) -> dict[str, Any]:
     """The readable record a golden stores: statics, outcome, model calls and every step.
 
     `observations` are a TraceRecorder's, one per step; `waypoints` (sim time -> which chunk
-    waypoint played then) and `calls` (ChunkPlayer.calls) pin chunk timing when given.
+    waypoint played then) and, with `calls`, the episode's model calls pin chunk timing.
     """
     statics = {k: v for k, v in episode.statics.items() if k != keys.PACKAGES}
     steps = []
@@ -100,7 +100,7 @@ def canonical_trace(
         },
         keys.TRACE_CALLS: [
             {"asked_ns": c.asked_ns, "arrives_ns": c.arrives_ns, "horizon": c.horizon}
-            for c in calls
+            for c in (episode.calls if calls else ())
         ],
         keys.TRACE_STEPS: steps,
     }

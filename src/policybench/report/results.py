@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from policybench import keys
+from policybench.record.episode import OutcomeKind
 
 RESULTS = "results.jsonl"
 LATEST = "latest"
-OUTCOMES = ("solved", "unsolved", "error")
+OUTCOMES = tuple(kind.value for kind in OutcomeKind)
 # What every line must hold for the report to count it: field -> accepted types.
 REQUIRED: Mapping[str, tuple[type, ...]] = {
     keys.EVAL: (str,),

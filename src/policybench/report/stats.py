@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.record.episode import OutcomeKind
 
 CONFIDENCE = 0.95
 
@@ -21,12 +22,12 @@ class Tally:
     unsolved: int = 0
     errors: int = 0
 
-    def add(self, outcome: str) -> Tally:
+    def add(self, outcome: OutcomeKind) -> Tally:
         return Tally(
             self.rollouts + 1,
-            self.solved + (outcome == "solved"),
-            self.unsolved + (outcome == "unsolved"),
-            self.errors + (outcome == "error"),
+            self.solved + (outcome is OutcomeKind.SOLVED),
+            self.unsolved + (outcome is OutcomeKind.UNSOLVED),
+            self.errors + (outcome is OutcomeKind.ERROR),
         )
 
     @property
@@ -51,7 +52,7 @@ def tally_by(records: Iterable[Mapping[str, Any]], *fields: str) -> dict[tuple[s
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
     total = Tally()
     for record in records:
-        total = total.add(record[keys.OUTCOME])
+        total = total.add(OutcomeKind(record[keys.OUTCOME]))
     return total
 
 

@@ -4,7 +4,6 @@ them, seen through the top camera plus the 14-d joint state; only that camera is
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,9 +12,16 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
-from policybench.policy.codec import resize_with_pad
-from policybench.policy.conventions import PROMPT, WireCodec
-from policybench.policy.wire import WireError
+from policybench.policy.codec import (
+    Codec,
+    action_dims,
+    channels_first,
+    keep,
+    nest,
+    prompt,
+    resize_with_pad_to,
+    take_first,
+)
 from policybench.spec import Eval, seeded_per_task
 
 CONTROL_HZ = 50.0  # gym-aloha's DT of 0.02 s
@@ -102,49 +108,22 @@ class AlohaSim(gym.Env):
         self._env.close()
 
 
-# openpi's aloha_sim keys: the joint state, and the top camera as `cam_high` among `images`.
-OPENPI_STATE, OPENPI_IMAGES, OPENPI_CAMERA = "state", "images", "cam_high"
-
-
-@dataclass(frozen=True)
-class AlohaWireCodec(WireCodec):
-    """openpi's aloha_sim example on the wire: `state` (14 joints) and `images.cam_high`, the top
-    camera resized with padding to 224x224 uint8 and sent channels-first, plus `prompt`; of
-    each `[H, 14]` answer the first `replan_every` actions are played (its action horizon)."""
-
-    model_image_size: int = 224
-    replan_every: int | None = 10
-
-    def encode(self, obs: Observation, instruction: str) -> dict[str, Any]:
-        size = self.model_image_size
-        image = resize_with_pad(np.asarray(obs[keys.IMAGE]), size, size)
-        return {
-            OPENPI_STATE: np.asarray(obs[keys.STATE]),
-            OPENPI_IMAGES: {OPENPI_CAMERA: np.ascontiguousarray(image.transpose(2, 0, 1))},
-            PROMPT: instruction,
-        }
-
-    def actions(self, answer: Any) -> np.ndarray:
-        actions = super().actions(answer)
-        return actions if self.replan_every is None else actions[: self.replan_every]
-
-    def unwire(self, wire: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], str]:
-        images = wire.get(OPENPI_IMAGES)
-        if (
-            not isinstance(images, Mapping)
-            or OPENPI_CAMERA not in images
-            or OPENPI_STATE not in wire
-        ):
-            raise WireError(
-                f"codec {self.name!r} expects {OPENPI_STATE!r} and {OPENPI_IMAGES!r} with "
-                f"{OPENPI_CAMERA!r}; got keys {sorted(wire)}"
-            )
-        image = np.asarray(images[OPENPI_CAMERA]).transpose(1, 2, 0)
-        obs = {keys.IMAGE: np.ascontiguousarray(image), keys.STATE: np.asarray(wire[OPENPI_STATE])}
-        return obs, str(wire.get(PROMPT, ""))
-
-
-OPENPI_CODEC = AlohaWireCodec("openpi", action_width=14)
+# openpi's aloha_sim example on the wire: `state` (14 joints) and `images.cam_high`, the top
+# camera resized with padding to 224x224 uint8 and sent channels-first, plus `prompt`; of each
+# `[H, 14]` answer the first 10 actions are played (its action horizon), then it is asked again.
+OPENPI_IMAGES, OPENPI_CAMERA, MODEL_IMAGE_SIZE, ACTION_HORIZON = "images", "cam_high", 224, 10
+OPENPI_CODEC = Codec(
+    "openpi",
+    (
+        resize_with_pad_to(keys.IMAGE, height=MODEL_IMAGE_SIZE, width=MODEL_IMAGE_SIZE),
+        channels_first(keys.IMAGE),
+        nest(OPENPI_IMAGES, {keys.IMAGE: OPENPI_CAMERA}),
+        prompt(),
+        keep(keys.STATE, OPENPI_IMAGES),
+        action_dims(14),
+        take_first(ACTION_HORIZON),
+    ),
+)
 
 
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:

@@ -12,7 +12,16 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
-from policybench.policy.conventions import WireCodec
+from policybench.policy.codec import (
+    Codec,
+    CodecStep,
+    action_dims,
+    concat,
+    expect_size,
+    keep,
+    prompt,
+    rename,
+)
 from policybench.spec import Eval, seeded_per_task
 
 CONTROL_HZ = 80.0  # MetaWorld steps 5 MuJoCo frames of 2.5 ms
@@ -114,17 +123,25 @@ class MetaWorldExpert:
         return {keys.POLICY_NAME: self.name, "expert": "metaworld.policies"}
 
 
-def openpi_codec(camera: str | None = None, size: int = 224) -> WireCodec:
+def openpi_codec(camera: str | None = None, size: int = 224) -> Codec:
     """openpi's keys in the style of its LIBERO example: the 39-d state as `observation/state`,
     the camera image (as rendered, size x size) as `observation/image`, the instruction as the
     prompt; the first 4 action dimensions (end-effector delta, gripper) are played."""
-    return WireCodec(
+    image: tuple[CodecStep, ...] = ()
+    if camera:
+        image = (
+            expect_size(keys.IMAGE, height=size, width=size),
+            rename({keys.IMAGE: "observation/image"}),
+        )
+    return Codec(
         "openpi",
-        images={keys.IMAGE: "observation/image"} if camera else {},
-        image_size=(size, size) if camera else None,
-        state=(keys.STATE,),
-        state_key="observation/state",
-        action_width=4,
+        (
+            *image,
+            concat(keys.STATE, into="observation/state"),
+            prompt(),
+            keep("observation/image", "observation/state"),
+            action_dims(4),
+        ),
     )
 
 

@@ -11,7 +11,15 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
-from policybench.policy.conventions import WireCodec
+from policybench.policy.codec import (
+    Codec,
+    action_dims,
+    concat,
+    expect_size,
+    keep,
+    prompt,
+    rename,
+)
 from policybench.spec import Eval, seeded_per_task
 
 ENV_ID = "gym_pusht/PushT-v0"
@@ -328,25 +336,31 @@ class PushTHeuristic:
 # openpi's keys in the style of its LIBERO example: the 96x96 image, upright as gym-pusht renders
 # it, as `observation/image`; the agent position as `observation/state`; the instruction as the
 # prompt; the first 2 action dimensions (the target position) are played.
-OPENPI = WireCodec(
+OPENPI = Codec(
     "openpi",
-    images={keys.IMAGE: "observation/image"},
-    image_size=(96, 96),
-    state=(keys.STATE,),
-    state_key="observation/state",
-    action_width=2,
+    (
+        expect_size(keys.IMAGE, height=96, width=96),
+        rename({keys.IMAGE: "observation/image"}),
+        concat(keys.STATE, into="observation/state"),
+        prompt(),
+        keep("observation/image", "observation/state"),
+        action_dims(2),
+    ),
 )
 
 # LeRobot's PushT conventions (lerobot.envs: `pixels` -> `observation.image`, `agent_pos` ->
-# `observation.state`; the policy adapter turns the uint8 HxWxC image into float CxHxW in [0, 1]);
-# the 2-d action is the agent's target position.
-LEROBOT = WireCodec(
+# `observation.state`, the instruction as `task`; the policy adapter turns the uint8 HxWxC image
+# into float CxHxW in [0, 1]); the 2-d action is the agent's target position.
+LEROBOT = Codec(
     "lerobot",
-    images={keys.IMAGE: "observation.image"},
-    image_size=(96, 96),
-    state=(keys.STATE,),
-    state_key="observation.state",
-    action_width=2,
+    (
+        expect_size(keys.IMAGE, height=96, width=96),
+        rename({keys.IMAGE: "observation.image"}),
+        concat(keys.STATE, into="observation.state"),
+        prompt("task"),
+        keep("observation.image", "observation.state"),
+        action_dims(2),
+    ),
 )
 
 

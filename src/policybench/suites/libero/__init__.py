@@ -12,8 +12,18 @@ import numpy as np
 
 from policybench import keys
 from policybench.policy.base import Observation
-from policybench.policy.codec import resize_with_pad
-from policybench.policy.conventions import WireCodec
+from policybench.policy.codec import (
+    Codec,
+    CodecStep,
+    action_dims,
+    concat,
+    keep,
+    prompt,
+    rename,
+    resize_with_pad_to,
+    rotate_180,
+    take_first,
+)
 from policybench.spec import Eval, Rollout, Scene, numbered
 from policybench.suites.libero.env import HOW_TO_INSTALL, INIT_STATE
 from policybench.suites.libero.tasks import TASKS
@@ -28,7 +38,7 @@ class LiberoProtocol:
     Defaults are openpi's LIBERO example (examples/libero/main.py): 20 Hz control, 10 settle
     steps of zero motion with the gripper open before the policy's first observation, 256x256
     renders sent rotated by 180 degrees and resized with padding to 224x224, the 8-d state, and
-    a new chunk every 5 actions.
+    the first 5 actions of each chunk played before the model is asked again.
     """
 
     name: str = "openpi"
@@ -47,7 +57,7 @@ class LiberoProtocol:
     camera_size: int = 256
     model_image_size: int = 224
     rotate_180: bool = True
-    replan_every: int = 5
+    action_horizon: int = 5  # openpi's replan_steps: actions played of each chunk
 
     def settings(self, suite: str) -> dict[str, Any]:
         """What an Episode records as the Eval's settings."""
@@ -70,7 +80,7 @@ class LiberoProtocol:
                 if self.rotate_180
                 else f"resized with padding to {self.model_image_size}x{self.model_image_size}"
             ),
-            "replan_every": self.replan_every,
+            "action_horizon": self.action_horizon,
             "init_states": "rollout i of a task starts from the task's init state i",
             "success_check": "LIBERO's goal predicates (the env's done)",
         }
@@ -120,39 +130,26 @@ class InitStatePerTask:
         return numbered(eval_name, self.timeout_s, planned)
 
 
-@dataclass(frozen=True)
-class LiberoWireCodec(WireCodec):
-    """openpi's LIBERO example on the wire: `observation/image` and `observation/wrist_image`
-    rotated by 180 degrees then resized with padding to `model_image_size` (uint8),
-    `observation/state` the 8-d state, `prompt`; of each `[H, 7]` answer the first
-    `replan_every` actions are played before asking again, as the example does."""
-
-    model_image_size: int = 224
-    replan_every: int | None = 5
-
-    def encode(self, obs: Observation, instruction: str) -> dict[str, Any]:
-        wire = super().encode(obs, instruction)
-        size = self.model_image_size
-        for name in self.images.values():
-            if name in wire:
-                wire[name] = resize_with_pad(wire[name], size, size)
-        return wire
-
-    def actions(self, answer: Any) -> np.ndarray:
-        actions = super().actions(answer)
-        return actions if self.replan_every is None else actions[: self.replan_every]
-
-
-def openpi_codec(protocol: LiberoProtocol = OPENPI) -> LiberoWireCodec:
-    return LiberoWireCodec(
-        name="openpi",
-        images={keys.IMAGE: "observation/image", keys.WRIST_IMAGE: "observation/wrist_image"},
-        rotate_180=protocol.rotate_180,
-        state=(keys.STATE,),
-        state_key="observation/state",
-        action_width=7,
-        model_image_size=protocol.model_image_size,
-        replan_every=protocol.replan_every,
+def openpi_codec(protocol: LiberoProtocol = OPENPI) -> Codec:
+    """openpi's LIBERO example: `observation/image` and `observation/wrist_image` rotated by 180
+    degrees then resized with padding to `model_image_size` (uint8), `observation/state` the
+    8-d state, `prompt`; of each `[H, 7]` answer the first `action_horizon` actions are played
+    before asking again, as the example does."""
+    cameras = (keys.IMAGE, keys.WRIST_IMAGE)
+    size = protocol.model_image_size
+    rotate: tuple[CodecStep, ...] = (rotate_180(*cameras),) if protocol.rotate_180 else ()
+    return Codec(
+        "openpi",
+        (
+            *rotate,
+            resize_with_pad_to(*cameras, height=size, width=size),
+            rename({keys.IMAGE: "observation/image", keys.WRIST_IMAGE: "observation/wrist_image"}),
+            concat(keys.STATE, into="observation/state"),
+            prompt(),
+            keep("observation/image", "observation/wrist_image", "observation/state"),
+            action_dims(7),
+            take_first(protocol.action_horizon),
+        ),
     )
 
 

@@ -1,8 +1,10 @@
 """A Model served over openpi's websocket protocol (an openpi server, or `policybench serve`).
 
-Each rollout opens its own connection, reads the server's metadata frame, then sends one
-observation per model call. A receive timeout closes the connection, so a late answer can never
-be paired with the next observation; the next rollout connects afresh.
+It sends the observations it is given as they are: a ChunkPolicy's codec has already put them in
+the server's convention, whose name travels in a header. Each rollout opens its own connection,
+reads the server's metadata frame, then sends one observation per model call. A receive timeout
+closes the connection, so a late answer can never be paired with the next observation; the next
+rollout connects afresh.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
-from policybench.policy.conventions import NATIVE, WireCodec
-from policybench.policy.server import (
+from policybench.policy.codec import NATIVE
+from policybench.serve.server import (
     CODEC_HEADER,
     CONTEXT_HEADER,
     EVAL_HEADER,
@@ -26,7 +28,7 @@ from policybench.policy.server import (
     SERVED_MODEL,
     context_to_json,
 )
-from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, packb, unpackb
+from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES, actions_of, packb, unpackb
 
 # websockets >= 17 asks to be told that a connection is used without a `with` block.
 _DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 else {}
@@ -65,14 +67,14 @@ class Endpoint:
 
 
 class RemoteModel:
-    """A Model whose chunks come from a server. `codec` is the convention observations travel
-    in (an Eval's `openpi` codec for an openpi server; NATIVE for `policybench serve`); the
+    """A Model whose chunks come from a server. `codec` names the convention its observations
+    are in (an Eval's `openpi` codec for an openpi server; NATIVE for `policybench serve`); the
     Eval's name and reference tell a policybench server which model to answer with."""
 
     def __init__(
         self,
         endpoint: Endpoint,
-        codec: WireCodec = NATIVE,
+        codec: str = NATIVE.name,
         eval_name: str | None = None,
         eval_ref: str | None = None,
         name: str = "openpi",
@@ -89,10 +91,10 @@ class RemoteModel:
     def open(self, context: SessionContext) -> ChunkSource:
         self.close()  # the previous rollout's connection
         connection = self._connection = self._connect(context)
-        endpoint, codec = self.endpoint, self.codec
+        endpoint = self.endpoint
 
         def predict(obs: Observation) -> Chunk:
-            frame = packb(codec.encode(obs, context.instruction))
+            frame = packb(obs)
             try:
                 connection.send(frame)
                 answer = connection.recv(timeout=endpoint.infer_timeout_s)
@@ -111,16 +113,14 @@ class RemoteModel:
             if isinstance(answer, str):
                 _drop(connection)
                 raise RemotePolicyError(_server_error(endpoint.url, answer))
-            return Chunk(
-                codec.actions(unpackb(answer, endpoint.max_frame_bytes)), context.control_hz
-            )
+            return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), context.control_hz)
 
         return predict
 
     def _connect(self, context: SessionContext) -> ClientConnection:
         endpoint = self.endpoint
         headers = {name: value for name, value in self._eval_headers.items() if value}
-        headers[CODEC_HEADER] = self.codec.name
+        headers[CODEC_HEADER] = self.codec
         headers[CONTEXT_HEADER] = context_to_json(context)
         if endpoint.api_key:
             headers["Authorization"] = f"Api-Key {endpoint.api_key}"
@@ -167,14 +167,13 @@ class RemoteModel:
             self._connection = None
 
     def describe(self) -> dict[str, Any]:
-        """Name, codec and where it is served; once connected to a policybench server, also the
-        served model's own description."""
+        """Name and where it is served; once connected to a policybench server, also the served
+        model's own description."""
         served = (self.metadata or {}).get(SERVED_MODEL)
         where = {"served": "shared"} if self._shared else {"url": self.endpoint.url}
         return {
             keys.POLICY_NAME: self.name,
             **where,
-            "codec": self.codec.name,
             **({SERVED_MODEL: served} if isinstance(served, dict) else {}),
         }
 
@@ -190,21 +189,3 @@ def _drop(connection: ClientConnection) -> None:
 def _server_error(url: str, text: str) -> str:
     lines = text.strip().splitlines() or ["(empty message)"]
     return f"policy server {url} answered an error: {lines[-1]}\n{text.rstrip()}"
-
-
-def eval_reference(eval: object) -> str | None:
-    """`module:attribute` of a module-level Eval, so a server can import the same declaration;
-    None for one built elsewhere (e.g. inside a function). policybench's own modules first."""
-    import sys
-
-    found = []
-    for module_name, module in list(sys.modules.items()):
-        if module_name == "__main__" or module is None:
-            continue
-        for attribute, value in list(getattr(module, "__dict__", {}).items()):
-            if value is eval:
-                found.append((not module_name.startswith("policybench."), module_name, attribute))
-    if not found:
-        return None
-    _, module_name, attribute = min(found)
-    return f"{module_name}:{attribute}"

@@ -29,9 +29,16 @@ from websockets.http11 import Response
 
 from policybench import keys
 from policybench.policy.base import Model, SessionContext
-from policybench.policy.batcher import Batcher, Request, RolloutState
-from policybench.policy.conventions import ACTIONS, NATIVE, SERVER_TIMING, WireCodec
-from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES, WireError, packb, unpackb
+from policybench.policy.codec import IDENTITY, NATIVE, Codec
+from policybench.serve.batcher import Batcher, Request, RolloutState
+from policybench.serve.wire import (
+    ACTIONS,
+    DEFAULT_MAX_FRAME_BYTES,
+    SERVER_TIMING,
+    WireError,
+    packb,
+    unpackb,
+)
 
 EVAL_HEADER = "X-Policybench-Eval"  # the Eval's name
 EVAL_REF_HEADER = "X-Policybench-Eval-Ref"  # where it is declared, `module:attribute`
@@ -44,13 +51,16 @@ SERVED_MODEL = "model"  # the metadata entry describing the model a connection i
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A model as served for one Eval: the control rate it runs at and its wire conventions."""
+    """A model as served for one Eval: the control rate it runs at, the codecs its clients may
+    send observations in (decoded to env observations), and the codec the model itself sees
+    env observations through."""
 
     model: Model
     control_hz: float
-    codecs: Mapping[str, WireCodec] = field(default_factory=dict)
+    codecs: Mapping[str, Codec] = field(default_factory=dict)
+    model_codec: Codec = IDENTITY
 
-    def codec(self, name: str) -> WireCodec:
+    def codec(self, name: str) -> Codec:
         if name == NATIVE.name:
             return NATIVE
         if name not in self.codecs:
@@ -64,9 +74,14 @@ ModelFor = Callable[[str | None, str | None], ServedModel]
 the model thread, so it may build models and envs."""
 
 
-def fixed_model(model: Model, control_hz: float, codecs: Mapping[str, WireCodec] = {}) -> ModelFor:
+def fixed_model(
+    model: Model,
+    control_hz: float,
+    codecs: Mapping[str, Codec] = {},
+    model_codec: Codec = IDENTITY,
+) -> ModelFor:
     """Serves one model to every client whatever Eval it names (for scripts and benchmarks)."""
-    served = ServedModel(model, control_hz, {DEFAULT_CODEC: NATIVE, **codecs})
+    served = ServedModel(model, control_hz, {DEFAULT_CODEC: NATIVE, **codecs}, model_codec)
     return lambda name, ref: served
 
 
@@ -128,13 +143,13 @@ class PolicyServer:
         except Exception as error:
             await _fail(connection, f"cannot serve this connection: {error}", 1008)
             return
-        batcher = self._batcher_for(served.model)
+        batcher = self._batcher_for(served)
         batcher.clients += 1
         try:
             # A client that goes away (a worker ending, a killed process) ends this quietly.
             with contextlib.suppress(websockets.ConnectionClosed):
                 # The model's own description (checkpoint, weights) goes into each record.
-                metadata = {**self.metadata, SERVED_MODEL: served.model.describe()}
+                metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
                 await connection.send(packb(metadata))
                 await self._answer_each(connection, batcher, served, codec, context)
         finally:
@@ -145,7 +160,7 @@ class PolicyServer:
         connection: ServerConnection,
         batcher: Batcher,
         served: ServedModel,
-        codec: WireCodec,
+        codec: Codec,
         context: SessionContext | None,
     ) -> None:
         rollouts: dict[str, RolloutState] = {}
@@ -156,7 +171,7 @@ class PolicyServer:
                 await _fail(connection, "expected a binary msgpack frame, got a text frame", 1003)
                 return
             try:
-                obs, prompt = codec.unwire(_as_map(unpackb(frame, None)))
+                obs, prompt = codec.decode(_as_map(unpackb(frame, None)))
             except Exception as error:
                 await _fail(connection, f"bad observation frame: {error}", 1007)
                 return
@@ -183,7 +198,7 @@ class PolicyServer:
 
     async def _bind(
         self, connection: ServerConnection
-    ) -> tuple[ServedModel, WireCodec, SessionContext | None]:
+    ) -> tuple[ServedModel, Codec, SessionContext | None]:
         headers = connection.request.headers
         name, ref = headers.get(EVAL_HEADER), headers.get(EVAL_REF_HEADER)
         served = self._served.get((name, ref))
@@ -195,19 +210,29 @@ class PolicyServer:
         context = headers.get(CONTEXT_HEADER)
         return served, codec, None if context is None else context_from_json(context)
 
-    def _batcher_for(self, model: Model) -> Batcher:
-        batcher = self._batchers.get(id(model))
+    def _batcher_for(self, served: ServedModel) -> Batcher:
+        batcher = self._batchers.get(id(served.model))
         if batcher is None:
             batcher = Batcher(
-                model, self._model_thread, self.config.max_batch, self.config.max_wait_ms / 1e3
+                served.model,
+                self._model_thread,
+                self.config.max_batch,
+                self.config.max_wait_ms / 1e3,
+                served.model_codec,
             )
-            self._batchers[id(model)] = batcher
+            self._batchers[id(served.model)] = batcher
         return batcher
 
     async def close(self) -> None:
         for batcher in self._batchers.values():
             await batcher.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
+
+
+def served_description(served: ServedModel) -> dict[str, Any]:
+    """The served model's own description (checkpoint, weights) and the codec it sees through."""
+    codec = served.model_codec.describe() if served.model_codec.steps else {}
+    return {**served.model.describe(), **codec}
 
 
 def _as_map(message: Any) -> Mapping[str, Any]:

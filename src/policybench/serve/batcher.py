@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from policybench.policy.base import Chunk, ChunkSource, Model, Observation, SessionContext
+from policybench.policy.chunk_player import coded
+from policybench.policy.codec import IDENTITY, Codec
 
 
 @runtime_checkable
@@ -54,7 +56,8 @@ class Batcher:
     waiting for more than `clients`, as each client has one request in flight), answers
     them with one model call on `executor` (one thread: the model's), and scatters the chunks
     back. While a batch runs, the next one gathers. An exception fails only the batch it
-    happened in (for a model without `predict_batch`, only the request)."""
+    happened in (for a model without `predict_batch`, only the request). The model sees each
+    request's env observation through `codec`, and its actions are played back through it."""
 
     def __init__(
         self,
@@ -62,12 +65,14 @@ class Batcher:
         executor: ThreadPoolExecutor,
         max_batch: int = 8,
         max_wait_s: float = 0.002,
+        codec: Codec = IDENTITY,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if max_wait_s < 0:
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
         self.model = model
+        self.codec = codec
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.executor = executor
@@ -113,15 +118,23 @@ class Batcher:
                     future.set_result(Answer(result, queue_ms, infer_ms, len(batch)))
 
     def _infer(self, requests: list[Request]) -> list[Chunk | BaseException]:
+        codec = self.codec
         if isinstance(self.model, BatchedModel):
             try:
-                chunks = self.model.predict_batch([(r.rollout.context, r.obs) for r in requests])
+                chunks = self.model.predict_batch(
+                    [
+                        (r.rollout.context, codec.encode(r.obs, r.rollout.context.instruction))
+                        for r in requests
+                    ]
+                )
                 if len(chunks) != len(requests):
                     raise ValueError(
                         f"{self.model.name}.predict_batch answered {len(chunks)} chunks for "
                         f"{len(requests)} requests; it must answer one per request, in order"
                     )
-                return [_checked(chunk) for chunk in chunks]
+                return [
+                    Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks
+                ]
             except Exception as error:
                 return [error] * len(requests)
         results: list[Chunk | BaseException] = []
@@ -129,7 +142,7 @@ class Batcher:
             try:
                 rollout = request.rollout
                 if rollout.source is None:
-                    rollout.source = self.model.open(rollout.context)
+                    rollout.source = coded(self.model.open(rollout.context), codec, rollout.context)
                 results.append(_checked(rollout.source(request.obs)))
             except Exception as error:
                 results.append(error)

@@ -1,25 +1,26 @@
-"""`policybench serve`: serves a local policy (scripted, random, an installed name) over openpi's
-protocol, for the Evals its clients name, batching requests across connections."""
+"""`policybench serve`: serves a local policy (scripted, random, lerobot:PATH, module:attr, an
+installed name) over openpi's protocol, for the Evals its clients name, batching requests
+across connections."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import importlib
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from policybench.policy.registry import (
-    LEROBOT_PREFIX,
+from policybench.registry import (
     OPENPI,
     PolicySettings,
-    build_model,
+    check_policy_name,
     known_policies,
+    served_model,
 )
-from policybench.policy.server import PolicyServer, ServedModel, ServerConfig
-from policybench.policy.wire import DEFAULT_MAX_FRAME_BYTES
+from policybench.serve.server import PolicyServer, ServedModel, ServerConfig
+from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES
+from policybench.suites import eval_named, registered_evals
 
 if TYPE_CHECKING:
     from policybench.spec import Eval
@@ -38,9 +39,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="EVAL",
-        help="an Eval to serve: a built-in name (see `policybench list`) or module:attribute; "
+        help="an Eval to serve: a registered name (see `policybench list`) or module:attribute; "
         "repeatable. policybench clients name their Eval; openpi clients get the only one given. "
-        "Default: any built-in Eval a client names",
+        "Default: any registered Eval a client names",
     )
     parser.add_argument(
         "--evals-from-clients",
@@ -75,16 +76,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    known = args.policy in known_policies() or args.policy.startswith(LEROBOT_PREFIX)
-    if args.policy == OPENPI or not known:
-        servable = [name for name in known_policies() if name != OPENPI]
+    servable = [name for name in known_policies() if name != OPENPI]
+    servable += ["lerobot:PATH", "module:attr"]
+    try:
+        check_policy_name(args.policy)
+    except ValueError as error:
+        raise SystemExit(f"cannot serve policy {args.policy!r} ({error})") from None
+    if args.policy == OPENPI:
         raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
     if args.max_batch < 1 or args.max_wait_ms < 0:
         raise SystemExit("--max-batch must be >= 1 and --max-wait-ms >= 0")
     models = EvalModels(
         args.policy,
         PolicySettings(seed=args.seed, device=args.policy_device),
-        [resolve_eval(name) for name in args.eval],
+        [eval_named(name) for name in args.eval],
         args.evals_from_clients,
     )
     config = ServerConfig(
@@ -131,9 +136,9 @@ class EvalModels:
         eval = self.resolve(name, ref)
         served = self._served.get(eval.name)
         if served is None:
-            space = None if self.policy == "scripted" else _space(eval)
-            model = build_model(self.policy, eval, space, self.settings)
-            served = self._served[eval.name] = ServedModel(model, eval.control_hz, eval.codecs)
+            model, codec = served_model(self.policy, eval, self.settings, lambda: _space(eval))
+            served = ServedModel(model, eval.control_hz, eval.codecs, codec)
+            self._served[eval.name] = served
         return served
 
     def resolve(self, name: str | None, ref: str | None) -> Eval:
@@ -147,44 +152,16 @@ class EvalModels:
             )
         if name in self.evals:
             return self.evals[name]
-        if not self.evals and name in builtin_evals():
-            return builtin_evals()[name]
+        if not self.evals and name in registered_evals():
+            return registered_evals()[name]
         if ref is not None and self.from_clients:
-            return resolve_eval(ref)
-        served = sorted(self.evals) or sorted(builtin_evals())
+            return eval_named(ref)
+        served = sorted(self.evals) or sorted(registered_evals())
         raise LookupError(
             f"this server does not serve eval {name!r} ({ref or 'not declared at module level'}); "
             f"it serves {served}. Start it with --eval, or run the policy in each worker with "
             "--policy-sharing=per-worker"
         )
-
-
-def builtin_evals() -> dict[str, Eval]:
-    from policybench.cli import SUITE_MODULES
-    from policybench.spec import Eval
-
-    found: dict[str, Eval] = {}
-    for module_name in SUITE_MODULES:
-        for value in vars(importlib.import_module(module_name)).values():
-            if isinstance(value, Eval):
-                found.setdefault(value.name, value)
-    return found
-
-
-def resolve_eval(text: str) -> Eval:
-    """An Eval named by its built-in name or as `module:attribute`."""
-    from policybench.spec import Eval
-
-    if ":" not in text:
-        evals = builtin_evals()
-        if text not in evals:
-            raise LookupError(f"no built-in eval {text!r}; known: {sorted(evals)}")
-        return evals[text]
-    module_name, _, attribute = text.partition(":")
-    value = getattr(importlib.import_module(module_name), attribute, None)
-    if not isinstance(value, Eval):
-        raise LookupError(f"{text} is not an Eval (got {type(value).__name__})")
-    return value
 
 
 def _space(eval: Eval):

@@ -12,6 +12,8 @@ NDARRAY, NPGENERIC = b"__ndarray__", b"__npgeneric__"
 DATA, DTYPE, SHAPE = b"data", b"dtype", b"shape"
 REFUSED_KINDS = {"O": "object", "V": "void", "c": "complex"}
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+ACTIONS = "actions"  # the openpi protocol's answer key, `[H, D]`
+SERVER_TIMING = "server_timing"  # what a server adds to each answer about its timing
 
 
 class WireError(ValueError):
@@ -75,3 +77,19 @@ def unpackb(frame: bytes, max_bytes: int | None = DEFAULT_MAX_FRAME_BYTES) -> An
             f"frame of {len(frame)} bytes is not an openpi msgpack message "
             f"({type(error).__name__}: {error})"
         ) from None
+
+
+def actions_of(answer: Any) -> np.ndarray:
+    """The `[H, D]` actions in a server's answer (one action `[D]` counts as a chunk of one)."""
+    if not isinstance(answer, dict) or ACTIONS not in answer:
+        got = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
+        raise WireError(f"a server answer must be a map with {ACTIONS!r}, got {got}")
+    actions = np.asarray(answer[ACTIONS])
+    if actions.ndim == 1:
+        actions = actions[None]
+    if actions.ndim != 2 or actions.dtype.kind not in "fiu" or len(actions) < 1:
+        raise WireError(
+            f"server answered {ACTIONS!r} of shape {actions.shape} and dtype {actions.dtype}; "
+            "expected numbers of shape [H>=1, D]"
+        )
+    return actions

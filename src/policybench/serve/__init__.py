@@ -1,0 +1,1 @@
+"""Serving: openpi's wire, the client (RemoteModel), the batching server and `policybench serve`."""
