@@ -9,14 +9,14 @@ import time
 from typing import Any
 
 import numpy as np
-from policybench.policy.conventions import WireCodec
 
 from policybench import keys
 from policybench.policy.base import Chunk, SessionContext
+from policybench.policy.codec import Codec, concat, prompt
 from tests.envs import GreedyPointModel, point_eval
 
 # An openpi client (which names no codec) sends the state as `observation/state`.
-OPENPI = WireCodec("openpi", state=(keys.STATE,), state_key="observation/state")
+OPENPI = Codec("openpi", (concat(keys.STATE, into="observation/state"), prompt()))
 POINT = dataclasses.replace(
     point_eval("point-served", scripted=GreedyPointModel), codecs={"openpi": OPENPI}
 )

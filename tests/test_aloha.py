@@ -97,7 +97,7 @@ def test_a_random_rollout_ends_unsolved_at_the_step_limit_with_its_protocol_reco
     world = World(eval)
     rollout = eval.rollouts(1, 0)[0]
     policy = build_policy(
-        "random", eval, world.env_for(rollout.scene.task).action_space, PolicySettings()
+        "random", eval, PolicySettings(), lambda: world.env_for(rollout.scene.task).action_space
     )
     episode = run_rollout(rollout, world, policy)
     world.close()
@@ -120,8 +120,8 @@ def test_openpi_codec_sends_openpis_aloha_sim_convention_and_reads_it_back():
     assert cam.shape == (3, 224, 224) and cam.dtype == np.uint8  # channels first, 4:3 padded
     assert cam[:, :28].max() == 0 and cam[:, 28:31].min() == 255  # 28 black rows, then the band
     np.testing.assert_array_equal(wire["state"], state)
-    assert codec.actions({"actions": np.ones((50, 14))}).shape == (10, 14)
-    obs, prompt = codec.unwire(wire)
+    assert codec.actions(np.ones((50, 16))).shape == (10, 14)
+    obs, prompt = codec.decode(wire)
     assert obs[keys.IMAGE].shape == (224, 224, 3) and prompt == "Transfer cube"
     np.testing.assert_array_equal(obs[keys.STATE], state)
 
@@ -155,7 +155,7 @@ def test_openpi_policy_on_aloha_sends_the_aloha_sim_convention_over_a_loopback_s
     with ServerThread(server) as served:
         settings = PolicySettings(endpoint=Endpoint(served.url, infer_timeout_s=60.0))
         space = world.env_for(rollout.scene.task).action_space
-        episode = run_rollout(rollout, world, build_policy("openpi", eval, space, settings))
+        episode = run_rollout(rollout, world, build_policy("openpi", eval, settings, lambda: space))
     world.close()
     assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
     assert seen == [(np.dtype(np.uint8), (14,), rollout.instruction)] * 2  # steps 0 and 10

@@ -106,8 +106,8 @@ def test_each_finished_rollout_is_a_readable_dataset_until_merged(checkpoint, tm
     policy = build_policy(
         f"lerobot:{checkpoint}",
         PushTShort,
-        world.env_for(TASK).action_space,
         PolicySettings(),
+        lambda: world.env_for(TASK).action_space,
     )
     rollouts = PushTShort.rollouts(2, 0)
     written = []

@@ -12,7 +12,7 @@ pytest.importorskip("metaworld", reason="needs MetaWorld: pip install 'policyben
 
 from benchmarks.golden_pipelines import pipeline_trace, sim_trace
 from policybench.policy.chunk_player import ChunkPlayer
-from policybench.policy.codec import slice_action
+from policybench.policy.codec import Codec, action_dims
 from policybench.record.golden import GoldenExtension, dumps
 from policybench.record.trace import describe_differences, differences
 
@@ -55,7 +55,9 @@ def test_changed_latency_fails_the_pipeline_golden(pipeline_diff_base):
 
 
 def test_changed_codec_rotation_fails_the_pipeline_golden(pipeline_diff_base):
-    diff = diff_of("test_pipeline_golden", pipeline_trace(codec=slice_action(4)))
+    diff = diff_of(
+        "test_pipeline_golden", pipeline_trace(codec=Codec("golden-unrotated", (action_dims(4),)))
+    )
     first_step = next(line for line in diff if line.startswith("golden differs"))
     assert "first differing step: 3" in first_step  # the first chunk plays from step 3
     assert any(".command" in line for line in diff)

@@ -23,6 +23,18 @@ def run(eval, policy, rollout_index=0):
     return run_rollout(rollout, world, policy), world
 
 
+class FixedSession:
+    """A session that answers with `answer(obs, time_ns)` and calls no model."""
+
+    calls = ()
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __call__(self, obs, time_ns):
+        return self.answer(obs, time_ns)
+
+
 class FixedSessionPolicy:
     """A policy whose sessions answer with `answer(obs, time_ns)`."""
 
@@ -31,7 +43,7 @@ class FixedSessionPolicy:
         self.name = name
 
     def new_session(self, context):
-        return self.answer
+        return FixedSession(self.answer)
 
     def describe(self):
         return {keys.POLICY_NAME: self.name}
@@ -162,7 +174,6 @@ def test_an_observer_sees_each_observation_before_its_step():
     eval = point_eval(timeout_s=0.5)
     episode = run_rollout(
         eval.rollouts(1, 0)[0],
-        eval,
         World(eval),
         FixedSessionPolicy(lambda obs, t: Step(np.zeros(1), t + 1)),
         lambda time_ns, obs: seen.append(time_ns),
@@ -178,6 +189,23 @@ def test_model_calls_and_their_wall_time_are_recorded():
     assert episode.steps == 20
     assert record[keys.MODEL_CALLS] == 5  # 20 steps, 4 waypoints a chunk
     assert record[keys.INFER_MS_MAX] >= record[keys.INFER_MS_MEAN] > 0.0
+
+
+def test_a_session_without_call_accounting_is_an_error_naming_the_contract():
+    class Bare(FixedSessionPolicy):
+        def new_session(self, context):
+            return self.answer  # a plain function: no `calls`
+
+    episode = run(point_eval(), Bare(lambda obs, t: Step(np.zeros(1), t + 1), name="bare"))[0]
+    assert episode.outcome.kind is OutcomeKind.ERROR
+    assert "policy 'bare' opened a function, which is not a Session" in episode.outcome.reason
+    assert "lists its model calls in `calls`" in episode.outcome.reason
+
+
+def test_a_rollout_run_on_another_evals_world_is_refused():
+    rollout = point_eval(name="other").rollouts(1, 0)[0]
+    with pytest.raises(ValueError, match="belongs to eval 'other', but the World is of eval"):
+        run_rollout(rollout, World(point_eval()), FixedSessionPolicy(lambda o, t: None))
 
 
 def test_a_session_without_a_model_records_no_calls():

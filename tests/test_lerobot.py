@@ -112,7 +112,7 @@ def test_a_checkpoint_with_other_features_fails_its_first_rollout_naming_both(tm
     world = World(PUSHT)
     rollout = PUSHT.rollouts(1, 0)[0]
     world.reset(rollout.scene)
-    policy = build_policy(f"lerobot:{other}", PUSHT, world.action_space, PolicySettings())
+    policy = build_policy(f"lerobot:{other}", PUSHT, PolicySettings(), lambda: world.action_space)
     episode = run_rollout(rollout, world, policy)
     assert episode.outcome.kind is OutcomeKind.ERROR
     reason = episode.outcome.reason
@@ -126,14 +126,17 @@ def test_a_directory_without_a_checkpoint_is_named(tmp_path):
     world = World(PUSHT)
     with pytest.raises(ValueError, match=r"no LeRobot checkpoint at .*expected config.json"):
         build_policy(
-            f"lerobot:{tmp_path}", PUSHT, world.env_for("push-t").action_space, PolicySettings()
+            f"lerobot:{tmp_path}",
+            PUSHT,
+            PolicySettings(),
+            lambda: world.env_for("push-t").action_space,
         )
 
 
 def test_an_eval_without_a_lerobot_codec_is_unavailable(checkpoint):
     bare = dataclasses.replace(pusht(), codecs={})
     with pytest.raises(PolicyUnavailable, match="declares no LeRobot codec"):
-        build_policy(f"lerobot:{checkpoint}", bare, None, PolicySettings())
+        build_policy(f"lerobot:{checkpoint}", bare, PolicySettings(), lambda: None)
 
 
 def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
@@ -166,7 +169,10 @@ def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
 
     world = World(PUSHT)
     policy = build_policy(
-        f"lerobot:{checkpoint}", PUSHT, world.env_for("push-t").action_space, PolicySettings()
+        f"lerobot:{checkpoint}",
+        PUSHT,
+        PolicySettings(),
+        lambda: world.env_for("push-t").action_space,
     )
     ours = []
     for rollout in PUSHT.rollouts(2, 7):

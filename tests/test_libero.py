@@ -85,7 +85,7 @@ def test_protocol_constants_are_recorded_in_the_eval_settings():
     assert settings["max_steps"] == 220
     assert settings["settle_steps"] == 10
     assert settings["settle_action"] == [0.0] * 6 + [-1.0]
-    assert settings["replan_every"] == 5
+    assert settings["action_horizon"] == 5
     assert LIBERO_SPATIAL.control_hz == 20.0
 
 
@@ -116,7 +116,7 @@ def test_openpi_codec_sends_rotated_224_images_the_8d_state_and_plays_five_actio
     assert warmth(wire["observation/image"][-40:]) > 50 > warmth(wire["observation/image"][:40])
     np.testing.assert_array_equal(wire["observation/state"], np.arange(8.0))
     assert wire["prompt"] == "put the bowl on the plate"
-    actions = codec.actions({"actions": np.ones((10, 32))})
+    actions = codec.actions(np.ones((10, 32)))
     assert actions.shape == (5, 7)
 
 
@@ -216,7 +216,7 @@ def test_openpi_policy_on_libero_sends_openpis_libero_convention_over_the_wire(w
     with ServerThread(server) as served:
         settings = PolicySettings(endpoint=Endpoint(served.url, infer_timeout_s=60.0))
         space = world.env_for(rollout.scene.task).action_space
-        policy = build_policy("openpi", QUICK, space, settings)
+        policy = build_policy("openpi", QUICK, settings, lambda: space)
         episode = run_rollout(rollout, world, policy)
     assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
     assert episode.steps == 12

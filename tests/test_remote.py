@@ -14,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from policybench.policy.conventions import NATIVE
 
 from policybench.harness import run_rollout
 from policybench.policy.base import SessionContext
 from policybench.policy.chunk_player import ChunkPolicy
-from policybench.policy.codec import Codec, CodecPolicy
+from policybench.policy.codec import NATIVE, Codec, CodecStep, prompt
 from policybench.record.episode import OutcomeKind
 from policybench.serve.client import Endpoint, RemoteModel, RemoteUnavailable
 from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
@@ -52,10 +51,19 @@ def port():
     return free_port()
 
 
-def remote_policy(url: str, infer_timeout_s: float = 30.0) -> ChunkPolicy:
-    return ChunkPolicy(
-        RemoteModel(Endpoint(url, infer_timeout_s=infer_timeout_s), NATIVE, POINT.name)
-    )
+def remote_policy(url: str, infer_timeout_s: float = 30.0, codec: Codec = NATIVE) -> ChunkPolicy:
+    endpoint = Endpoint(url, infer_timeout_s=infer_timeout_s)
+    return ChunkPolicy(RemoteModel(endpoint, codec.name, POINT.name), codec)
+
+
+class Refuse(CodecStep):
+    """Adds `fail` to each observation, which the recording model refuses."""
+
+    def encode(self, data):
+        return {**data, "fail": np.array("no chunk for you")}
+
+    def describe(self) -> str:
+        return "refuse"
 
 
 def test_an_unreachable_url_fails_fast_naming_the_url_and_how_to_start_a_server(port):
@@ -83,8 +91,8 @@ def test_a_model_error_fails_its_rollout_with_the_servers_message_and_the_next_i
         first, second = POINT.rollouts(2, 0)
 
         # The recording model raises when an observation carries `fail`.
-        refusing = Codec("fail", encode=lambda obs: {**obs, "fail": np.array("no chunk for you")})
-        broken = run_rollout(first, world, CodecPolicy(remote_policy(server.url), refusing))
+        refusing = Codec(NATIVE.name, (Refuse(), prompt()))
+        broken = run_rollout(first, world, remote_policy(server.url, codec=refusing))
         assert broken.outcome.kind is OutcomeKind.ERROR
         assert "ValueError: model refused: no chunk for you" in broken.outcome.reason
         fine = run_rollout(second, world, remote_policy(server.url))

@@ -2,6 +2,7 @@
 module of its own with its own hooks and options, listed below; read any one top to bottom."""
 
 pytest_plugins = [
+    "policybench.pytest_plugin.workers",
     "policybench.pytest_plugin.options",
     "policybench.pytest_plugin.collection",
     "policybench.pytest_plugin.fixtures",
@@ -12,6 +13,5 @@ pytest_plugins = [
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",
-    "policybench.pytest_plugin.lerobot",
     "policybench.pytest_plugin.dataset",
 ]

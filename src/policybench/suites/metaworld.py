@@ -138,8 +138,8 @@ def openpi_codec(camera: str | None = None, size: int = 224) -> Codec:
         (
             *image,
             concat(keys.STATE, into="observation/state"),
-            prompt(),
             keep("observation/image", "observation/state"),
+            prompt(),
             action_dims(4),
         ),
     )

@@ -342,8 +342,8 @@ OPENPI = Codec(
         expect_size(keys.IMAGE, height=96, width=96),
         rename({keys.IMAGE: "observation/image"}),
         concat(keys.STATE, into="observation/state"),
-        prompt(),
         keep("observation/image", "observation/state"),
+        prompt(),
         action_dims(2),
     ),
 )
@@ -357,8 +357,8 @@ LEROBOT = Codec(
         expect_size(keys.IMAGE, height=96, width=96),
         rename({keys.IMAGE: "observation.image"}),
         concat(keys.STATE, into="observation.state"),
-        prompt("task"),
         keep("observation.image", "observation.state"),
+        prompt("task"),
         action_dims(2),
     ),
 )
