@@ -12,9 +12,11 @@ A Model is played by a ChunkPolicy, which is also what a server can serve.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,13 +73,15 @@ def is_import_path(name: str) -> bool:
     return ":" in name and not name.startswith(LEROBOT_PREFIX)
 
 
-def check_policy_name(name: str) -> None:
+def check_policy_name(name: str, search_dir: Path | None = None) -> None:
     """Raises ValueError, naming what is accepted, when `name` names no policy; imports a
-    `module:attr` to check it."""
+    `module:attr` to check it (from `search_dir` too, see `imported`)."""
     if name in known_policies() or name.startswith(LEROBOT_PREFIX):
         return
     if is_import_path(name):
-        imported(name)
+        target = imported(name, search_dir)
+        if not (_is_model(target) or _is_policy(target) or callable(target)):
+            raise ValueError(_not_a_policy(name, target))
         return
     raise ValueError(
         f"unknown policy {name!r}; known policies: {', '.join(known_policies())}, "
@@ -146,8 +150,12 @@ def served_model(
     return policy.model, policy.codec
 
 
-def imported(path: str) -> Any:
-    """The object `module:attr` names (attr may be dotted), with a clear error if there is none."""
+def imported(path: str, search_dir: Path | None = None) -> Any:
+    """The object `module:attr` names (attr may be dotted), with a clear error if there is none.
+    `search_dir` (where the command was run, as uvicorn does) joins the import path first, so a
+    module beside the user is found however pytest or the server was started."""
+    if search_dir is not None and str(search_dir) not in sys.path:
+        sys.path.insert(0, str(search_dir))
     module_name, _, attribute = path.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
@@ -173,7 +181,11 @@ def _as_policy(
         return target
     if _is_model(target):
         return _played(target, IDENTITY, settings)
-    raise TypeError(
+    raise TypeError(_not_a_policy(name, target))
+
+
+def _not_a_policy(name: str, target: Any) -> str:
+    return (
         f"policy {name!r} is a {type(target).__name__}; expected a Model (name, open, describe), "
         "a Policy (name, new_session, describe), or a factory (eval, action_space, settings) "
         "that returns one"

@@ -89,7 +89,7 @@ def read_settings(config: pytest.Config) -> RunSettings:
     """The run's settings; bad values are a UsageError that says what is accepted."""
     policy = from_controller(config, POLICY) or resolved_policy(config)
     try:
-        check_policy_name(policy)
+        check_policy_name(policy, config.invocation_params.dir)
         latency = InferenceLatency.parse(config.getoption("inference_latency"))
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None

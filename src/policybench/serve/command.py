@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from policybench.registry import (
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     servable = [name for name in known_policies() if name != OPENPI]
     servable += ["lerobot:PATH", "module:attr"]
     try:
-        check_policy_name(args.policy)
+        check_policy_name(args.policy, Path.cwd())
     except ValueError as error:
         raise SystemExit(f"cannot serve policy {args.policy!r} ({error})") from None
     if args.policy == OPENPI:
