@@ -43,7 +43,7 @@ def test_junitxml_testcases_carry_outcomes_and_the_suite_carries_success_rates(
     assert far["policybench.outcome"] == "unsolved" and far["policybench.steps"] == "2"
     assert far["policybench.reason"] == "timeout after 2 steps (0.2 s)"
     assert float(far["policybench.sum_reward"]) < 0
-    assert not any("policybench" == name for case in cases.values() for name in case)
+    assert not any(name == "policybench" for case in cases.values() for name in case)
     run = properties(suite)
     assert run["policybench.solvable.success_rate"] == "1.0"
     assert run["policybench.slow.success_rate"] == "0.0"
