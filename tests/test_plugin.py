@@ -168,3 +168,26 @@ def test_light_policies_run_in_each_worker_by_default_under_xdist(bench):
     records = results(bench)
     assert len(records) == 2
     assert all("served" not in record["policy"] for record in records), "scripted was served"
+
+
+def test_an_eval_without_a_scripted_policy_is_skipped_before_any_env_is_built(pytester):
+    pytester.makepyfile(
+        envs=ENVS,
+        test_unscripted="""
+import dataclasses
+import policybench
+from envs import point_eval
+
+def no_env(task):
+    raise AssertionError("the env was built for a policy that cannot run")
+
+UNSCRIPTED = dataclasses.replace(point_eval("unscripted"), make_env=no_env)
+
+@policybench.evaluate(UNSCRIPTED)
+def test_unscripted(rollout, harness):
+    harness(rollout)
+""",
+    )
+    result = pytester.runpytest("-rs", "--rollouts", "2")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*eval 'unscripted' has no scripted policy; try --policy=random*"])

@@ -1,0 +1,65 @@
+"""Suites are discovered through the `policybench.suites` entry point, the built-in ones too:
+`policybench list` and `policybench serve` find an Eval by its registered name or module:attr,
+and an installed package's suite appears without any list being edited."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from policybench.suites import eval_named, registered_evals, suite_modules
+from policybench.suites.pusht import PUSHT
+from tests.served import POINT
+from tests.test_own_policy import installed_distribution
+
+REPO = Path(__file__).resolve().parents[1]
+
+MY_SUITE = """
+from policybench.spec import Eval, seeded_per_task
+
+REACH = Eval(
+    name="my-reach",
+    make_env=lambda task: None,
+    plan=seeded_per_task({"a": "do a", "b": "do b"}, timeout_s=1.0),
+    control_hz=10.0,
+    hold=lambda last, obs: last,
+    hold_name="hold",
+)
+"""
+
+
+def test_the_built_in_suites_are_registered_like_any_other():
+    assert suite_modules() == {
+        "metaworld": "policybench.suites.metaworld",
+        "pusht": "policybench.suites.pusht",
+        "aloha": "policybench.suites.aloha",
+        "libero": "policybench.suites.libero",
+    }
+    assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial"} <= set(registered_evals())
+
+
+def test_an_eval_is_found_by_registered_name_or_module_attr_and_a_wrong_one_is_named():
+    assert eval_named("pusht") is PUSHT
+    assert eval_named("tests.served:POINT") is POINT
+    with pytest.raises(LookupError, match=r"no registered eval 'nope'; known: \[.*'pusht'"):
+        eval_named("nope")
+    with pytest.raises(LookupError, match="tests.served:OPENPI is not an Eval"):
+        eval_named("tests.served:OPENPI")
+
+
+def test_an_installed_packages_suite_is_listed_without_editing_any_list(tmp_path):
+    (tmp_path / "my_suite.py").write_text(MY_SUITE)
+    installed_distribution(tmp_path, "[policybench.suites]\nmine = my_suite\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    command = [sys.executable, "-m", "policybench.cli", "list"]
+    listed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "mine (my_suite)" in listed.stdout
+    assert any(
+        line.split()[:3] == ["my-reach", "2", "tasks"] for line in listed.stdout.splitlines()
+    )
+    assert "metaworld-mt10" in listed.stdout
