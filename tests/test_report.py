@@ -4,6 +4,8 @@ pages and `policybench report html`, from real pytest runs (pytester) and real f
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -88,7 +90,7 @@ def test_run_json_records_what_makes_the_run_reproducible(bench):
         "pytest --rollouts 1 --seed 7 --inference-latency 0.05 -k reach"
     )
     assert run["policybench"] == "0.1.0"
-    assert run["host"] and run["started"] and run["git_revision"]
+    assert run["host"] and run["started"]
     settings = run["settings"]
     assert (settings["policy"], settings["base_seed"], settings["inference_latency"]) == (
         "scripted",
@@ -98,6 +100,32 @@ def test_run_json_records_what_makes_the_run_reproducible(bench):
     record = json.loads((latest(bench) / "results.jsonl").read_text().splitlines()[0])
     assert record["policy"]["inference_latency"] == "0.05"
     assert "policybench" in record["packages"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_run_json_records_the_git_revision_of_the_checkout_the_run_started_in(bench, monkeypatch):
+    # git looks no further up than the bench's own directory, whatever checkout holds it.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(bench.path.parent))
+
+    def revision() -> str:
+        bench.runpytest("--rollouts", "1", "-k", "reach")
+        return json.loads((latest(bench) / "run.json").read_text())["git_revision"]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=bench.path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert revision() == "not a git checkout"
+    git("init", "--quiet")
+    git("add", "envs.py", "test_point.py")
+    identity = ["-c", "user.name=policybench", "-c", "user.email=policybench@example.com"]
+    git(*identity, "-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify", "-m", "bench")
+    head = git("rev-parse", "--short=12", "HEAD")
+    assert revision() == head  # the run's own reports are untracked: the checkout is clean
+    with (bench.path / "envs.py").open("a") as envs:
+        envs.write("# a change not committed\n")
+    assert revision() == f"{head}-dirty"
 
 
 def test_terminal_summary_names_the_html_report(bench):

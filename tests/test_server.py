@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,18 +16,39 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect
 
-from policybench.policy.base import SessionContext
+from policybench.policy.base import ChunkSource, SessionContext
 from policybench.serve.client import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
 from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.serve.wire import packb, unpackb
 from tests.served import EchoBatchModel, RecordingModel
 
 CONTEXT = SessionContext("do the thing", 10.0)
+# Every wait in a client thread is bounded, so a stuck client fails its test instead of hanging it.
+WAIT_S = 10.0
 
 
 def serve(model, **config) -> ServerThread:
     server = PolicyServer(fixed_model(model, 10.0), ServerConfig(port=0, **config), model.name)
     return ServerThread(server)
+
+
+def open_source(url: str) -> ChunkSource:
+    return RemoteModel(Endpoint(url, infer_timeout_s=WAIT_S)).open(CONTEXT)
+
+
+def run_clients(
+    client: Callable[..., Any], calls: Sequence[tuple], timeout_s: float = 60.0
+) -> list:
+    """Runs `client(*args)` for each args on a thread of its own and returns what each returned;
+    a client's exception is raised here, and a client still running after `timeout_s` fails."""
+    pool = ThreadPoolExecutor(len(calls), thread_name_prefix="client")
+    try:
+        futures = [pool.submit(client, *args) for args in calls]
+        _, running = wait(futures, timeout=timeout_s)
+        assert not running, f"{len(running)} clients were still running after {timeout_s} s"
+        return [future.result() for future in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def raw(url: str, **kwargs):
@@ -131,35 +155,21 @@ def test_the_api_key_is_enforced_when_set():
 def test_an_exception_fails_only_its_batch():
     model = EchoBatchModel(delay_s=0.05)
     with serve(model, max_batch=2, max_wait_ms=2000) as server:
-        answers: dict[str, object] = {}
         # Both clients connect before either asks: the server batches only as many requests as
         # it has clients, so a second client still connecting would get a batch of its own.
-        sources = {
-            name: RemoteModel(Endpoint(server.url)).open(CONTEXT)
-            for name in ("poisoned", "same-batch")
-        }
+        poisoned, same_batch = open_source(server.url), open_source(server.url)
 
-        def ask(name: str, obs: dict) -> None:
-            try:
-                source = sources.get(name) or RemoteModel(Endpoint(server.url)).open(CONTEXT)
-                answers[name] = source(obs)
-            except RemotePolicyError as error:
-                answers[name] = error
+        def ask(source, obs: dict) -> RemotePolicyError:
+            with pytest.raises(RemotePolicyError) as error:
+                source(obs)
+            return error.value
 
         one = {"who": np.array([1.0]), "seq": np.array([0.0])}
-        threads = [
-            threading.Thread(target=ask, args=("poisoned", {**one, "poison": np.array(1)})),
-            threading.Thread(target=ask, args=("same-batch", one)),
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
+        errors = run_clients(ask, [(poisoned, {**one, "poison": np.array(1)}), (same_batch, one)])
         assert model.batch_sizes == [2]
-        assert "poisoned batch" in str(answers["poisoned"])
-        assert "poisoned batch" in str(answers["same-batch"])
-        ask("later", one)
-        np.testing.assert_array_equal(answers["later"].actions, [[1.0, 0.0]])
+        assert all("poisoned batch" in str(error) for error in errors)
+        later = open_source(server.url)(one)
+        np.testing.assert_array_equal(later.actions, [[1.0, 0.0]])
 
 
 @pytest.fixture(scope="module")
@@ -181,41 +191,35 @@ def echo_server():
 )
 def test_batching_never_mixes_up_which_answer_goes_to_which_client(echo_server, pauses):
     server, _ = echo_server
-    wrong: list[str] = []
-    start = threading.Barrier(len(pauses))
+    start = threading.Barrier(len(pauses), timeout=WAIT_S)
 
-    def client(who: int, waits: list[float]) -> None:
-        source = RemoteModel(Endpoint(server.url)).open(CONTEXT)
+    def client(who: int, waits: list[float]) -> list:
+        source = open_source(server.url)
         start.wait()
-        for seq, wait in enumerate(waits):
-            threading.Event().wait(wait)
+        answers = []
+        for seq, wait_s in enumerate(waits):
+            threading.Event().wait(wait_s)
             chunk = source({"who": np.array([float(who)]), "seq": np.array([float(seq)])})
-            if chunk.actions.tolist() != [[who, seq]]:
-                wrong.append(f"client {who} call {seq} got {chunk.actions.tolist()}")
+            answers.append(chunk.actions.tolist())
+        return answers
 
-    threads = [threading.Thread(target=client, args=item) for item in enumerate(pauses)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not wrong
+    answers = run_clients(client, list(enumerate(pauses)))
+    assert answers == [
+        [[[who, seq]] for seq in range(len(waits))] for who, waits in enumerate(pauses)
+    ]
 
 
 def test_concurrent_clients_are_answered_in_shared_batches(echo_server):
     server, model = echo_server
     before = len(model.batch_sizes)
-    barrier = threading.Barrier(4)
+    barrier = threading.Barrier(4, timeout=WAIT_S)
 
     def client(who: int) -> None:
-        source = RemoteModel(Endpoint(server.url)).open(CONTEXT)
+        source = open_source(server.url)
         barrier.wait()
         for seq in range(20):
             source({"who": np.array([float(who)]), "seq": np.array([float(seq)])})
 
-    threads = [threading.Thread(target=client, args=(who,)) for who in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_clients(client, [(who,) for who in range(4)])
     sizes = model.batch_sizes[before:]
     assert sum(sizes) == 80 and max(sizes) > 1 and len(sizes) < 80

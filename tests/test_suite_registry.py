@@ -47,7 +47,7 @@ def test_an_eval_is_found_by_registered_name_or_module_attr_and_a_wrong_one_is_n
     assert eval_named("tests.served:POINT") is POINT
     with pytest.raises(LookupError, match=r"no registered eval 'nope'; known: \[.*'pusht'"):
         eval_named("nope")
-    with pytest.raises(LookupError, match="tests.served:OPENPI is not an Eval"):
+    with pytest.raises(LookupError, match=r"tests\.served:OPENPI is not an Eval"):
         eval_named("tests.served:OPENPI")
 
 
