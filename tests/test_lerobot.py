@@ -90,7 +90,7 @@ def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoi
 
 
 def test_a_batch_answers_what_each_rollout_gets_alone(checkpoint):
-    model = LeRobotModel(checkpoint, LEROBOT)
+    model = LeRobotModel(checkpoint)
     rng = np.random.default_rng(0)
     context = SessionContext("push", 10.0)
     observations = [
@@ -100,8 +100,9 @@ def test_a_batch_answers_what_each_rollout_gets_alone(checkpoint):
         }
         for _ in range(3)
     ]
-    together = model.predict_batch([(context, obs) for obs in observations])
-    for obs, chunk in zip(observations, together, strict=True):
+    encoded = [LEROBOT.encode(obs, context.instruction) for obs in observations]
+    together = model.predict_batch([(context, obs) for obs in encoded])
+    for obs, chunk in zip(encoded, together, strict=True):
         alone = model.predict_batch([(context, obs)])[0]
         assert chunk.actions.shape == (10, 2)
         np.testing.assert_array_equal(chunk.actions, alone.actions)
@@ -147,7 +148,7 @@ def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
     from lerobot.envs.factory import make_env, make_env_pre_post_processors
     from lerobot.scripts.lerobot_eval import eval_policy
 
-    model = LeRobotModel(checkpoint, LEROBOT)
+    model = LeRobotModel(checkpoint)
     env_config = PushtEnv()
     vector_env = make_env(env_config, n_envs=2)["pusht"][0]
     env_pre, env_post = make_env_pre_post_processors(env_config, model._policy.config)

@@ -148,7 +148,9 @@ class RemoteModel:
                 f"{error}); {HOW_TO_SERVE}, or point --policy-url at a running one"
             ) from None
         try:
-            first = connection.recv(timeout=endpoint.connect_timeout_s)
+            # A policybench server builds the Eval's model (loads weights) before it answers the
+            # first connection that names the Eval: as long as an inference may take.
+            first = connection.recv(timeout=endpoint.infer_timeout_s)
         except (TimeoutError, websockets.ConnectionClosed) as error:
             connection.close()
             raise RemoteUnavailable(

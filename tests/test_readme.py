@@ -1,0 +1,177 @@
+"""The README says what is true: its "Evaluate your own policy" module runs as written (in process,
+and served by `policybench serve` for `--policy=openpi`), its option tables list every option,
+and the files it links to exist."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from policybench import keys
+from policybench.record.episode import OutcomeKind
+from policybench.report.results import LATEST, RESULTS, read_results
+from policybench.serve.command import READY
+from policybench.serve.server import SERVED_MODEL
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+EXAMPLE_MARKER = "<!-- readme-example: my_policy.py -->"
+EXAMPLE_MODULE = "my_policy"
+SERVER_START_TIMEOUT_S = 60.0
+
+
+def readme() -> str:
+    return README.read_text()
+
+
+def readme_section(heading: str) -> str:
+    """The README's text under `heading` (a full heading line), up to the next heading."""
+    text = readme()
+    start = text.index(f"\n{heading}\n")
+    following = re.search(r"\n#{2,6} ", text[start + 1 :])  # not a code comment
+    return text[start : start + 1 + following.start()] if following else text[start:]
+
+
+def example_source() -> str:
+    """The fenced python block that follows the example marker."""
+    match = re.search(re.escape(EXAMPLE_MARKER) + r"\n```python\n(.*?)\n```", readme(), re.S)
+    assert match, f"README.md has no ```python block right after {EXAMPLE_MARKER}"
+    return match.group(1) + "\n"
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> ModuleType:
+    """The README's example written to tmp_path/my_policy.py, and imported here to read it."""
+    path = tmp_path / f"{EXAMPLE_MODULE}.py"
+    path.write_text(example_source())
+    spec = importlib.util.spec_from_file_location(f"readme_{EXAMPLE_MODULE}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a user's shell with my_policy.py on the import path; a plain run
+    even when this suite runs under xdist."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    path = [str(tmp_path), str(REPO), *filter(None, [env.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
+
+
+def run_reach(tmp_path: Path, *policy_args: str) -> list[dict]:
+    """The README's MetaWorld benchmark on reach-v3, one rollout; the records it wrote."""
+    report_dir = tmp_path / "reports"
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(REPO / "benchmarks" / "test_metaworld.py"),
+        "-k",
+        "reach",
+        "--rollouts",
+        "1",
+        "-p",
+        "no:cacheprovider",
+        *policy_args,
+        "--report-dir",
+        str(report_dir),
+    ]
+    run = subprocess.run(
+        command, cwd=REPO, env=user_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, f"{' '.join(command)} failed:\n{run.stdout}\n{run.stderr}"
+    results = read_results(report_dir / LATEST / RESULTS)
+    assert not results.problems
+    assert results.records, f"no rollout was recorded:\n{run.stdout}"
+    return list(results.records)
+
+
+def assert_ran_without_error(records: list[dict]) -> None:
+    outcomes = [record[keys.OUTCOME] for record in records]
+    assert outcomes and all(
+        outcome in (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED) for outcome in outcomes
+    ), [(record[keys.OUTCOME], record[keys.REASON]) for record in records]
+
+
+def test_readme_example_policy_runs_in_process_on_metaworld_reach(example, tmp_path):
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    records = run_reach(tmp_path, f"--policy={EXAMPLE_MODULE}:MODEL")
+    assert_ran_without_error(records)
+    assert {record[keys.POLICY][keys.POLICY_NAME] for record in records} == {example.MODEL.name}
+
+
+def test_readme_example_policy_served_by_policybench_serve_runs_as_openpi(example, tmp_path):
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    serve = [sys.executable, "-m", "policybench.cli", "serve"]
+    serve += [f"--policy={EXAMPLE_MODULE}:MODEL", "--eval", "metaworld-mt10", "--port", "0"]
+    server = subprocess.Popen(
+        serve, cwd=REPO, env=user_env(tmp_path), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        url = await_serving(server)
+        records = run_reach(tmp_path, "--policy=openpi", "--policy-url", url)
+    finally:
+        server.kill()
+        server.wait()
+    assert_ran_without_error(records)
+    served = {record[keys.POLICY][SERVED_MODEL][keys.POLICY_NAME] for record in records}
+    assert served == {example.MODEL.name}
+
+
+def await_serving(server: subprocess.Popen[str]) -> str:
+    """The URL a starting `policybench serve` announces (it is killed if it announces none)."""
+    timer = threading.Timer(SERVER_START_TIMEOUT_S, server.kill)
+    timer.start()
+    try:
+        line = server.stdout.readline()
+    finally:
+        timer.cancel()
+    assert line.startswith(READY), f"policybench serve did not start: {line!r}"
+    return re.search(r"ws://\S+", line).group(0)
+
+
+def table_options(section: str) -> set[str]:
+    """The options named in the first cell of a table's rows (`| `--name ARG` | ...`)."""
+    return set(re.findall(r"^\| `(--[a-z][a-z-]*)", section, re.M))
+
+
+def help_options(command: list[str], group: str = "") -> set[str]:
+    """The options a command's --help lists (only those of `group`, a heading line's start,
+    when given: pytest's help lists each plugin's group up to a blank line)."""
+    text = subprocess.run(
+        [sys.executable, *command, "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    if group:
+        text = text[text.index(f"\n{group}") :]
+        text = text[: text.find("\n\n")]
+    return set(re.findall(r"^ {2}(--[a-z][a-z-]*)", text, re.M)) - {"--help"}
+
+
+def test_readme_options_table_lists_every_pytest_option_of_the_plugin():
+    registered = help_options(["-m", "pytest", "-p", "no:cacheprovider"], group="policybench:")
+    documented = table_options(readme_section("### Options"))
+    assert len(registered) >= 20
+    assert registered <= documented, f"not in the README's table: {sorted(registered - documented)}"
+    assert documented <= registered, f"not registered: {sorted(documented - registered)}"
+
+
+def test_readme_serve_table_lists_every_serve_option():
+    registered = help_options(["-m", "policybench.cli", "serve"])
+    documented = table_options(readme_section("### The `policybench` command"))
+    assert registered == documented
+
+
+def test_readme_links_to_files_that_exist():
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme())
+    assert links, "the README links to no file"
+    missing = [link for link in links if not (REPO / link).exists()]
+    assert not missing
