@@ -150,19 +150,40 @@ def keep(*names: str) -> Keep:
 
 
 @dataclass(frozen=True)
-class ExpectSize(CodecStep):
+class EachNamed(CodecStep):
+    """A step that maps each named entry on its own (`forward` on encode, `backward` on
+    decode); entries that are absent are skipped."""
+
     names: tuple[str, ...]
-    size: tuple[int, int]
+
+    def forward(self, name: str, value: Any) -> Any:
+        raise NotImplementedError
+
+    def backward(self, name: str, value: Any) -> Any:
+        return value
 
     def encode(self, data: Data) -> Data:
-        for name in self.names:
-            if name in data and tuple(np.shape(data[name])[:2]) != self.size:
-                height, width = self.size
-                raise CodecError(
-                    f"codec step {self.describe()}: expected {name!r} at {height}x{width}, got an "
-                    f"image of shape {np.shape(data[name])}; render the camera at that size"
-                )
-        return data
+        return {n: self.forward(n, v) if n in self.names else v for n, v in data.items()}
+
+    def decode(self, data: Data) -> Data:
+        return {n: self.backward(n, v) if n in self.names else v for n, v in data.items()}
+
+    def _named(self, what: str) -> str:
+        return f"{what}({', '.join(self.names)})"
+
+
+@dataclass(frozen=True)
+class ExpectSize(EachNamed):
+    size: tuple[int, int]
+
+    def forward(self, name: str, value: Any) -> Any:
+        if tuple(np.shape(value)[:2]) != self.size:
+            height, width = self.size
+            raise CodecError(
+                f"codec step {self.describe()}: expected {name!r} at {height}x{width}, got an "
+                f"image of shape {np.shape(value)}; render the camera at that size"
+            )
+        return value
 
     def describe(self) -> str:
         return f"expect_size({', '.join(self.names)}: {self.size[0]}x{self.size[1]})"
@@ -173,21 +194,15 @@ def expect_size(*names: str, height: int, width: int) -> ExpectSize:
     return ExpectSize(names, (height, width))
 
 
-def _flip(image: Any) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(image)[::-1, ::-1])
-
-
 @dataclass(frozen=True)
-class Rotate180(CodecStep):
-    names: tuple[str, ...]
+class Rotate180(EachNamed):
+    def forward(self, name: str, value: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(value)[::-1, ::-1])
 
-    def encode(self, data: Data) -> Data:
-        return {name: _flip(v) if name in self.names else v for name, v in data.items()}
-
-    decode = encode  # a half turn undoes itself
+    backward = forward  # a half turn undoes itself
 
     def describe(self) -> str:
-        return f"rotate_180({', '.join(self.names)})"
+        return self._named("rotate_180")
 
 
 def rotate_180(*names: str) -> Rotate180:
@@ -196,18 +211,13 @@ def rotate_180(*names: str) -> Rotate180:
 
 
 @dataclass(frozen=True)
-class ResizeWithPad(CodecStep):
+class ResizeWithPad(EachNamed):
     """Not invertible: a server's model sees the resized image."""
 
-    names: tuple[str, ...]
     size: tuple[int, int]
 
-    def encode(self, data: Data) -> Data:
-        height, width = self.size
-        return {
-            name: resize_with_pad(np.asarray(v), height, width) if name in self.names else v
-            for name, v in data.items()
-        }
+    def forward(self, name: str, value: Any) -> np.ndarray:
+        return resize_with_pad(np.asarray(value), *self.size)
 
     def describe(self) -> str:
         return f"resize_with_pad({', '.join(self.names)}: {self.size[0]}x{self.size[1]})"
@@ -219,27 +229,15 @@ def resize_with_pad_to(*names: str, height: int, width: int) -> ResizeWithPad:
 
 
 @dataclass(frozen=True)
-class ChannelsFirst(CodecStep):
-    names: tuple[str, ...]
+class ChannelsFirst(EachNamed):
+    def forward(self, name: str, value: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(value).transpose(2, 0, 1))
 
-    def encode(self, data: Data) -> Data:
-        return {
-            name: np.ascontiguousarray(np.asarray(v).transpose(2, 0, 1))
-            if name in self.names
-            else v
-            for name, v in data.items()
-        }
-
-    def decode(self, data: Data) -> Data:
-        return {
-            name: np.ascontiguousarray(np.asarray(v).transpose(1, 2, 0))
-            if name in self.names
-            else v
-            for name, v in data.items()
-        }
+    def backward(self, name: str, value: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(value).transpose(1, 2, 0))
 
     def describe(self) -> str:
-        return f"channels_first({', '.join(self.names)})"
+        return self._named("channels_first")
 
 
 def channels_first(*names: str) -> ChannelsFirst:
