@@ -44,6 +44,11 @@ INFER_MS_MAX = "infer_ms_max"
 SUM_REWARD = "sum_reward"
 MAX_REWARD = "max_reward"
 NODEID = "nodeid"
+# Where and how a rollout ran: the process (xdist worker id, or "main"), that process's peak
+# resident memory so far, and how many envs it had built so far (the env cache's work).
+WORKER = "worker"
+PEAK_RSS_MB = "peak_rss_mb"
+ENVS_BUILT = "envs_built"
 # Where a rollout's video lies, relative to its run directory, or why it has none.
 VIDEO = "video"
 VIDEO_MISSING = "video_missing"

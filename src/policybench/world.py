@@ -1,10 +1,12 @@
 """A live env for one Eval in one process: stages scenes, steps actions, reads success.
-Reused across the Eval's rollouts; an env that raised is discarded and rebuilt on next use."""
+Envs live in an EnvCache that keeps at most a few per process (the least recently used is
+closed); an env that raised is discarded and rebuilt on next use."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -29,20 +31,68 @@ class Transition(NamedTuple):
     truncated: bool
 
 
+EnvKey = tuple[str, str]  # (eval name, task)
+
+
+class EnvCache:
+    """The live envs of one process, at most `capacity` of them (None: no bound): building one
+    more closes the least recently used first, so memory does not grow with the number of tasks
+    a process meets. `built` and `closed` count what it did."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"an env cache holds at least 1 env, got a capacity of {capacity}")
+        self.capacity = capacity
+        self._envs: OrderedDict[EnvKey, gym.Env] = OrderedDict()
+        self.built = 0
+        self.closed = 0
+
+    def get(self, key: EnvKey, build: Callable[[], gym.Env]) -> gym.Env:
+        """The live env of `key`, built (after closing the least recently used) if there is none."""
+        env = self._envs.get(key)
+        if env is not None:
+            self._envs.move_to_end(key)
+            return env
+        while self.capacity is not None and len(self._envs) >= self.capacity:
+            _, oldest = self._envs.popitem(last=False)
+            self._close(oldest)
+        env = self._envs[key] = build()
+        self.built += 1
+        return env
+
+    def discard(self, key: EnvKey) -> None:
+        """Drops `key`'s env (after a fault); a broken env may fail to close, and goes anyway."""
+        env = self._envs.pop(key, None)
+        if env is not None:
+            with contextlib.suppress(Exception):
+                self._close(env)
+
+    def close(self) -> None:
+        while self._envs:
+            self._close(self._envs.popitem()[1])
+
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def _close(self, env: gym.Env) -> None:
+        self.closed += 1
+        env.close()
+
+
 class World:
-    def __init__(self, eval: Eval) -> None:
+    """The live env of one Eval: stages a scene, steps it, reads success. Its envs live in
+    `envs`, which a process may share among its Worlds to bound them all together."""
+
+    def __init__(self, eval: Eval, envs: EnvCache | None = None) -> None:
         self.eval = eval
-        self._envs: dict[str, gym.Env] = {}
+        self.envs = EnvCache() if envs is None else envs
         self._env: gym.Env | None = None
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
 
     def env_for(self, task: str) -> gym.Env:
-        """The live env of `task`, built on first use."""
-        env = self._envs.get(task)
-        if env is None:
-            env = self._envs[task] = self.eval.make_env(task)
-        return env
+        """The live env of `task`, built on first use (or after the cache closed it)."""
+        return self.envs.get((self.eval.name, task), lambda: self.eval.make_env(task))
 
     def reset(self, scene: Scene) -> Observation:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
@@ -65,17 +115,12 @@ class World:
     def discard(self) -> None:
         """Drops the current env after a fault; the next reset of its task builds a new one."""
         if self._task is not None:
-            env = self._envs.pop(self._task, None)
+            self.envs.discard((self.eval.name, self._task))
             self._env = self._task = None
-            if env is not None:
-                # A broken env may fail to close as well; it is dropped either way.
-                with contextlib.suppress(Exception):
-                    env.close()
 
     def close(self) -> None:
-        for env in self._envs.values():
-            env.close()
-        self._envs.clear()
+        """Closes every env in this World's cache (all of a shared cache's)."""
+        self.envs.close()
         self._env = self._task = None
 
     @property

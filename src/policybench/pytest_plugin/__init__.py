@@ -5,6 +5,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.workers",
     "policybench.pytest_plugin.options",
     "policybench.pytest_plugin.collection",
+    "policybench.pytest_plugin.scheduling",
     "policybench.pytest_plugin.fixtures",
     "policybench.pytest_plugin.outcomes",
     "policybench.pytest_plugin.aggregation",

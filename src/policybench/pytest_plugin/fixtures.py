@@ -4,12 +4,15 @@ each observation through `add_observer` and add to the rollout's record with `ad
 
 from __future__ import annotations
 
+import os
+import resource
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from policybench import keys
 from policybench.harness import Observer, error_episode, run_rollout
 from policybench.policy.base import Observation, Policy
 from policybench.pytest_plugin.collection import Planned, planned_of
@@ -17,7 +20,7 @@ from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.spec import Rollout
-from policybench.world import World
+from policybench.world import EnvCache, World
 
 EPISODE = pytest.StashKey[Episode]()
 # Recorder plugins add their observers to an item's list before its test runs ...
@@ -58,10 +61,12 @@ class RolloutError(Exception):
 
 
 class Runner:
-    """One World and one Policy per Eval in this process, built on first use."""
+    """One World and one Policy per Eval in this process, built on first use; the Worlds share
+    one EnvCache, so the process holds at most `--max-envs-per-worker` live envs."""
 
     def __init__(self, settings: RunSettings) -> None:
         self._settings = settings
+        self.envs = EnvCache(settings.max_envs)
         self._worlds: dict[str, World] = {}
         self._policies: dict[str, Policy] = {}
 
@@ -69,7 +74,7 @@ class Runner:
         eval, rollout = planned.eval, planned.rollout
         world = self._worlds.get(eval.name)
         if world is None:
-            world = self._worlds[eval.name] = World(eval)
+            world = self._worlds[eval.name] = World(eval, self.envs)
         try:
             policy = self._policy_for(planned, world)
         except PolicyUnavailable as unavailable:
@@ -99,9 +104,16 @@ class Runner:
             self._policies[eval.name] = policy
         return policy
 
+    def process_record(self) -> dict[str, Any]:
+        """What a rollout's record says of the process that ran it."""
+        return {
+            keys.WORKER: os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            keys.PEAK_RSS_MB: round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            keys.ENVS_BUILT: self.envs.built,
+        }
+
     def close(self) -> None:
-        for world in self._worlds.values():
-            world.close()
+        self.envs.close()
 
 
 @pytest.fixture(scope="session")
@@ -128,6 +140,7 @@ def harness(
         observer = _fan_out(request.node.stash.get(OBSERVERS, []))
         episode = policybench_runner.run(planned, observer)
         request.node.stash[EPISODE] = episode
+        add_to_record(request.node, policybench_runner.process_record())
         if episode.outcome.is_error:
             raise RolloutError(episode.outcome)
         return episode

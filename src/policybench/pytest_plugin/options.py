@@ -15,6 +15,7 @@ from policybench.registry import LEROBOT_PREFIX, OPENPI, PolicySettings, check_p
 from policybench.serve.client import Endpoint
 
 SETTINGS = pytest.StashKey["RunSettings"]()
+DEFAULT_MAX_ENVS = 2
 # What the controller hands workers: the policy name as it resolved it, the shared server.
 POLICY, SHARED_URL, SHARED_KEY = "policy", "shared_server_url", "shared_server_api_key"
 
@@ -59,6 +60,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only run Evals whose name contains this text (repeatable)",
     )
     group.addoption(
+        "--max-envs-per-worker",
+        type=int,
+        default=DEFAULT_MAX_ENVS,
+        metavar="N",
+        help="live envs a process keeps at most; the least recently used is closed "
+        f"(default {DEFAULT_MAX_ENVS})",
+    )
+    group.addoption(
         "--report-dir",
         default="reports",
         help="where run reports are written, relative to the rootdir (default reports/)",
@@ -72,6 +81,7 @@ class RunSettings:
     suites: tuple[str, ...]
     report_dir: Path
     policy_settings: PolicySettings
+    max_envs: int = DEFAULT_MAX_ENVS
 
 
 def settings_of(config: pytest.Config) -> RunSettings:
@@ -96,6 +106,9 @@ def read_settings(config: pytest.Config) -> RunSettings:
     rollouts = config.getoption("rollouts")
     if rollouts < 0:
         raise pytest.UsageError(f"--rollouts must be >= 0, got {rollouts}")
+    max_envs = config.getoption("max_envs_per_worker")
+    if max_envs < 1:
+        raise pytest.UsageError(f"--max-envs-per-worker must be >= 1, got {max_envs}")
     replan_every = config.getoption("replan_every")
     if replan_every is not None and replan_every < 1:
         raise pytest.UsageError(f"--replan-every must be >= 1, got {replan_every}")
@@ -112,6 +125,7 @@ def read_settings(config: pytest.Config) -> RunSettings:
             endpoint=endpoint_of(config, policy),
             device=config.getoption("policy_device"),
         ),
+        max_envs=max_envs,
     )
 
 
