@@ -154,6 +154,19 @@ def test_missing(rollout, harness):
     result.stdout.fnmatch_lines(
         ["*needs-sim: no_such_simulator not installed; pip install 'policybench[[]nosim[]]'*"]
     )
+    # One line for the suite, not one `s` per item; the skipped count stays honest.
+    quiet = pytester.runpytest("--rollouts", "3")
+    quiet.assert_outcomes(skipped=3)
+    quiet.stdout.fnmatch_lines(
+        [
+            "test_missing.py *",
+            "*policybench: policy scripted*",
+            "needs-sim: 3 items not run: no_such_simulator not installed; "
+            "pip install 'policybench[[]nosim[]]'",
+            "*3 skipped*",
+        ]
+    )
+    assert not any(line.startswith("test_missing.py s") for line in quiet.outlines)
 
 
 def test_random_policy_runs_any_eval(bench):

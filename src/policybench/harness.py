@@ -29,7 +29,8 @@ class ActionError(ValueError):
     """A policy answered an action the env cannot take."""
 
 
-def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World) -> dict[str, Any]:
+def planned_statics(rollout: Rollout, eval: Eval) -> dict[str, Any]:
+    """What is known of a rollout before it runs: its Eval's settings, task, scene, instruction."""
     return {
         keys.EVAL: eval.name,
         keys.TASK: rollout.scene.task,
@@ -37,12 +38,18 @@ def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World
         keys.ROLLOUT_INDEX: rollout.index,
         keys.ROLLOUT_COUNT: rollout.count,
         keys.SCENE: rollout.scene.as_record(),
-        keys.POLICY: None if policy is None else policy.describe(),
         keys.CONTROL_HZ: eval.control_hz,
         keys.TIMEOUT_S: rollout.timeout_s,
         keys.STOP_ON_SUCCESS: eval.stop_on_success,
         keys.HOLD: eval.hold_name,
         keys.EVAL_SETTINGS: dict(eval.metadata),
+    }
+
+
+def statics_of(rollout: Rollout, eval: Eval, policy: Policy | None, world: World) -> dict[str, Any]:
+    return {
+        **planned_statics(rollout, eval),
+        keys.POLICY: None if policy is None else policy.describe(),
         keys.PACKAGES: {"policybench": _own_version(), **world.packages},
     }
 

@@ -9,6 +9,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.fixtures",
     "policybench.pytest_plugin.outcomes",
     "policybench.pytest_plugin.aggregation",
+    "policybench.pytest_plugin.crashes",
     "policybench.pytest_plugin.rundir",
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.gates",

@@ -12,6 +12,7 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin import gates
+from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.pytest_plugin.outcomes import record_of
 from policybench.pytest_plugin.rundir import run_dir_of
@@ -44,11 +45,16 @@ class Aggregator:
         )
         self.config = config
         self.records: list[dict[str, Any]] = []
+        self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped
         self.writer = ResultsWriter(self.run_dir)
         self.findings: Findings | None = None
         self.report_s = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        missing = not_installed(report)
+        if missing is not None:
+            self.not_run.setdefault(missing, 0)
+            self.not_run[missing] += 1
         record = record_of(report)
         if record is not None:
             self.records.append(record)
@@ -98,10 +104,14 @@ class Aggregator:
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        write = terminalreporter.write_line
+        if self.not_run or self.findings is not None:
+            terminalreporter.section(f"policybench: policy {self.settings.policy}")
+        for (eval, why), count in sorted(self.not_run.items()):
+            write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
         if self.findings is None:
             return
-        findings, write = self.findings, terminalreporter.write_line
-        terminalreporter.section(f"policybench: policy {self.settings.policy}")
+        findings = self.findings
         rows = list(findings.summary.evals)
         if len(rows) > 1:
             rows.append(findings.summary.overall)

@@ -4,6 +4,7 @@ Each item carries its Eval and Rollout (`planned_of(item)`); nothing looks an Ev
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -104,6 +105,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+NOT_INSTALLED = re.compile(r"^(?:Skipped: )?(?P<eval>[^:]+): (?P<what>.+ not installed; .+)$")
+
+
 def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:
     """A skip mark naming the extra to install when the Eval's simulator is absent."""
     missing = [name for name in eval.requires if importlib.util.find_spec(name) is None]
@@ -112,3 +116,20 @@ def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:
     extra = f"pip install 'policybench[{eval.extra}]'" if eval.extra else "install it"
     extra = eval.install or extra
     return (pytest.mark.skip(reason=f"{eval.name}: {', '.join(missing)} not installed; {extra}"),)
+
+
+def not_installed(report: pytest.TestReport) -> tuple[str, str] | None:
+    """(Eval name, what is missing and how to install it) when `report` skipped a rollout
+    because its Eval's simulator is not installed."""
+    if not (report.skipped and report.when == "setup" and isinstance(report.longrepr, tuple)):
+        return None
+    found = NOT_INSTALLED.match(report.longrepr[2])
+    return None if found is None else (found["eval"], found["what"])
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    """A suite that is not installed is summed up in one line at the end, not one `s` per item
+    (`-rs` still lists them, and the skipped count stays)."""
+    if not_installed(report) is not None:
+        return "skipped", "", "SKIPPED"
+    return None

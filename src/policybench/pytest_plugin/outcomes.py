@@ -44,9 +44,13 @@ def pytest_runtest_makereport(
     return report
 
 
+CRASHED = "???"  # the phase of xdist's report of an item whose worker crashed
+
+
 def record_of(report: pytest.TestReport) -> dict[str, Any] | None:
-    """The rollout record a report carries, if it is a rollout's call report."""
-    if report.when != "call":
+    """The rollout record a report carries, if it is a rollout's call report (or the report of
+    a rollout whose worker crashed)."""
+    if report.when not in ("call", CRASHED):
         return None
     for name, value in report.user_properties:
         if name == RECORD:
