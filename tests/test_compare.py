@@ -1,6 +1,7 @@
-"""Comparing runs: per-task rates, the change and a two-sided Fisher exact p-value on synthetic
-result sets with known counts; runs with different Evals compare the shared tasks and list the
-rest; `policybench report compare` and `--baseline` on a pytest run."""
+"""Comparing runs: rollouts of the same scenes are paired (exact McNemar, Newcombe's paired
+interval), others get Fisher's exact test; runs with different Evals compare the shared tasks and
+list the rest; a protocol difference is named, refused by `policybench report compare` and fails
+`--baseline --fail-on-regression`; `--baseline` on a pytest run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from policybench.cli import main as policybench_main
-from policybench.report.compare import compare_runs
+from policybench.report.compare import Design, compare_runs
+from policybench.report.paired import Adjustment
 
 
 def records(eval: str, task: str, solved: int, rollouts: int) -> list[dict]:
@@ -26,6 +28,35 @@ def records(eval: str, task: str, solved: int, rollouts: int) -> list[dict]:
         }
         for i in range(rollouts)
     ]
+
+
+def scenes(
+    outcomes: str, eval: str = "e", task: str = "t", first_seed: int = 0, **statics
+) -> list[dict]:
+    """One record per character of `outcomes` (s: solved, u: unsolved, e: error), seed by seed."""
+    kinds = {"s": "solved", "u": "unsolved", "e": "error"}
+    return [
+        {
+            "eval": eval,
+            "task": task,
+            "scene": {"task": task, "seed": first_seed + i},
+            "outcome": kinds[kind],
+            "steps": 10,
+            "sim_s": 1.0,
+            "wall_s": 0.01,
+            "timeout_s": 2.0,
+            "eval_settings": {"camera": "front"},
+            "packages": {"policybench": "0.1.0", "gymnasium": "1.0.0"},
+            **statics,
+        }
+        for i, kind in enumerate(outcomes)
+    ]
+
+
+def binomial_two_sided(successes: int, trials: int) -> float:
+    """The exact McNemar p-value from its definition: twice the smaller binomial(1/2) tail."""
+    tail = min(successes, trials - successes)
+    return min(1.0, 2 * sum(comb(trials, i) for i in range(tail + 1)) / 2**trials)
 
 
 def fisher_two_sided(a: int, b: int, c: int, d: int) -> float:
@@ -114,11 +145,135 @@ def test_compare_command_reports_a_corrupt_line_and_compares_the_rest(tmp_path, 
     assert "3/3 (100%)" in captured.out
 
 
+def test_rollouts_of_the_same_scenes_are_paired_and_get_the_exact_mcnemar_test():
+    # 20 scenes: 8 solved by both, 7 lost, 0 gained, 5 by neither. Pooled counts 15/20 vs 8/20
+    # are not significant by Fisher's test; the pairs are, by McNemar's.
+    before = scenes("s" * 8 + "s" * 7 + "u" * 5)
+    after = scenes("s" * 8 + "u" * 7 + "u" * 5)
+    (row,) = compare_runs(before, after).tasks
+    assert row.design is Design.PAIRED
+    assert (row.pairs.both, row.pairs.lost, row.pairs.gained, row.pairs.neither) == (8, 7, 0, 5)
+    assert row.p_value == pytest.approx(binomial_two_sided(0, 7), rel=1e-9)  # 2 / 128
+    assert fisher_two_sided(15, 5, 8, 12) > 0.05 > row.p_value
+    assert row.difference == pytest.approx(-7 / 20) and row.regression
+    low, high = row.interval
+    assert low < row.difference < high < 0
+
+
+def test_a_paired_task_carries_newcombes_interval_as_published():
+    # Newcombe (1998) Stat Med 17:2635 Table III, first example: 36 both, 12 gained, 2 lost.
+    before = scenes("s" * 36 + "u" * 12 + "s" * 2)
+    after = scenes("s" * 36 + "s" * 12 + "u" * 2)
+    (row,) = compare_runs(before, after).tasks
+    assert row.interval == pytest.approx((0.0569, 0.3404), abs=1.5e-4)
+    assert row.p_value == pytest.approx(binomial_two_sided(12, 14))
+    assert row.improvement and not row.regression
+
+
+def test_an_error_counts_as_not_solved_in_a_pair():
+    (row,) = compare_runs(scenes("ssss"), scenes("seus")).tasks
+    assert (row.pairs.both, row.pairs.lost, row.pairs.gained) == (2, 2, 0)
+
+
+def test_scenes_pair_on_every_scene_field_not_only_the_seed():
+    before = scenes("ssss", init_state=None)
+    for record, state in zip(before, (0, 1, 2, 3), strict=True):
+        record["scene"]["init_state"] = state
+    after = [dict(record, scene={**record["scene"], "init_state": 9}) for record in before]
+    (row,) = compare_runs(before, after).tasks
+    assert row.design is Design.UNPAIRED and row.pairs is None
+    assert row.p_value == pytest.approx(fisher_two_sided(4, 0, 4, 0))
+
+
+def test_a_few_shared_seeds_do_not_make_a_task_paired():
+    before = scenes("ssssssssss")  # seeds 0-9
+    after = scenes("uuuuuuuuuu", first_seed=9)  # seeds 9-18: one scene in common
+    (row,) = compare_runs(before, after).tasks
+    assert row.design is Design.UNPAIRED
+    assert row.p_value == pytest.approx(fisher_two_sided(10, 0, 0, 10))
+
+
+def test_rollouts_without_a_partner_are_left_out_of_the_paired_test_and_named(tmp_path):
+    before = scenes("ssssssssss")  # seeds 0-9
+    after = scenes("uuuuuuuuuu" + "ssssssssss")  # seeds 0-19
+    comparison = compare_runs(before, after, ("A", "B"))
+    (row,) = comparison.tasks
+    assert row.design is Design.PAIRED and row.left_out == (0, 10)
+    assert (row.before.rollouts, row.after.rollouts) == (10, 10)
+    assert "e/t: 10 rollouts of B have no scene in A; left out of the paired test" in (
+        comparison.lines()
+    )
+
+
+def test_an_evals_tasks_are_pooled_in_a_row_of_their_own():
+    before = scenes("sssss", task="a") + scenes("sssss", task="b") + scenes("ss", eval="f")
+    after = scenes("ssssu", task="a") + scenes("uuuss", task="b") + scenes("ss", eval="f")
+    comparison = compare_runs(before, after)
+    pooled = {row.eval: row for row in comparison.evals}
+    assert pooled["e"].task is None and pooled["e"].pairs.lost == 4
+    assert pooled["e"].p_value == pytest.approx(binomial_two_sided(0, 4))
+    assert pooled["e"].adjusted_p is None and not pooled["e"].regression
+    assert pooled["f"].p_value == 1.0
+
+
+def test_holm_adjustment_can_be_chosen(tmp_path, capsys):
+    before = scenes("s" * 9, task="a") + scenes("s" * 6, task="b") + scenes("s" * 5, task="c")
+    after = scenes("u" * 9, task="a") + scenes("u" * 6, task="b") + scenes("s" * 5, task="c")
+    rows = compare_runs(before, after, adjustment=Adjustment.HOLM).tasks
+    raw = [binomial_two_sided(0, 9), binomial_two_sided(0, 6), 1.0]
+    assert [row.p_value for row in rows] == pytest.approx(raw)
+    # Holm: the smallest times 3, the next times 2 (kept at least the one before), then 1.
+    assert [row.adjusted_p for row in rows] == pytest.approx([3 * raw[0], 2 * raw[1], 1.0])
+    write_run(tmp_path / "before", before)
+    write_run(tmp_path / "after", after)
+    command = ["report", "compare", str(tmp_path / "before"), str(tmp_path / "after")]
+    assert policybench_main([*command, "--adjust", "holm"]) == 0
+    assert "adjusted across tasks by Holm" in capsys.readouterr().out
+
+
+def test_a_protocol_difference_is_named_and_refused_unless_allowed(tmp_path, capsys):
+    before = scenes("ssss") + scenes("ss", task="u")
+    after = scenes("ssss", timeout_s=0.5, eval_settings={"camera": "wrist"}) + scenes(
+        "ss", task="u", packages={"policybench": "0.2.0", "gymnasium": "1.0.0"}
+    )
+    comparison = compare_runs(before, after, ("A", "B"))
+    assert [(d.eval, d.field) for d in comparison.protocol] == [
+        ("e", "eval_settings.camera"),
+        ("e", "timeout_s"),
+    ]  # policybench's own version is not part of the protocol
+    assert comparison.protocol_lines()[1] == "eval e: timeout_s is 2.0 in A but 0.5 in B"
+    write_run(tmp_path / "A", before)
+    write_run(tmp_path / "B", after)
+    command = ["report", "compare", str(tmp_path / "A"), str(tmp_path / "B")]
+    with pytest.raises(SystemExit, match="ran different protocols") as refused:
+        policybench_main(command)
+    assert 'eval e: eval_settings.camera is "front" in A but "wrist" in B' in str(refused.value)
+    assert "--allow-protocol-change" in str(refused.value)
+    assert not (tmp_path / "B" / "compare-A.txt").exists()
+    assert policybench_main([*command, "--allow-protocol-change"]) == 0
+    out = capsys.readouterr().out
+    assert "PROTOCOL DIFFERS: eval e: timeout_s is 2.0 in A but 0.5 in B" in out
+    written = json.loads((tmp_path / "B" / "compare-A.json").read_text())
+    assert written["protocol"][1] == {"eval": "e", "field": "timeout_s", "before": ["2.0"],
+                                      "after": ["0.5"]}  # fmt: skip
+
+
 BENCHMARK = """
+import numpy as np
+
 import policybench
 from envs import GreedyPointModel, point_eval
+from policybench.policy.base import Chunk
 
-EVAL = point_eval("point", tasks={"reach": "reach"}, timeout_s=TIMEOUT, scripted=GreedyPointModel)
+
+class StillPointModel(GreedyPointModel):
+    name = "still"
+
+    def open(self, context):
+        return lambda obs: Chunk(np.zeros((1, 1)), context.control_hz)
+
+
+EVAL = point_eval("point", tasks={"reach": "reach"}, timeout_s=TIMEOUT, scripted=MODEL)
 
 
 @policybench.evaluate(EVAL)
@@ -127,23 +282,49 @@ def test_point(rollout, harness):
 """
 
 
+def benchmark(model: str, timeout_s: float = 2.0) -> str:
+    return BENCHMARK.replace("TIMEOUT", str(timeout_s)).replace("MODEL", model)
+
+
 def test_baseline_option_compares_at_the_end_and_can_gate_on_a_regression(pytester):
     envs = (Path(__file__).parent / "envs.py").read_text()
-    pytester.makepyfile(envs=envs, test_point=BENCHMARK.replace("TIMEOUT", "2.0"))
+    pytester.makepyfile(envs=envs, test_point=benchmark("GreedyPointModel"))
     assert pytester.runpytest("--rollouts", "6").ret == 0
     baseline = (pytester.path / "reports" / "latest").resolve().name
-    # The same rollouts with too short a timeout: 6/6 solved becomes 0/6, p = 2 / C(12, 6).
-    pytester.makepyfile(test_point=BENCHMARK.replace("TIMEOUT", "0.1"))
+    # The same six scenes under a policy that stands still: every pair is lost, p = 2 / 2^6.
+    pytester.makepyfile(test_point=benchmark("StillPointModel"))
     result = pytester.runpytest("--rollouts", "6", "--baseline", "latest", "--fail-on-regression")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
             f"compared with baseline {baseline}:",
-            "point*reach*6/6 (100%)*0/6 (0%)*-100.0%*0.00216*REGRESSION",
+            "point*reach*McNemar*6/6 (100%)*0/6 (0%)*-100.0%*6/0*0.0312*0.0312*REGRESSION",
             "FAIL regression point/reach: success 0.0% (95% CI [0.0%, 39.0%]) below baseline "
-            "100.0% (adjusted p = 0.00216 < 0.05)",
+            "100.0% (change -100.0%, 95% CI [-100.0%, -44.8%]; 6 of 6 paired scenes lost, "
+            "0 gained, exact McNemar adjusted p = 0.0312 < 0.05)",
+        ]
+    )
+    assert "PROTOCOL DIFFERS" not in result.stdout.str()
+    run_dir = (pytester.path / "reports" / "latest").resolve()
+    written = json.loads((run_dir / "compare.json").read_text())
+    assert written["before"] == baseline and written["tasks"][0]["design"] == "paired"
+    html = (run_dir / "index.html").read_text()
+    assert 'id="comparison-table"' in html and 'data-design="paired"' in html
+
+
+def test_baseline_with_another_protocol_fails_the_regression_gate(pytester):
+    envs = (Path(__file__).parent / "envs.py").read_text()
+    pytester.makepyfile(envs=envs, test_point=benchmark("GreedyPointModel", timeout_s=2.0))
+    assert pytester.runpytest("--rollouts", "2").ret == 0
+    pytester.makepyfile(test_point=benchmark("GreedyPointModel", timeout_s=3.0))
+    result = pytester.runpytest("--rollouts", "2", "--baseline", "latest", "--fail-on-regression")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "PROTOCOL DIFFERS: eval point: timeout_s is 2.0 in * but 3.0 in *",
+            "FAIL protocol differs from the baseline's: eval point: timeout_s is 2.0 in * but 3.0 "
+            "in *; rerun the baseline with this run's settings*",
         ]
     )
     run_dir = (pytester.path / "reports" / "latest").resolve()
-    assert json.loads((run_dir / "compare.json").read_text())["before"] == baseline
-    assert 'id="comparison"' in (run_dir / "index.html").read_text()
+    assert 'id="protocol-differences"' in (run_dir / "index.html").read_text()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
+from policybench.report import plan as plan_command
 from policybench.serve import command as serve_command
 from policybench.suites import registered_evals, suite_modules
 
@@ -30,7 +31,12 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (add_list_parser, serve_command.add_parser, report_command.add_parser)
+COMMANDS = (
+    add_list_parser,
+    serve_command.add_parser,
+    report_command.add_parser,
+    plan_command.add_parser,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

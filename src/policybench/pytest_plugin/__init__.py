@@ -11,6 +11,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.aggregation",
     "policybench.pytest_plugin.crashes",
     "policybench.pytest_plugin.rundir",
+    "policybench.pytest_plugin.preflights",
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",

@@ -105,7 +105,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-NOT_INSTALLED = re.compile(r"^(?:Skipped: )?(?P<eval>[^:]+): (?P<what>.+ not installed; .+)$")
+# A skip reason of `_missing_requirement`: the Eval's name, then what is missing and what to do.
+NOT_INSTALLED = re.compile(r"^(?:Skipped: )?([^:]+): (.+ not installed; .+)$")
 
 
 def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:
@@ -124,7 +125,7 @@ def not_installed(report: pytest.TestReport) -> tuple[str, str] | None:
     if not (report.skipped and report.when == "setup" and isinstance(report.longrepr, tuple)):
         return None
     found = NOT_INSTALLED.match(report.longrepr[2])
-    return None if found is None else (found["eval"], found["what"])
+    return None if found is None else (found[1], found[2])
 
 
 def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:

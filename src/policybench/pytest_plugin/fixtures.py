@@ -4,7 +4,6 @@ each observation through `add_observer` and add to the rollout's record with `ad
 
 from __future__ import annotations
 
-import os
 import resource
 import traceback
 from collections.abc import Callable, Iterator
@@ -15,11 +14,13 @@ import pytest
 from policybench import keys
 from policybench.harness import Observer, error_episode, run_rollout
 from policybench.policy.base import Observation, Policy
+from policybench.preflight import Preflight, preflight
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.options import RunSettings, settings_of
+from policybench.pytest_plugin.preflights import PreflightStore, store_of
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
-from policybench.spec import Rollout
+from policybench.spec import Eval, Rollout
 from policybench.world import EnvCache, World
 
 EPISODE = pytest.StashKey[Episode]()
@@ -64,8 +65,10 @@ class Runner:
     """One World and one Policy per Eval in this process, built on first use; the Worlds share
     one EnvCache, so the process holds at most `--max-envs-per-worker` live envs."""
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, preflights: PreflightStore, worker: str) -> None:
         self._settings = settings
+        self._worker = worker
+        self._preflights = preflights
         self.envs = EnvCache(settings.max_envs)
         self._worlds: dict[str, World] = {}
         self._policies: dict[str, Policy] = {}
@@ -87,7 +90,16 @@ class Runner:
                 f"{type(error).__name__}: {error}",
                 traceback.format_exc(),
             )
+        checked = self._preflights.get(eval.name, lambda: self._preflight(eval, world, policy))
+        if checked.failed:
+            reason = f"preflight of {eval.name!r} failed, so none of its rollouts ran: "
+            return error_episode(rollout, world, reason + str(checked.problem))
         return run_rollout(rollout, world, policy, observer)
+
+    def _preflight(self, eval: Eval, world: World, policy: Policy) -> Preflight:
+        """Asks the policy about the first observation of the Eval's first planned scene."""
+        first = eval.rollouts(self._settings.rollouts, self._settings.policy_settings.seed)[0]
+        return preflight(world, first, policy)
 
     def _policy_for(self, planned: Planned, world: World) -> Policy:
         eval = planned.eval
@@ -107,7 +119,7 @@ class Runner:
     def process_record(self) -> dict[str, Any]:
         """What a rollout's record says of the process that ran it."""
         return {
-            keys.WORKER: os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            keys.WORKER: self._worker,
             keys.PEAK_RSS_MB: round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             keys.ENVS_BUILT: self.envs.built,
         }
@@ -118,7 +130,8 @@ class Runner:
 
 @pytest.fixture(scope="session")
 def policybench_runner(pytestconfig: pytest.Config) -> Iterator[Runner]:
-    runner = Runner(settings_of(pytestconfig))
+    worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
+    runner = Runner(settings_of(pytestconfig), store_of(pytestconfig), worker)
     yield runner
     runner.close()
 

@@ -179,19 +179,43 @@ def _below(row: Row, what: str, floor: float, source: str) -> list[Breach]:
     return [Breach(what, tally.rate, interval, f"floor {floor:.1%} ({source})")]
 
 
-def regression_breaches(comparison: Comparison) -> list[Breach]:
-    breaches = []
+@dataclass(frozen=True)
+class ProtocolBreach:
+    """The baseline ran another protocol: its regressions cannot be judged."""
+
+    difference: str
+
+    def line(self) -> str:
+        return (
+            f"FAIL protocol differs from the baseline's: {self.difference}; rerun the baseline "
+            "with this run's settings (or compare with `policybench report compare "
+            "--allow-protocol-change`)"
+        )
+
+
+def regression_breaches(comparison: Comparison) -> list[Breach | ProtocolBreach]:
+    breaches: list[Breach | ProtocolBreach] = [
+        ProtocolBreach(line) for line in comparison.protocol_lines()
+    ]
     for row in comparison.regressions:
         assert row.after.rate is not None and row.before.rate is not None
         interval = row.after.interval()
         assert interval is not None
+        low, high = row.interval
+        evidence = (
+            f"{row.pairs.lost} of {row.pairs.count} paired scenes lost, {row.pairs.gained} "
+            "gained, exact McNemar"
+            if row.pairs is not None
+            else "unpaired, Fisher exact"
+        )
         breaches.append(
             Breach(
                 f"regression {row.eval}/{row.task}",
                 row.after.rate,
                 interval,
-                f"baseline {row.before.rate:.1%} (adjusted p = {row.adjusted_p:.3g} "
-                f"< {comparison.alpha:g})",
+                f"baseline {row.before.rate:.1%} (change {row.difference:+.1%}, "
+                f"{comparison.confidence:.0%} CI [{low:+.1%}, {high:+.1%}]; {evidence} adjusted "
+                f"p = {row.adjusted_p:.3g} < {comparison.alpha:g})",
             )
         )
     return breaches

@@ -9,11 +9,13 @@ from pathlib import Path
 
 from policybench.report.compare import ALPHA, compare_runs
 from policybench.report.html import Findings, write_html
+from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Registers `report`."""
     parser = subparsers.add_parser("report", help="rebuild a run's report, or compare two runs")
     commands = parser.add_subparsers(dest="report_command", required=True)
 
@@ -23,12 +25,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     html.set_defaults(func=run_html)
 
     compare = commands.add_parser(
-        "compare", help="per task: both success rates, the change and a Fisher exact p-value"
+        "compare",
+        help="per task: both success rates, the change with its interval and an exact p-value "
+        "(McNemar on rollouts paired by scene, else Fisher)",
     )
     compare.add_argument("before", help="the baseline run (directory, results.jsonl or run id)")
     compare.add_argument("after", help="the run to judge against it")
     compare.add_argument("--report-dir", type=Path, default=Path("reports"))
     compare.add_argument("--alpha", type=float, default=ALPHA, help=f"default {ALPHA}")
+    compare.add_argument(
+        "--adjust",
+        choices=[method.value for method in Adjustment],
+        default=Adjustment.BH.value,
+        help="adjust p-values across tasks by Benjamini-Hochberg (bh, the default) or Holm",
+    )
+    compare.add_argument(
+        "--allow-protocol-change",
+        action="store_true",
+        help="compare runs whose protocol (Eval settings, timeouts, package versions) differs; "
+        "the differences are listed with the comparison",
+    )
     compare.add_argument(
         "--out", type=Path, default=None, help="where compare.txt/json go (default: AFTER's dir)"
     )
@@ -60,8 +76,20 @@ def run_compare(args: argparse.Namespace) -> int:
     for run_dir, results in zip((before, after), runs, strict=True):
         _warn([f"{run_dir.name}: {problem}" for problem in results.problems])
     comparison = compare_runs(
-        runs[0].records, runs[1].records, (before.name, after.name), args.alpha
+        runs[0].records,
+        runs[1].records,
+        (before.name, after.name),
+        args.alpha,
+        Adjustment(args.adjust),
     )
+    if comparison.protocol and not args.allow_protocol_change:
+        differences = "\n".join(f"  {line}" for line in comparison.protocol_lines())
+        sys.exit(
+            f"policybench report compare: {before.name} and {after.name} ran different "
+            f"protocols, so their success rates measure different things:\n{differences}\n"
+            "Rerun one of them with the other's settings, or pass --allow-protocol-change to "
+            "compare anyway (the differences are then listed with the comparison)."
+        )
     out = args.out or after
     out.mkdir(parents=True, exist_ok=True)
     text, _ = comparison.write(out, f"compare-{before.name}")

@@ -45,6 +45,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
         lstrip_blocks=True,
     )
     env.filters["pct"] = percent
+    env.filters["points"] = points
     rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
     index = run_dir / INDEX
     index.write_text(
@@ -85,6 +86,12 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
 
 def percent(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def points(change: float | None, sign: str) -> str:
+    """A change of success rate in percentage points; None (none within 0..1 detectable) as
+    "none"."""
+    return "none" if change is None else f"{sign}{100 * change:.0f} pts"
 
 
 def rollout_row(index: int, record: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.stats import CONFIDENCE, GroupStats, group
 
 SUMMARY = "summary.json"
@@ -89,6 +90,12 @@ class Row:
     def label(self) -> str:
         return self.eval if self.task is None else f"{self.eval} / {self.task}"
 
+    @property
+    def detectable(self) -> Detectable | None:
+        """The smallest changes a second run of this size would detect (None: no rollouts)."""
+        tally = self.stats.tally
+        return None if tally.rate is None else detectable_change(tally.rollouts, tally.rate)
+
     def as_json(self) -> dict[str, Any]:
         tally, interval = self.stats.tally, self.stats.tally.interval()
         return {
@@ -100,6 +107,7 @@ class Row:
             "errors": tally.errors,
             "success_rate": tally.rate,
             "interval": None if interval is None else list(interval),
+            "detectable_change": _detectable(self.detectable),
             keys.STEPS: _spread(self.stats.steps),
             keys.SIM_S: _spread(self.stats.sim_s),
             "step_wall_ms": _spread(self.stats.step_wall_ms),
@@ -108,6 +116,18 @@ class Row:
             keys.POLICY: dict(self.policy),
             keys.PACKAGES: dict(self.packages),
         }
+
+
+def _detectable(detectable: Detectable | None) -> dict[str, Any] | None:
+    if detectable is None:
+        return None
+    return {
+        "drop": detectable.drop,
+        "rise": detectable.rise,
+        "alpha": detectable.alpha,
+        "power": detectable.power,
+        "method": f"a second run of as many rollouts, unpaired; {UNPAIRED_FORMULA}",
+    }
 
 
 def _spread(spread: Any) -> dict[str, float] | None:

@@ -1,0 +1,166 @@
+"""Preflight: one observation of an Eval, from its first scene, through the policy's codec to its
+model before any rollout runs, and the answer checked against the env's action space (shape,
+dtype, finiteness, bounds, horizon), so that a broken contract fails an Eval in seconds."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from policybench.harness import ActionError, check_action
+from policybench.policy.base import Chunk, EndEpisode, Policy, SessionContext, Step
+from policybench.policy.chunk_player import ChunkPolicy
+from policybench.serve.client import RemoteTimeout, RemoteUnavailable
+from policybench.spec import Rollout
+from policybench.world import World
+
+# Faults of the connection, not of the contract: they say nothing about the Eval and the policy.
+INCONCLUSIVE = (RemoteUnavailable, RemoteTimeout)
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"  # every rollout of the Eval is an error with this preflight's problem
+    INCONCLUSIVE = "inconclusive"  # the server could not be asked; the rollouts find out
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What one call showed: what the model was sent and answered, how long it took, and what
+    is wrong with it (`problem`) or worth knowing (`notes`)."""
+
+    eval: str
+    verdict: Verdict
+    problem: str | None = None
+    sent: dict[str, str] = field(default_factory=dict)  # key -> "shape dtype" as the model got it
+    answered: str | None = None  # the chunk's "shape dtype", as the env plays it
+    horizon: int | None = None
+    action_space: str | None = None
+    latency_ms: float | None = None
+    notes: tuple[str, ...] = ()
+    policy: dict[str, Any] = field(default_factory=dict)  # described after the call
+    actions: list[list[float]] | None = None  # the answered chunk, as the env plays it
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is Verdict.FAILED
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict.value, "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Preflight:
+        return cls(**{**data, "verdict": Verdict(data["verdict"]), "notes": tuple(data["notes"])})
+
+    def line(self) -> str:
+        """One line for a terminal."""
+        if self.verdict is not Verdict.PASSED:
+            return f"preflight {self.eval}: {self.verdict.value}: {self.problem}"
+        notes = "".join(f"; {note}" for note in self.notes)
+        return (
+            f"preflight {self.eval}: passed: answered {self.answered} (horizon {self.horizon}) "
+            f"for action space {self.action_space} in {self.latency_ms:.1f} ms{notes}"
+        )
+
+
+def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
+    """Stages `rollout`'s scene on `world` and asks `policy` once about its first observation."""
+    eval = world.eval
+    try:
+        obs = world.reset(rollout.scene)
+    except Exception as error:
+        world.discard()
+        return _failed(eval.name, f"env reset raised {type(error).__name__}: {error}")
+    space = world.action_space
+    context = SessionContext(
+        rollout.instruction,
+        eval.control_hz,
+        {name: rollout.scene.fields[name] for name in eval.policy_facing},
+    )
+    sent: dict[str, str] = {}
+    started = time.perf_counter()
+    try:
+        if isinstance(policy, ChunkPolicy):
+            encoded = policy.codec.encode(obs, rollout.instruction)
+            sent = {name: _describe(value) for name, value in encoded.items()}
+            chunk = policy.model.open(context)(encoded)
+            if not isinstance(chunk, Chunk):
+                raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
+            actions = policy.codec.actions(chunk.actions)
+        else:
+            answer = policy.new_session(context)(obs, 0)
+            if isinstance(answer, EndEpisode) or not isinstance(answer, Step):
+                raise TypeError(f"a session's first answer must be a Step, got {answer!r}")
+            actions = np.empty((0, *space.shape)) if answer.commands is None else answer.commands
+            actions = np.atleast_2d(actions)
+        latency_ms = (time.perf_counter() - started) * 1e3
+        for action in actions:
+            check_action(action, space.shape, policy.name)
+    except INCONCLUSIVE as error:
+        return Preflight(eval.name, Verdict.INCONCLUSIVE, f"{type(error).__name__}: {error}", sent)
+    except ActionError as error:
+        return _failed(eval.name, str(error), sent, policy)
+    except Exception as error:
+        problem = f"{type(error).__name__}: {error}"
+        return _failed(eval.name, problem, sent, policy, traceback.format_exc())
+    return Preflight(
+        eval.name,
+        Verdict.PASSED,
+        sent=sent,
+        answered=_describe(actions),
+        horizon=len(actions),
+        action_space=f"{space.shape} in [{_bound(space.low)}, {_bound(space.high)}]",
+        latency_ms=round(latency_ms, 3),
+        notes=_out_of_bounds(actions, space.low, space.high),
+        policy=policy.describe(),
+        actions=np.asarray(actions, dtype=float).tolist(),
+    )
+
+
+def _failed(
+    eval: str,
+    problem: str,
+    sent: dict[str, str] | None = None,
+    policy: Policy | None = None,
+    details: str = "",
+) -> Preflight:
+    described = {} if policy is None else _safe_describe(policy)
+    notes = (details.strip().splitlines()[-1],) if details else ()
+    return Preflight(eval, Verdict.FAILED, problem, sent or {}, notes=notes, policy=described)
+
+
+def _safe_describe(policy: Policy) -> dict[str, Any]:
+    try:
+        return policy.describe()
+    except Exception as error:
+        return {"describe raised": f"{type(error).__name__}: {error}"}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{name}: {_describe(v)}" for name, v in value.items())
+        return "{" + inner + "}"
+    array = np.asarray(value)
+    return f"{list(array.shape)} {array.dtype}"
+
+
+def _bound(values: np.ndarray) -> str:
+    flat = np.unique(np.asarray(values, dtype=float))
+    return f"{flat[0]:g}" if len(flat) == 1 else f"{flat.min():g}..{flat.max():g}"
+
+
+def _out_of_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[str, ...]:
+    """A note when answered actions leave the action space (many envs clip; some do not)."""
+    outside = (actions < low) | (actions > high)
+    if not outside.any():
+        return ()
+    dims = sorted({int(d) for d in np.nonzero(outside)[1]})
+    worst = float(np.max(np.maximum(low - actions, actions - high)))
+    return (f"actions leave the action space on dims {dims}, by up to {worst:.3g}",)
