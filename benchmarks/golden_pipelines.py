@@ -19,7 +19,7 @@ from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
 from policybench.policy.latency import InferenceLatency, LatencyMode
 from policybench.record.trace import TraceRecorder, canonical_trace
-from policybench.spec import Eval
+from policybench.spec import Eval, Plan
 from policybench.world import World
 
 PIPELINE_LATENCY_S = 0.03  # 2.4 control periods at 80 Hz: chunks land between ticks
@@ -198,9 +198,19 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
     def libero():
         from policybench.suites.libero import OPENPI, libero
 
-        # Init state 0, openpi's settle steps, 64x64 frames (cheap; same physics), 8 actions.
+        # Rollout 0 as openpi stages it (seed 7, the env's first reset, init state 0), openpi's
+        # settle steps, 64x64 frames (cheap; same physics and staging), 8 actions.
         protocol = dataclasses.replace(OPENPI, name="golden", camera_size=64)
         return libero("libero_spatial", protocol), "task0", FixedActions(_libero_moves()), 0.4
+
+    def libero_staged(suite: str, task: str, rollout: int, lerobot: bool):
+        from policybench.suites.libero import LEROBOT, OPENPI, libero
+
+        # The first observation of a later rollout (one step): the staging alone.
+        protocol = dataclasses.replace(LEROBOT if lerobot else OPENPI, camera_size=64)
+        eval = libero(suite, dataclasses.replace(protocol, name=f"golden-{protocol.name}"))
+        eval = dataclasses.replace(eval, plan=_FromInitState(eval.plan, rollout))
+        return eval, task, FixedActions(_libero_moves(1)), 0.05
 
     return {
         "metaworld-reach-v3": lambda: metaworld("reach-v3"),
@@ -208,7 +218,24 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "pusht": pusht,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
+        "libero-spatial-task4-rollout3": lambda: libero_staged("libero_spatial", "task4", 3, False),
+        "libero-10-task8-lerobot-rollout2": lambda: libero_staged("libero_10", "task8", 2, True),
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class _FromInitState:
+    """A LIBERO plan whose tasks start at init state `first`: a golden pins a later rollout
+    without running the ones before it (their numbering is the full plan's)."""
+
+    plan: Plan
+    first: int
+
+    def __call__(self, eval_name: str, rollouts_per_task: int, base_seed: int):
+        from policybench.suites.libero.staging import INIT_STATE
+
+        planned = self.plan(eval_name, self.first + rollouts_per_task, base_seed)
+        return tuple(r for r in planned if r.scene.fields[INIT_STATE] >= self.first)
 
 
 SIM_GOLDENS = tuple(_sim_goldens())
@@ -216,6 +243,8 @@ SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "m
 SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["libero-spatial-task0"] = "libero"
+SIM_REQUIRES["libero-spatial-task4-rollout3"] = "libero"
+SIM_REQUIRES["libero-10-task8-lerobot-rollout2"] = "libero"
 
 
 def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[str, Any]:

@@ -76,14 +76,42 @@ def test_eval_floor_at_the_rate_passes_and_a_floors_file_overrides_it(pytester):
     )
 
 
-def test_floor_of_an_eval_that_ran_nothing_is_noted_not_silently_passed(pytester):
+def test_a_floor_over_an_eval_that_ran_nothing_fails_the_run(pytester):
     write_bench(pytester)
     pytester.makefile(".json", floors=json.dumps({"mixed": 0.5, "libero": 0.9}))
     result = pytester.runpytest("--rollouts", "1", "--success-floors", "floors.json")
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["note: floor of eval 'libero' (--success-floors) not checked: it ran no rollouts"]
+        [
+            "FAIL eval libero: no rollout finished (none ran), so floor 90.0% (--success-floors) "
+            "cannot hold"
+        ]
     )
+
+
+def test_an_overall_floor_over_a_run_that_finished_nothing_fails(pytester):
+    write_bench(pytester)
+    skipped = pytester.runpytest("--rollouts", "1", "--success-fail-under", "0.5", "-k", "nothing")
+    assert skipped.ret == pytest.ExitCode.TESTS_FAILED  # every item deselected
+    skipped.stdout.fnmatch_lines(
+        ["FAIL overall: no rollout finished (none ran), so floor 50.0% (--success-fail-under)*"]
+    )
+    pytester.makepyfile(
+        test_skipped="""
+import dataclasses
+import policybench
+from envs import point_eval
+
+MISSING = dataclasses.replace(point_eval("needs-sim"), requires=("no_such_simulator",))
+
+@policybench.evaluate(MISSING)
+def test_missing(rollout, harness):
+    harness(rollout)
+"""
+    )
+    every_one_skipped = pytester.runpytest("test_skipped.py", "--success-fail-under", "0.9")
+    assert every_one_skipped.ret == pytest.ExitCode.TESTS_FAILED
+    every_one_skipped.stdout.fnmatch_lines(["FAIL overall: no rollout finished (none ran)*"])
 
 
 def test_breaches_are_shown_in_the_html_report(pytester):

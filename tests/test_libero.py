@@ -63,12 +63,12 @@ def test_instructions_are_libero_benchmark_language_from_the_task_names():
 
 
 def test_rollout_i_of_each_task_starts_from_init_state_i_and_the_scene_records_it():
-    rollouts = LIBERO_SPATIAL.rollouts(3, 7)
+    rollouts = LIBERO_SPATIAL.rollouts(3, 0)
     assert len(rollouts) == 30
     first_task = [r for r in rollouts if r.scene.task == "task0"]
     assert [r.scene.fields for r in first_task] == [{"init_state": i} for i in range(3)]
-    assert [r.scene.seed for r in first_task] == [7, 8, 9]
-    assert first_task[1].id == "task0/seed=8/init_state=1"
+    assert [r.scene.seed for r in first_task] == [7, 7, 7]  # openpi seeds a task's env once
+    assert first_task[1].id == "task0/seed=7/init_state=1"
     assert first_task[0].timeout_s == 220 / 20.0  # openpi's libero_spatial max_steps at 20 Hz
     assert first_task[0].scene.as_record()["init_state"] == 0
 
@@ -160,9 +160,23 @@ def test_same_init_state_gives_an_identical_sim_state_and_another_differs(world)
     assert not np.allclose(first, other)
 
 
+def test_staging_leaves_numpys_global_rng_as_it_found_it(world):
+    np.random.seed(123)
+    before = np.random.get_state()
+    world.reset(Scene("task0", 7, {"init_state": 1}))  # seeds numpy and replays a reset
+    after = np.random.get_state()
+    assert after[2] == before[2]
+    np.testing.assert_array_equal(after[1], before[1])
+
+
 def test_an_init_state_index_out_of_range_names_the_range(world):
     with pytest.raises(ValueError, match=r"0 <= i < 50"):
         world.reset(Scene("task0", 0, {"init_state": 50}))
+
+
+def test_a_reset_without_a_seed_says_to_pass_the_scenes_seed(world):
+    with pytest.raises(ValueError, match=r"needs an int seed .* got None; .*seed=scene.seed"):
+        world.env_for("task0").reset(options={"init_state": 0})
 
 
 def test_agentview_comes_upside_down_and_the_openpi_codec_turns_it_upright(world):

@@ -70,7 +70,7 @@ def test_an_unreachable_server_is_inconclusive_not_a_failure():
     eval = point_eval()
     policy = ChunkPolicy(RemoteModel(Endpoint("ws://127.0.0.1:9", connect_timeout_s=2.0)))
     found = preflight(World(eval), eval.rollouts(1, 0)[0], policy)
-    assert found.verdict is Verdict.INCONCLUSIVE and "RemoteUnavailable" in found.problem
+    assert found.verdict is Verdict.INCONCLUSIVE and "RemoteDown" in found.problem
 
 
 BENCHMARK = """

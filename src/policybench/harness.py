@@ -12,12 +12,18 @@ import time
 import traceback
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from policybench import keys
-from policybench.policy.base import EndEpisode, Observation, Policy, SessionContext
+from policybench.policy.base import (
+    EndEpisode,
+    InfrastructureError,
+    Observation,
+    Policy,
+    SessionContext,
+)
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.spec import Eval, Rollout
 from policybench.world import World
@@ -58,6 +64,15 @@ Observer = Callable[[int, Observation], None]
 """Sees `(time_ns, obs)` at every control step, before the step's action: for recorders."""
 
 
+@runtime_checkable
+class Recorder(Protocol):
+    """An Observer that keeps what it saw, and forgets it when the rollout is run again."""
+
+    def __call__(self, time_ns: int, obs: Observation) -> None: ...
+
+    def restart(self) -> None: ...
+
+
 def run_rollout(
     rollout: Rollout, world: World, policy: Policy, observer: Observer | None = None
 ) -> Episode:
@@ -78,13 +93,15 @@ def run_rollout(
     phase = ENV_RESET  # what is running, to name the culprit if it raises
     session = None
 
-    def finish(kind: OutcomeKind, reason: str, details: str = "") -> Episode:
+    def finish(
+        kind: OutcomeKind, reason: str, details: str = "", transient: bool = False
+    ) -> Episode:
         # Described again at the end: a served policy knows its model once connected.
         statics[keys.POLICY] = policy.describe()
         return Episode(
             statics=statics,
             trace=tuple(trace),
-            outcome=Outcome(kind, reason, details),
+            outcome=Outcome(kind, reason, details, transient),
             sim_s=len(trace) * period_ns / 1e9,
             wall_s=time.perf_counter() - started,
             success_step=success_step,
@@ -141,6 +158,7 @@ def run_rollout(
             OutcomeKind.ERROR,
             f"{phase} raised {type(error).__name__}: {error}",
             traceback.format_exc(),
+            transient=isinstance(error, InfrastructureError),
         )
     if success_step is not None:
         return finish(OutcomeKind.SOLVED, f"success at step {success_step}")

@@ -47,6 +47,9 @@ NODEID = "nodeid"
 # Where and how a rollout ran: the process (xdist worker id, or "main"), that process's peak
 # resident memory so far, and how many envs it had built so far (the env cache's work).
 WORKER = "worker"
+# The earlier attempts of a rollout that was run again after an infrastructure error (a server
+# gone, a worker crashed): why each ended. The record itself is the last attempt.
+RETRIED = "retried"
 PEAK_RSS_MB = "peak_rss_mb"
 ENVS_BUILT = "envs_built"
 # Where a rollout's video lies, relative to its run directory, or why it has none.

@@ -13,14 +13,17 @@ from typing import Any
 import numpy as np
 
 from policybench.harness import ActionError, check_action
-from policybench.policy.base import Chunk, EndEpisode, Policy, SessionContext, Step
+from policybench.policy.base import (
+    Chunk,
+    EndEpisode,
+    InfrastructureError,
+    Policy,
+    SessionContext,
+    Step,
+)
 from policybench.policy.chunk_player import ChunkPolicy
-from policybench.serve.client import RemoteTimeout, RemoteUnavailable
 from policybench.spec import Rollout
 from policybench.world import World
-
-# Faults of the connection, not of the contract: they say nothing about the Eval and the policy.
-INCONCLUSIVE = (RemoteUnavailable, RemoteTimeout)
 
 
 class Verdict(StrEnum):
@@ -101,7 +104,7 @@ def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
         latency_ms = (time.perf_counter() - started) * 1e3
         for action in actions:
             check_action(action, space.shape, policy.name)
-    except INCONCLUSIVE as error:
+    except InfrastructureError as error:  # says nothing of the contract: the rollouts find out
         return Preflight(eval.name, Verdict.INCONCLUSIVE, f"{type(error).__name__}: {error}", sent)
     except ActionError as error:
         return _failed(eval.name, str(error), sent, policy)

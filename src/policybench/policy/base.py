@@ -13,6 +13,11 @@ Observation = Mapping[str, np.ndarray]
 ContextValue = int | float | str
 
 
+class InfrastructureError(Exception):
+    """A fault of what serves a policy (a server unreachable, gone or too slow to answer), not
+    of the policy or the env: a rollout that ends in one may be run again from its start."""
+
+
 @dataclass(frozen=True)
 class SessionContext:
     """All a policy learns about a rollout besides its observations.

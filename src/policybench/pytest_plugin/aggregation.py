@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from policybench import keys
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.collection import not_installed
-from policybench.pytest_plugin.options import RunSettings, settings_of
+from policybench.pytest_plugin.options import RunSettings, protocol_settings, settings_of
 from policybench.pytest_plugin.outcomes import record_of
+from policybench.pytest_plugin.resume import compact, latest_per_rollout, resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
@@ -48,6 +49,7 @@ class Aggregator:
         self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped
         self.writer = ResultsWriter(self.run_dir)
         self.findings: Findings | None = None
+        self.unreported: tuple[str, ...] = ()  # gate breaches of a run that recorded nothing
         self.report_s = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -57,18 +59,26 @@ class Aggregator:
             self.not_run[missing] += 1
         record = record_of(report)
         if record is not None:
+            if not self.records:  # a run that records something says how it was run, at once
+                self.run_info.write(self.run_dir)
             self.records.append(record)
             self.writer.write(record)
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.writer.close()
-        if not self.records:
-            return
         started = time.perf_counter()
+        resumed = resumed_of(self.config)
+        if resumed is not None:  # the run's records: carried over, then this session's
+            self.records = latest_per_rollout([*resumed.all_records, *self.records])
+            compact(self.writer.path, self.records)
         summary = Summary.of(self.records)
         declared = gates.declared_floors(self.config)
         breaches, notes = gates.floor_breaches(summary, self.gate_settings, declared)
+        if not self.records:  # no report to write; a gate over nothing still fails the run
+            self.unreported = tuple(breach.line() for breach in breaches)
+            self.config.stash[gates.BREACHED] = bool(breaches)
+            return
         comparison = None
         if self.baseline is not None:
             comparison = self._compare(notes)
@@ -89,8 +99,7 @@ class Aggregator:
         write_html(self.run_dir, self.findings)
         _junit_suite_properties(self.config, summary)
         self.report_s = time.perf_counter() - started
-        if breaches and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.config.stash[gates.BREACHED] = bool(breaches)
 
     def _compare(self, notes: list[str]) -> Comparison:
         assert self.baseline is not None
@@ -105,10 +114,15 @@ class Aggregator:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
-        if self.not_run or self.findings is not None:
+        if self.not_run or self.unreported or self.findings is not None:
             terminalreporter.section(f"policybench: policy {self.settings.policy}")
         for (eval, why), count in sorted(self.not_run.items()):
             write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
+        for line in self.unreported:
+            write(line, red=True, bold=True)
+        resumed = resumed_of(self.config)
+        if resumed is not None:
+            write(f"carried over from the interrupted run: {len(resumed.carried)} rollouts")
         if self.findings is None:
             return
         findings = self.findings
@@ -162,15 +176,11 @@ def _baseline_dir(baseline: str | None, report_dir: Path) -> Path | None:
 
 
 def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]:
-    policy = settings.policy_settings
     return {
-        keys.POLICY: settings.policy,
+        **protocol_settings(settings),
         "rollouts_per_task": settings.rollouts,
-        "base_seed": policy.seed,
-        keys.INFERENCE_LATENCY: str(policy.latency),
-        keys.CHUNK_ANCHOR: policy.anchor.value,
-        "replan_every": policy.replan_every,
         "suites": list(settings.suites),
+        "shard": shard_setting(config),
         "record_video": bool(config.getoption("record_video", False)),
         "xdist_workers": config.getoption("numprocesses", None),
     }

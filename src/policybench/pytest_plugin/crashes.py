@@ -1,6 +1,7 @@
-"""A worker that dies mid-rollout (a signal, the kernel's out-of-memory killer) leaves that
-rollout as an `error` record with its cause, in results.jsonl like any error: each rollout's
-setup report tells the controller what it plans, and xdist's crash report becomes its record."""
+"""A worker that dies mid-rollout (a signal, the kernel's out-of-memory killer) has that rollout
+run again on a fresh worker, up to `--retry-errors` times, then leaves it as an `error` record
+with its cause: each rollout's setup report tells the controller what it plans, and xdist's
+crash report becomes its record. A record that follows crashes lists them in `retried`."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ import pytest
 from policybench import keys
 from policybench.harness import planned_statics
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.outcomes import RECORD
+from policybench.pytest_plugin.options import settings_of
+from policybench.pytest_plugin.outcomes import RECORD, record_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind
 
 PLANNED = "policybench_planned"  # the setup report's user property: the rollout's statics
 VMSTAT = Path("/proc/vmstat")  # Linux: `oom_kill N` counts the OOM killer's kills since boot
 EXIT_WAIT_S = 5.0
+RERUN = "rerun"  # the outcome of the report of a crashed attempt that runs again
 
 
 @pytest.hookimpl(wrapper=True)
@@ -38,22 +41,36 @@ def pytest_runtest_makereport(
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):
-        config.pluginmanager.register(CrashWatch(), "policybench-crashes")
+        watch = CrashWatch(settings_of(config).retry_errors)
+        config.pluginmanager.register(watch, "policybench-crashes")
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    if report.outcome == RERUN:
+        return "rerun", "R", "RERUN"
+    return None
 
 
 class CrashWatch:
-    """On the controller: remembers each started rollout's statics, and turns xdist's report of
-    a crashed worker into that rollout's error record."""
+    """On the controller: remembers each started rollout's statics, has a crashed rollout run
+    again, and turns the last crash into that rollout's error record."""
 
-    def __init__(self) -> None:
+    def __init__(self, retries: int) -> None:
+        self.retries = retries
         self.planned: dict[str, dict[str, Any]] = {}
+        self.crashes: dict[str, list[str]] = {}  # nodeid -> why each crashed attempt ended
         self.oom_kills_at_start = oom_kills()
 
+    @pytest.hookimpl(tryfirst=True)  # before the aggregator writes the record
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "setup":
             for name, value in report.user_properties:
                 if name == PLANNED:
                     self.planned[report.nodeid] = value
+        crashed = self.crashes.get(report.nodeid)
+        record = record_of(report)
+        if crashed and record is not None and report.when == "call":
+            record[keys.RETRIED] = [*crashed, *record.get(keys.RETRIED, [])]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
@@ -61,6 +78,12 @@ class CrashWatch:
         worker_id = getattr(getattr(worker, "gateway", None), "id", "?")
         reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
         report.longrepr = reason
+        crashed = self.crashes.setdefault(crashitem, [])
+        if len(crashed) < self.retries:
+            crashed.append(reason)
+            sched.mark_test_pending(crashitem)
+            report.outcome = RERUN
+            return
         statics = self.planned.get(crashitem)
         if statics is None:  # it crashed before its setup was reported: nothing is known of it
             return
@@ -73,6 +96,8 @@ class CrashWatch:
             success_step=None,
         )
         record = {**episode.record(), keys.NODEID: crashitem, keys.WORKER: worker_id}
+        if crashed:
+            record[keys.RETRIED] = list(crashed)
         report.user_properties.append((RECORD, record))
 
     def cause(self, worker: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.harness import Observer, error_episode, run_rollout
+from policybench.harness import Observer, Recorder, error_episode, run_rollout
 from policybench.policy.base import Observation, Policy
 from policybench.preflight import Preflight, preflight
 from policybench.pytest_plugin.collection import Planned, planned_of
@@ -40,17 +40,20 @@ def add_to_record(item: pytest.Item, fields: dict[str, Any]) -> None:
     item.stash.setdefault(RECORD_FIELDS, {}).update(fields)
 
 
-def _fan_out(observers: list[Observer]) -> Observer | None:
-    if not observers:
-        return None
-    if len(observers) == 1:
-        return observers[0]
+class FanOut:
+    """Every recorder of an item, seen as one (a Recorder: it restarts them all)."""
 
-    def observe(time_ns: int, obs: Observation) -> None:
-        for observer in observers:
+    def __init__(self, observers: list[Observer]) -> None:
+        self._observers = observers
+
+    def __call__(self, time_ns: int, obs: Observation) -> None:
+        for observer in self._observers:
             observer(time_ns, obs)
 
-    return observe
+    def restart(self) -> None:
+        for observer in self._observers:
+            if isinstance(observer, Recorder):
+                observer.restart()
 
 
 class RolloutError(Exception):
@@ -73,7 +76,19 @@ class Runner:
         self._worlds: dict[str, World] = {}
         self._policies: dict[str, Policy] = {}
 
-    def run(self, planned: Planned, observer: Observer | None = None) -> Episode:
+    def run(self, planned: Planned, observer: FanOut | None = None) -> tuple[Episode, list[str]]:
+        """The rollout's Episode, run again from its start after an infrastructure error up to
+        `--retry-errors` times, and why each earlier attempt ended."""
+        retried: list[str] = []
+        while True:
+            episode = self._run_once(planned, observer)
+            if not episode.outcome.transient or len(retried) >= self._settings.retry_errors:
+                return episode, retried
+            retried.append(episode.outcome.reason)
+            if observer is not None:
+                observer.restart()
+
+    def _run_once(self, planned: Planned, observer: Observer | None) -> Episode:
         eval, rollout = planned.eval, planned.rollout
         world = self._worlds.get(eval.name)
         if world is None:
@@ -150,10 +165,12 @@ def harness(
                 "with; pass the `rollout` argument of a test declared with "
                 "@policybench.evaluate(*evals)"
             )
-        observer = _fan_out(request.node.stash.get(OBSERVERS, []))
-        episode = policybench_runner.run(planned, observer)
+        observers = request.node.stash.get(OBSERVERS, [])
+        episode, retried = policybench_runner.run(planned, FanOut(observers) if observers else None)
         request.node.stash[EPISODE] = episode
         add_to_record(request.node, policybench_runner.process_record())
+        if retried:
+            add_to_record(request.node, {keys.RETRIED: retried})
         if episode.outcome.is_error:
             raise RolloutError(episode.outcome)
         return episode

@@ -118,10 +118,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             floors[planned.eval.name] = planned.eval.success_floor
 
 
+BREACHED = pytest.StashKey[bool]()  # set by the controller when a gate failed
+
+
+@pytest.hookimpl(trylast=True)  # after plugins that fold their own status into the exit code
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     if is_worker(config):
         config.workeroutput[WORKER_OUTPUT] = config.stash.get(DECLARED_FLOORS, {})
+    elif config.stash.get(BREACHED, False) and session.exitstatus in (
+        pytest.ExitCode.OK,
+        pytest.ExitCode.NO_TESTS_COLLECTED,
+    ):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -155,7 +164,7 @@ def floor_breaches(
     summary: Summary, settings: GateSettings, declared: Mapping[str, float]
 ) -> tuple[list[Breach], list[str]]:
     """Breaches of the overall and per-Eval floors, and notes on floors that were not checked."""
-    breaches: list[Breach] = []
+    breaches: list[Breach | NothingFinished] = []
     notes: list[str] = []
     if settings.overall_floor is not None:
         breaches += _below(
@@ -165,18 +174,34 @@ def floor_breaches(
     floors.update({name: (rate, "--success-floors") for name, rate in settings.eval_floors.items()})
     rows = {row.eval: row for row in summary.evals}
     for name, (rate, source) in sorted(floors.items()):
-        if name in rows:
-            breaches += _below(rows[name], f"eval {name}", rate, source)
-        else:
-            notes.append(f"floor of eval {name!r} ({source}) not checked: it ran no rollouts")
+        breaches += _below(rows.get(name), f"eval {name}", rate, source)
     return breaches, notes
 
 
-def _below(row: Row, what: str, floor: float, source: str) -> list[Breach]:
-    tally, interval = row.stats.tally, row.stats.tally.interval()
+def _below(row: Row | None, what: str, floor: float, source: str) -> list[Breach | NothingFinished]:
+    """A breach when `row` is below `floor`, or when none of its rollouts finished (a gate over
+    nothing fails: all skipped, deselected or errored)."""
+    gate = f"floor {floor:.1%} ({source})"
+    tally = None if row is None else row.stats.tally
+    if tally is None or tally.solved + tally.unsolved == 0:
+        why = "none ran" if tally is None or not tally.rollouts else f"all {tally.errors} errored"
+        return [NothingFinished(what, gate, why)]
+    interval = tally.interval()
     if tally.rate is None or interval is None or tally.rate >= floor:
         return []
-    return [Breach(what, tally.rate, interval, f"floor {floor:.1%} ({source})")]
+    return [Breach(what, tally.rate, interval, gate)]
+
+
+@dataclass(frozen=True)
+class NothingFinished:
+    """A gate that covers rollouts of which none finished: it cannot hold, so it fails."""
+
+    what: str
+    gate: str
+    why: str  # "none ran", "all 3 errored", ...
+
+    def line(self) -> str:
+        return f"FAIL {self.what}: no rollout finished ({self.why}), so {self.gate} cannot hold"
 
 
 @dataclass(frozen=True)
@@ -193,10 +218,15 @@ class ProtocolBreach:
         )
 
 
-def regression_breaches(comparison: Comparison) -> list[Breach | ProtocolBreach]:
-    breaches: list[Breach | ProtocolBreach] = [
+def regression_breaches(
+    comparison: Comparison,
+) -> list[Breach | ProtocolBreach | NothingFinished]:
+    breaches: list[Breach | ProtocolBreach | NothingFinished] = [
         ProtocolBreach(line) for line in comparison.protocol_lines()
     ]
+    if not comparison.tasks:
+        why = f"baseline {comparison.before} shares no task with this run"
+        breaches.append(NothingFinished("regression", "--fail-on-regression", why))
     for row in comparison.regressions:
         assert row.after.rate is not None and row.before.rate is not None
         interval = row.after.interval()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from policybench import keys
 from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
@@ -16,6 +18,7 @@ from policybench.serve.client import Endpoint
 
 SETTINGS = pytest.StashKey["RunSettings"]()
 DEFAULT_MAX_ENVS = 2
+DEFAULT_RETRIES = 2
 # What the controller hands workers: the policy name as it resolved it, the shared server.
 POLICY, SHARED_URL, SHARED_KEY = "policy", "shared_server_url", "shared_server_api_key"
 
@@ -60,6 +63,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only run Evals whose name contains this text (repeatable)",
     )
     group.addoption(
+        "--retry-errors",
+        type=int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help="run a rollout again from its start, up to N times, when it ends in an "
+        "infrastructure error: a policy server gone or too slow, a worker that crashed "
+        f"(default {DEFAULT_RETRIES})",
+    )
+    group.addoption(
         "--max-envs-per-worker",
         type=int,
         default=DEFAULT_MAX_ENVS,
@@ -82,6 +94,20 @@ class RunSettings:
     report_dir: Path
     policy_settings: PolicySettings
     max_envs: int = DEFAULT_MAX_ENVS
+    retry_errors: int = DEFAULT_RETRIES
+
+
+def protocol_settings(settings: RunSettings) -> dict[str, Any]:
+    """The run settings that change what a rollout measures: two runs that differ here are not
+    the same protocol (a resumed run must agree with the run it continues)."""
+    policy = settings.policy_settings
+    return {
+        keys.POLICY: settings.policy,
+        "base_seed": policy.seed,
+        keys.INFERENCE_LATENCY: str(policy.latency),
+        keys.CHUNK_ANCHOR: policy.anchor.value,
+        "replan_every": policy.replan_every,
+    }
 
 
 def settings_of(config: pytest.Config) -> RunSettings:
@@ -106,6 +132,9 @@ def read_settings(config: pytest.Config) -> RunSettings:
     rollouts = config.getoption("rollouts")
     if rollouts < 0:
         raise pytest.UsageError(f"--rollouts must be >= 0, got {rollouts}")
+    retry_errors = config.getoption("retry_errors")
+    if retry_errors < 0:
+        raise pytest.UsageError(f"--retry-errors must be >= 0, got {retry_errors}")
     max_envs = config.getoption("max_envs_per_worker")
     if max_envs < 1:
         raise pytest.UsageError(f"--max-envs-per-worker must be >= 1, got {max_envs}")
@@ -126,6 +155,7 @@ def read_settings(config: pytest.Config) -> RunSettings:
             device=config.getoption("policy_device"),
         ),
         max_envs=max_envs,
+        retry_errors=retry_errors,
     )
 
 
@@ -141,16 +171,19 @@ def resolved_policy(config: pytest.Config) -> str:
 
 def endpoint_of(config: pytest.Config, policy: str) -> Endpoint | None:
     """Where this process's policy is served; None: it runs in this process."""
-    timeout = config.getoption("infer_timeout")
+    timeout, wait = config.getoption("infer_timeout"), config.getoption("server_wait")
     if not timeout > 0:
         raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
+    if not wait >= 0:
+        raise pytest.UsageError(f"--server-wait must be >= 0 seconds, got {wait}")
     try:
         if policy == OPENPI:
             url, key = config.getoption("policy_url"), config.getoption("policy_api_key")
-            return Endpoint(url, key or None, timeout)
+            return Endpoint(url, key or None, timeout, server_wait_s=wait)
         shared = from_controller(config, SHARED_URL)
         if shared is not None:
-            return Endpoint(shared, from_controller(config, SHARED_KEY), timeout)
+            key = from_controller(config, SHARED_KEY)
+            return Endpoint(shared, key, timeout, server_wait_s=wait)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     return None

@@ -45,6 +45,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds to wait for a served policy's answer before the rollout errors (default 300)",
     )
     group.addoption(
+        "--server-wait",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds to wait, with backoff, for an unreachable policy server to come back "
+        "before a rollout errors (default 120; the wait is logged once per outage)",
+    )
+    group.addoption(
         "--policy-sharing",
         choices=(AUTO, SHARED, PER_WORKER),
         default=AUTO,

@@ -49,6 +49,10 @@ class FrameRecorder:
     def __call__(self, time_ns: int, obs: Observation) -> None:
         self.frames.append(lerobot_observation(obs, self.codec))
 
+    def restart(self) -> None:
+        """Forgets what it kept: the rollout runs again from its start."""
+        self.frames.clear()
+
 
 def lerobot_observation(obs: Observation, codec: Codec | None) -> dict[str, np.ndarray]:
     if codec is not None:

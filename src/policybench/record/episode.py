@@ -23,6 +23,9 @@ class Outcome:
     kind: OutcomeKind
     reason: str
     details: str = ""  # the traceback behind an error, for the test report
+    # An error of what serves the policy (server gone, too slow), not of the policy or the env:
+    # running the rollout again may give it an outcome.
+    transient: bool = False
 
     @property
     def is_error(self) -> bool:

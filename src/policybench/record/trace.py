@@ -63,6 +63,10 @@ class TraceRecorder:
     def __call__(self, time_ns: int, obs: Observation) -> None:
         self.observations.append({name: canonical_value(obs[name]) for name in sorted(obs)})
 
+    def restart(self) -> None:
+        """Forgets what it kept: the rollout runs again from its start."""
+        self.observations.clear()
+
 
 def canonical_trace(
     episode: Episode,

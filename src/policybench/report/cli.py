@@ -1,14 +1,16 @@
-"""`policybench report`: rebuild a run's summary and HTML from its results.jsonl, or compare two
-runs task by task."""
+"""`policybench report`: rebuild a run's summary and HTML from its results.jsonl, compare two
+runs task by task, or merge shards and resumed parts into one run."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from policybench.report.compare import ALPHA, compare_runs
 from policybench.report.html import Findings, write_html
+from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
@@ -55,6 +57,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     compare.set_defaults(func=run_compare)
 
+    merge = commands.add_parser(
+        "merge",
+        help="one run (results, summary, run.json listing its parts, HTML) from shards or "
+        "resumed parts of a run",
+    )
+    merge.add_argument("runs", nargs="+", metavar="RUN", help="the parts (directories or run ids)")
+    merge.add_argument(
+        "--out", type=Path, required=True, help="the merged run's directory (new, or a merge's)"
+    )
+    merge.add_argument("--report-dir", type=Path, default=Path("reports"))
+    merge.add_argument(
+        "--allow-protocol-mismatch",
+        action="store_true",
+        help="merge parts whose protocol (Eval settings, policy, timeouts, versions) differs; "
+        "the report lists the differences",
+    )
+    merge.set_defaults(func=run_merge)
+
 
 def run_html(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run, args.report_dir)
@@ -96,6 +116,37 @@ def run_compare(args: argparse.Namespace) -> int:
     print("\n".join(comparison.lines()))
     print(f"written: {text} (and .json)")
     return 1 if args.fail_on_regression and comparison.regressions else 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    run_dirs = [_run_dir(run, args.report_dir) for run in args.runs]
+    flags = ["--allow-protocol-mismatch"] if args.allow_protocol_mismatch else []
+    command = ["policybench", "report", "merge", *args.runs, "--out", str(args.out), *flags]
+    try:
+        done = merge_runs(run_dirs, args.out, args.allow_protocol_mismatch, shlex.join(command))
+    except MergeRefused as error:
+        sys.exit(f"policybench report merge: {error}")
+    for part in done.parts:
+        _warn([f"{part.name}: {problem}" for problem in part.problems])
+    merged = done.merged
+    print(f"merged {len(done.parts)} parts: {len(merged.records)} rollouts")
+    for row in [*done.summary.evals, done.summary.overall]:
+        tally = row.stats.tally
+        rate = "-" if tally.rate is None else f"{tally.rate:.1%}"
+        print(
+            f"  {row.eval}: {tally.solved}/{tally.rollouts} solved ({rate}), {tally.errors} errors"
+        )
+    for line in [*(f"protocol mismatch allowed: {m}" for m in done.mismatches), *merged.notes()]:
+        print(f"note: {line}")
+    print(f"report: {done.index}")
+    if merged.conflicts or merged.missing:
+        print(
+            "the merged run is incomplete or inconsistent (see the notes above); rerun what is "
+            "missing and merge again",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 def _run_dir(run: str, report_dir: Path) -> Path:

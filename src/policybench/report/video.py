@@ -78,6 +78,11 @@ class VideoRecorder:
         stream.options = {"crf": "23", "preset": "veryfast"}
         self._stream = stream
 
+    def restart(self) -> None:
+        """Forgets what it filmed: the rollout runs again from its start."""
+        self._abandon()
+        self.frames, self.missing = 0, None
+
     def close(self) -> Video:
         if self._container is not None:
             self._container.mux(self._stream.encode(None))

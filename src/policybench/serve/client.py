@@ -10,7 +10,10 @@ rollout connects afresh.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +21,13 @@ import websockets
 from websockets.sync.client import ClientConnection, connect
 
 from policybench import keys
-from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.base import (
+    Chunk,
+    ChunkSource,
+    InfrastructureError,
+    Observation,
+    SessionContext,
+)
 from policybench.policy.codec import NATIVE
 from policybench.serve.server import (
     CODEC_HEADER,
@@ -35,6 +44,8 @@ _DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 el
 DEFAULT_URL = "ws://localhost:8000"
 CLOSE_TIMEOUT_S = 2.0  # the longest a closing handshake may take
 HOW_TO_SERVE = "start one with `policybench serve --policy=NAME --port PORT`"
+MAX_BACKOFF_S = 2.0  # the longest pause between two tries to reach a server
+LOG = logging.getLogger("policybench.serve")
 
 
 class RemotePolicyError(RuntimeError):
@@ -42,11 +53,21 @@ class RemotePolicyError(RuntimeError):
 
 
 class RemoteUnavailable(ConnectionError):
-    """The server could not be reached, refused the connection, or dropped it."""
+    """The server could not be used: it could not be reached, refused the connection, or
+    dropped it."""
 
 
-class RemoteTimeout(TimeoutError):
+class RemoteDown(RemoteUnavailable, InfrastructureError):
+    """Nothing answered at the URL, or the server went away mid-rollout: a rollout may be run
+    again once it is back."""
+
+
+class RemoteTimeout(InfrastructureError, TimeoutError):
     """The server did not answer within the receive timeout."""
+
+
+class _Unreachable(Exception):
+    """Nothing answered at the URL (yet): a server that is down, starting or restarting."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,7 @@ class Endpoint:
     api_key: str | None = None
     infer_timeout_s: float = 300.0
     connect_timeout_s: float = 10.0
+    server_wait_s: float = 0.0  # how long to wait for an unreachable server to come (back)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
     def __post_init__(self) -> None:
@@ -64,6 +86,8 @@ class Endpoint:
             raise ValueError(f"a policy URL must start with ws:// or wss://, got {self.url!r}")
         if not self.infer_timeout_s > 0:
             raise ValueError(f"the inference timeout must be > 0 s, got {self.infer_timeout_s}")
+        if not self.server_wait_s >= 0:
+            raise ValueError(f"the server wait must be >= 0 s, got {self.server_wait_s}")
 
 
 class RemoteModel:
@@ -106,7 +130,7 @@ class RemoteModel:
                     "and the next rollout reconnects"
                 ) from None
             except websockets.ConnectionClosed as closed:
-                raise RemoteUnavailable(
+                raise RemoteDown(
                     f"policy server {endpoint.url} dropped the connection mid-rollout ({closed}); "
                     "the next rollout reconnects"
                 ) from None
@@ -124,8 +148,25 @@ class RemoteModel:
         headers[CONTEXT_HEADER] = context_to_json(context)
         if endpoint.api_key:
             headers["Authorization"] = f"Api-Key {endpoint.api_key}"
+        connection = _OUTAGES.wait_for(endpoint, lambda: self._open(headers))
         try:
-            connection = connect(
+            first = connection.recv(timeout=endpoint.infer_timeout_s)
+        except (TimeoutError, websockets.ConnectionClosed) as error:
+            connection.close()
+            raise RemoteDown(
+                f"policy server {endpoint.url} sent no metadata frame after connecting "
+                f"({type(error).__name__}: {error}); is it an openpi-protocol server?"
+            ) from None
+        if isinstance(first, str):
+            connection.close()
+            raise RemotePolicyError(_server_error(endpoint.url, first))
+        self.metadata = unpackb(first, endpoint.max_frame_bytes)
+        return connection
+
+    def _open(self, headers: dict[str, str]) -> ClientConnection:
+        endpoint = self.endpoint
+        try:
+            return connect(
                 endpoint.url,
                 additional_headers=headers,
                 compression=None,
@@ -142,26 +183,13 @@ class RemoteModel:
                 f"policy server {endpoint.url} refused the connection (HTTP {status}: "
                 f"{refused.response.body.decode(errors='replace').strip()}); {hint}"
             ) from None
-        except (OSError, TimeoutError, websockets.InvalidHandshake) as error:
-            raise RemoteUnavailable(
-                f"cannot reach a policy server at {endpoint.url} ({type(error).__name__}: "
-                f"{error}); {HOW_TO_SERVE}, or point --policy-url at a running one"
-            ) from None
-        try:
-            # A policybench server builds the Eval's model (loads weights) before it answers the
-            # first connection that names the Eval: as long as an inference may take.
-            first = connection.recv(timeout=endpoint.infer_timeout_s)
-        except (TimeoutError, websockets.ConnectionClosed) as error:
-            connection.close()
-            raise RemoteUnavailable(
-                f"policy server {endpoint.url} sent no metadata frame after connecting "
-                f"({type(error).__name__}: {error}); is it an openpi-protocol server?"
-            ) from None
-        if isinstance(first, str):
-            connection.close()
-            raise RemotePolicyError(_server_error(endpoint.url, first))
-        self.metadata = unpackb(first, endpoint.max_frame_bytes)
-        return connection
+        except (
+            OSError,
+            TimeoutError,
+            websockets.InvalidHandshake,
+            websockets.ConnectionClosed,  # a server going away mid-handshake
+        ) as error:
+            raise _Unreachable(f"{type(error).__name__}: {error}") from None
 
     def close(self) -> None:
         if self._connection is not None:
@@ -178,6 +206,52 @@ class RemoteModel:
             **where,
             **({SERVED_MODEL: served} if isinstance(served, dict) else {}),
         }
+
+
+class Outages:
+    """Waits for unreachable servers, with backoff, up to the endpoint's `server_wait_s`; says
+    so once per outage (not once per rollout) and when the server is back."""
+
+    def __init__(self) -> None:
+        self._down_since: dict[str, float] = {}
+
+    def wait_for(
+        self, endpoint: Endpoint, connect_once: Callable[[], ClientConnection]
+    ) -> ClientConnection:
+        url, started, delay = endpoint.url, time.monotonic(), 0.1
+        while True:
+            try:
+                connection = connect_once()
+            except _Unreachable as error:
+                waited = time.monotonic() - started
+                if waited >= endpoint.server_wait_s:
+                    raise RemoteDown(
+                        f"cannot reach a policy server at {url} ({error}; waited "
+                        f"{waited:.0f} s of --server-wait {endpoint.server_wait_s:g}); "
+                        f"{HOW_TO_SERVE}, or point --policy-url at a running one"
+                    ) from None
+                if url not in self._down_since:
+                    self._down_since[url] = time.monotonic()
+                    LOG.warning(
+                        "policy server %s unreachable (%s); waiting up to %g s for it",
+                        url,
+                        error,
+                        endpoint.server_wait_s,
+                    )
+                time.sleep(min(delay, endpoint.server_wait_s - waited))
+                delay = min(delay * 2, MAX_BACKOFF_S)
+                continue
+            down_since = self._down_since.pop(url, None)
+            if down_since is not None:
+                LOG.warning(
+                    "policy server %s reachable again after %.1f s",
+                    url,
+                    time.monotonic() - down_since,
+                )
+            return connection
+
+
+_OUTAGES = Outages()  # one per process: an outage is logged once, whichever rollout meets it
 
 
 def _drop(connection: ClientConnection) -> None:

@@ -1,5 +1,5 @@
-"""LIBERO (robosuite + hf-libero): the spatial, object, goal, 10 and 90 suites, each rollout on one
-of a task's fixed init states, with openpi's LIBERO protocol constants and wire convention."""
+"""LIBERO (robosuite + hf-libero): the spatial, object, goal, 10 and 90 suites, each rollout staged
+as openpi's LIBERO example (or lerobot-eval) stages its episode, with their protocol constants."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from policybench.policy.codec import (
     rotate_180,
     take_first,
 )
-from policybench.spec import Eval, Rollout, Scene, numbered
-from policybench.suites.libero.env import HOW_TO_INSTALL, INIT_STATE
+from policybench.spec import Eval, Rollout, numbered
+from policybench.suites.libero.env import HOW_TO_INSTALL
+from policybench.suites.libero.staging import LEROBOT_STAGING, OPENPI_STAGING, Staging
 from policybench.suites.libero.tasks import TASKS
 
 INIT_STATES_PER_TASK = 50  # every LIBERO task ships 50 fixed init states
@@ -38,7 +39,8 @@ class LiberoProtocol:
     Defaults are openpi's LIBERO example (examples/libero/main.py): 20 Hz control, 10 settle
     steps of zero motion with the gripper open before the policy's first observation, 256x256
     renders sent rotated by 180 degrees and resized with padding to 224x224, the 8-d state, and
-    the first 5 actions of each chunk played before the model is asked again.
+    the first 5 actions of each chunk played before the model is asked again; each rollout's
+    scene staged as openpi stages its episodes (`staging`).
     """
 
     name: str = "openpi"
@@ -58,6 +60,7 @@ class LiberoProtocol:
     model_image_size: int = 224
     rotate_180: bool = True
     action_horizon: int = 5  # openpi's replan_steps: actions played of each chunk
+    staging: Staging = OPENPI_STAGING
 
     def settings(self, suite: str) -> dict[str, Any]:
         """What an Episode records as the Eval's settings."""
@@ -81,16 +84,20 @@ class LiberoProtocol:
                 else f"resized with padding to {self.model_image_size}x{self.model_image_size}"
             ),
             "action_horizon": self.action_horizon,
-            "init_states": "rollout i of a task starts from the task's init state i",
+            **self.staging.settings(),
             "success_check": "LIBERO's goal predicates (the env's done)",
         }
 
 
 OPENPI = LiberoProtocol()
 LEROBOT = dataclasses.replace(
-    OPENPI, name="lerobot", max_steps={**OPENPI.max_steps, "libero_spatial": 280}
+    OPENPI,
+    name="lerobot",
+    max_steps={**OPENPI.max_steps, "libero_spatial": 280},
+    staging=LEROBOT_STAGING,
 )
-"""openpi's values with LeRobot's 280-step limit on libero_spatial."""
+"""openpi's values with LeRobot's 280-step limit on libero_spatial, staged as lerobot-eval stages
+its episodes (LeRobot's LiberoEnv also renders 256x256 and settles 10 steps)."""
 
 
 def task_id(index: int) -> str:
@@ -108,10 +115,11 @@ def language_of(task: str) -> str:
 @dataclass(frozen=True)
 class InitStatePerTask:
     """`rollouts_per_task` rollouts of every task; rollout i starts from the task's init state i
-    and is seeded `base_seed + i`. The scene records the init state (`init_state=i`)."""
+    (`init_state=i` in its scene) and is seeded as `staging` says."""
 
     instructions: Mapping[str, str]
     timeout_s: float
+    staging: Staging = OPENPI_STAGING
     init_states: int = INIT_STATES_PER_TASK
 
     def __call__(
@@ -123,7 +131,7 @@ class InitStatePerTask:
                 f"{self.init_states} rollouts per task; got --rollouts {rollouts_per_task}"
             )
         planned = [
-            (instruction, Scene(task=task, seed=base_seed + i, fields={INIT_STATE: i}))
+            (instruction, self.staging.scene(task, i, base_seed))
             for task, instruction in self.instructions.items()
             for i in range(rollouts_per_task)
         ]
@@ -175,13 +183,16 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
             camera_size=protocol.camera_size,
             settle_steps=protocol.settle_steps,
             settle_action=protocol.settle_action,
+            staging=protocol.staging,
         )
 
     suffix = "" if protocol.name == OPENPI.name else f"-{protocol.name}"
     return Eval(
         name=f"{suite}{suffix}",
         make_env=make_env,
-        plan=InitStatePerTask(instructions, protocol.max_steps[suite] / protocol.control_hz),
+        plan=InitStatePerTask(
+            instructions, protocol.max_steps[suite] / protocol.control_hz, protocol.staging
+        ),
         control_hz=protocol.control_hz,
         hold=hold,
         hold_name="zero motion, keep gripper",
@@ -199,3 +210,8 @@ LIBERO_OBJECT = libero("libero_object")
 LIBERO_GOAL = libero("libero_goal")
 LIBERO_10 = libero("libero_10")
 LIBERO_90 = libero("libero_90")
+LIBERO_SPATIAL_LEROBOT = libero("libero_spatial", LEROBOT)
+LIBERO_OBJECT_LEROBOT = libero("libero_object", LEROBOT)
+LIBERO_GOAL_LEROBOT = libero("libero_goal", LEROBOT)
+LIBERO_10_LEROBOT = libero("libero_10", LEROBOT)
+LIBERO_90_LEROBOT = libero("libero_90", LEROBOT)

@@ -1,5 +1,5 @@
 """LIBERO's env as a gymnasium env: finds the asset tree offline, writes LIBERO's config without
-prompting, reads the fixed init states without torch, and stages init state i on reset."""
+prompting, reads the fixed init states without torch, and stages a scene by a staging rule."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
+from policybench.suites.libero.replay import fresh_poses, replay_resets
+from policybench.suites.libero.staging import INIT_STATE, OPENPI_STAGING, ResetPlan, Staging
 
 ASSETS_VARIABLE = "POLICYBENCH_LIBERO_ASSETS"  # an asset tree to use before any other
 ASSET_FOLDERS = ("articulated_objects", "stable_scanned_objects", "turbosquid_objects", "scenes")
-INIT_STATE = "init_state"  # the reset option (and Scene field) naming the init state
 AGENT_CAMERA, WRIST_CAMERA = "agentview", "robot0_eye_in_hand"
 HOW_TO_INSTALL = "pip install 'policybench[libero]' && pip install --no-deps hf-libero==0.1.4"
 
@@ -161,10 +162,12 @@ def state_of(raw: dict[str, np.ndarray]) -> np.ndarray:
 
 
 class LiberoEnv(gym.Env):
-    """One LIBERO task. `reset(seed=s, options={"init_state": i})` stages the task's fixed init
-    state i, then plays `settle_steps` of `settle_action` (objects come to rest) unseen by the
-    policy. Observations: `image` (agent view) and `wrist_image` as LIBERO renders them (upside
-    down), `state` (8-d). Success is LIBERO's own goal check."""
+    """One LIBERO task. `reset(seed=s, options={"init_state": i})` stages the scene as `staging`
+    says (how numpy's global RNG is seeded and how many resets the env has seen before), sets the
+    task's fixed init state i, then plays `settle_steps` of `settle_action` (objects come to rest)
+    unseen by the policy; numpy's global RNG is left as it was. Observations: `image` (agent
+    view) and `wrist_image` as LIBERO renders them (upside down), `state` (8-d). Success is
+    LIBERO's own goal check."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -175,18 +178,24 @@ class LiberoEnv(gym.Env):
         camera_size: int = 256,
         settle_steps: int = 10,
         settle_action: Sequence[float] = (0.0,) * 6 + (-1.0,),
+        staging: Staging = OPENPI_STAGING,
     ) -> None:
         import_libero()
         from libero.libero.envs import OffScreenRenderEnv
 
         # The installed package's own task files, whatever an older LIBERO config points at.
         root = _libero_root()
-        bddl = root / "bddl_files" / suite / f"{task}.bddl"
+        self.bddl_file = root / "bddl_files" / suite / f"{task}.bddl"
         init = root / "init_files" / suite / f"{task}.pruned_init"
         self.init_states = load_init_states(init)
+        self.staging = staging
         self._env = OffScreenRenderEnv(
-            bddl_file_name=str(bddl), camera_heights=camera_size, camera_widths=camera_size
+            bddl_file_name=str(self.bddl_file),
+            camera_heights=camera_size,
+            camera_widths=camera_size,
         )
+        # The joint samplers one model build adds (LIBERO appends them again at every build).
+        self._joint_samplers = tuple(self._env.env.object_property_initializers)
         self.language = self._env.language_instruction
         self._settle = (settle_steps, np.asarray(settle_action, dtype=np.float64))
         size = (camera_size, camera_size, 3)
@@ -207,20 +216,42 @@ class LiberoEnv(gym.Env):
                 f"LIBERO reset needs options={{'{INIT_STATE}': i}} with 0 <= i < {count}, "
                 f"got {options!r}"
             )
+        if not isinstance(seed, int):
+            raise ValueError(
+                f"LIBERO reset needs an int seed (the scene's seed), got {seed!r}; stage scenes "
+                "through World.reset(scene) or pass seed=scene.seed"
+            )
         super().reset(seed=seed)
-        if seed is not None:
-            self._env.seed(seed)
-        self._env.reset()
-        raw = self._env.set_init_state(self.init_states[index])
+        raw = self.stage(self.staging.plan(seed, index))
         steps, action = self._settle
         for _ in range(steps):
             raw, _, _, _ = self._env.step(action)
         return self._observe(raw), {}
 
+    def stage(self, plan: ResetPlan) -> dict[str, np.ndarray]:
+        """Resets the env as `plan` says and sets its init state; LIBERO's raw observation."""
+        robosuite_env = self._env.env
+        outside = np.random.get_state()
+        try:
+            robosuite_env.object_property_initializers = list(self._joint_samplers) * plan.builds
+            self._env.seed(plan.seed)  # numpy's global RNG, which LIBERO's resets draw from
+            if plan.replayed:
+                poses = fresh_poses(robosuite_env, str(self.bddl_file))
+                replay_resets(robosuite_env, plan.replayed, poses)
+            self._env.reset()
+        finally:
+            np.random.set_state(outside)
+        return self._env.set_init_state(self.init_states[plan.init_state])
+
     def step(self, action: np.ndarray):
         raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
         # LIBERO's `done` is its goal check; the harness decides when the episode ends.
         return self._observe(raw), float(reward), False, False, {**info, keys.SUCCESS: bool(done)}
+
+    @property
+    def libero(self) -> Any:
+        """LIBERO's own env (an `OffScreenRenderEnv`), for inspection."""
+        return self._env
 
     def sim_state(self) -> np.ndarray:
         """The full MuJoCo state (time, qpos, qvel), as LIBERO's init states hold it."""

@@ -1,0 +1,166 @@
+"""`--resume RUN`: finishes an interrupted run in its own run directory. Rollouts with a final
+outcome (solved or unsolved) are carried over and not run again; errors and missing rollouts run.
+A run whose protocol differs (settings, or what an Eval records about itself) is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policybench import keys
+from policybench.harness import planned_statics
+from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.options import protocol_settings, settings_of
+from policybench.pytest_plugin.rundir import RUN_DIR
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
+from policybench.record.episode import OutcomeKind
+from policybench.report.pairing import protocol_differences
+from policybench.report.results import RESULTS, read_results, resolve_run
+from policybench.report.summary import RunInfo
+
+RESUMED = pytest.StashKey["Resumed"]()
+CARRIED = "carried_over"  # what the controller hands workers: the node ids not to run again
+FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("policybench")
+    group.addoption(
+        "--resume",
+        default=None,
+        metavar="RUN",
+        help="continue an interrupted run (a run directory, a run id under the report dir, or "
+        "latest): its solved and unsolved rollouts are kept, the rest run, in the same run dir",
+    )
+    group.addoption(
+        "--allow-protocol-mismatch",
+        action="store_true",
+        help="with --resume: continue a run whose protocol differs (the report says so)",
+    )
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The run being continued: its directory, its records with a final outcome by node id,
+    and the protocol differences that were allowed."""
+
+    run_dir: Path
+    carried: Mapping[str, dict[str, Any]]
+    all_records: tuple[dict[str, Any], ...]
+    problems: tuple[str, ...]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the run directory is chosen
+def pytest_configure(config: pytest.Config) -> None:
+    option = config.getoption("resume", None)
+    if option is None or is_worker(config):
+        return
+    settings = settings_of(config)
+    try:
+        run_dir = resolve_run(option, settings.report_dir).resolve()
+    except FileNotFoundError as error:
+        raise pytest.UsageError(f"--resume: {error}") from None
+    results = read_results(run_dir / RESULTS)
+    info = RunInfo.load(run_dir)
+    if info is not None and not config.getoption("allow_protocol_mismatch"):
+        _refuse(_setting_differences(info.settings, protocol_settings(settings)), run_dir)
+    carried = final_records(results.records)
+    config.stash[RESUMED] = Resumed(run_dir, carried, results.records, results.problems)
+    config.stash[RUN_DIR] = run_dir
+    hand_to_workers(config, CARRIED, sorted(carried))
+
+
+def resumed_of(config: pytest.Config) -> Resumed | None:
+    return config.stash.get(RESUMED, None)
+
+
+def final_records(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last record with a final outcome of each node id."""
+    final: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if OutcomeKind(record[keys.OUTCOME]) in FINAL and keys.NODEID in record:
+            final[record[keys.NODEID]] = record
+    return final
+
+
+@pytest.hookimpl(trylast=True)  # after -k, --suite and shards have selected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    option = config.getoption("resume", None)
+    if option is None:
+        return
+    resumed = resumed_of(config)
+    carried = set(resumed.carried if resumed else from_controller(config, CARRIED) or ())
+    if not config.getoption("allow_protocol_mismatch"):
+        _check_evals(config, items, resumed)
+    done = [item for item in items if item.nodeid in carried]
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = [item for item in items if item.nodeid not in carried]
+
+
+def _check_evals(config: pytest.Config, items: list[pytest.Item], resumed: Resumed | None) -> None:
+    """Refuses when what an Eval records about itself (settings, control rate, timeouts, hold)
+    differs from what the run being continued recorded."""
+    if resumed is None:  # a worker reads the records itself
+        run_dir = Path(from_controller(config, "run_dir"))
+        before = read_results(run_dir / RESULTS).records
+    else:
+        run_dir, before = resumed.run_dir, resumed.all_records
+    planned = [planned_of(item) for item in items]
+    now = [planned_statics(p.rollout, p.eval) for p in planned if p is not None]
+    differences = protocol_differences(before, now)
+    _refuse([d.line("the run being resumed", "this run") for d in differences], run_dir)
+
+
+def _setting_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{name} is {json.dumps(before.get(name))} in the run being resumed but "
+        f"{json.dumps(value)} in this run"
+        for name, value in now.items()
+        if name in before and before[name] != value
+    ]
+
+
+def _refuse(differences: list[str], run_dir: Path) -> None:
+    if differences:
+        raise pytest.UsageError(
+            f"--resume {run_dir}: the protocol differs, so its rollouts cannot be carried over:"
+            + "".join(f"\n  {line}" for line in differences)
+            + "\nrun with the settings it was started with, start a new run, or pass "
+            "--allow-protocol-mismatch"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    resumed = resumed_of(config)
+    if resumed is None:
+        return None
+    return (
+        f"policybench: resuming {resumed.run_dir}: {len(resumed.carried)} rollouts carried over "
+        "(solved or unsolved), the rest run"
+    )
+
+
+def latest_per_rollout(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per node id: the last one written (records in the order of those)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        latest.pop(record[keys.NODEID], None)
+        latest[record[keys.NODEID]] = record
+    return list(latest.values())
+
+
+def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Rewrites results.jsonl with one record per rollout (what a resumed run superseded goes),
+    atomically: a crash meanwhile leaves the old file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    with temporary.open("w", encoding="utf-8") as file:
+        for record in records:
+            file.write(json.dumps(record, sort_keys=True) + "\n")
+    temporary.replace(path)

@@ -1,0 +1,392 @@
+"""Merging runs: one run dir (results, summary, run.json listing its parts, HTML) from shards or
+resumed parts of one run; parts of different protocols are refused, duplicates and gaps named."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from policybench import keys
+from policybench.record.episode import OutcomeKind
+from policybench.report.html import INDEX, ROLLOUTS, Findings, write_html
+from policybench.report.pairing import protocol_differences
+from policybench.report.results import RESULTS, read_results
+from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
+
+Record = Mapping[str, Any]
+# What a merged run's run.json adds to its settings: its parts, and what merging found.
+PARTS, MERGE = "merged_from", "merge"
+PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
+# Run settings every part of one run shares (the others, such as -n or video, may differ).
+SHARED_SETTINGS = (
+    keys.POLICY,
+    "base_seed",
+    "rollouts_per_task",
+    keys.INFERENCE_LATENCY,
+    keys.CHUNK_ANCHOR,
+    "replan_every",
+)
+# Where a served policy answered, not what it is: shards may each have their own server.
+WHERE_SERVED = {"url", "served"}
+# The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
+# with its label, e.g. 20261101-120000-shard2of4.
+SHARD = "shard"
+SHARD_IN_ID = re.compile(r"-shard(\d+)of(\d+)(?:-\d+)?$")
+SHARD_SETTING = re.compile(r"^(\d+)/(\d+)\b")
+
+
+class MergeRefused(ValueError):
+    """The parts cannot make one run; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One run being merged: its rollout records and its run.json (None if it wrote none, as
+    when its controller was killed)."""
+
+    run_dir: Path
+    records: tuple[Record, ...]
+    problems: tuple[str, ...]
+    run: RunInfo | None
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        """(K, N) when this part is shard K of N: from run.json, else from its run id."""
+        setting = (self.run.settings if self.run else {}).get(SHARD)
+        found = SHARD_SETTING.match(setting) if isinstance(setting, str) else None
+        found = found or SHARD_IN_ID.search(self.name)
+        return None if found is None else (int(found[1]), int(found[2]))
+
+
+def read_part(run_dir: Path) -> Part:
+    results = read_results(run_dir / RESULTS)
+    return Part(run_dir, results.records, results.problems, RunInfo.load(run_dir))
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    parts: tuple[Part, ...]
+    merged: Merged
+    summary: Summary
+    mismatches: tuple[str, ...]  # protocol differences the merge was allowed to ignore
+    index: Path
+
+
+def merge_runs(
+    run_dirs: Sequence[Path], out: Path, allow_protocol_mismatch: bool, command: str
+) -> MergeResult:
+    """Merges the runs in `run_dirs` (in that order) into `out`; raises MergeRefused when
+    their protocols differ (unless allowed) or `out` is not free for it."""
+    parts = tuple(read_part(run_dir) for run_dir in dict.fromkeys(run_dirs))
+    mismatches = protocol_mismatches(parts)
+    if mismatches and not allow_protocol_mismatch:
+        lines = "\n".join(f"  {line}" for line in mismatches)
+        raise MergeRefused(
+            f"the parts ran different protocols, so together they measure nothing:\n{lines}\n"
+            "Merge only parts of one run (same command, settings and versions), or pass "
+            "--allow-protocol-mismatch to merge anyway (the report then lists the differences)."
+        )
+    merged = merge_records(parts)
+    problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
+    summary = Summary.of(merged.records, problems)
+    index = write_merged(out, parts, merged, summary, mismatches, command)
+    return MergeResult(parts, merged, summary, mismatches, index)
+
+
+def protocol_mismatches(parts: Sequence[Part]) -> tuple[str, ...]:
+    """Why the parts did not run one protocol: per pair, the rollouts' protocol fields, the
+    policy's description, each Eval's plan size and the shared run settings that differ."""
+    lines: dict[str, None] = {}  # in order, once each
+    for i, one in enumerate(parts):
+        for other in parts[i + 1 :]:
+            for line in _pair_mismatches(one, other):
+                lines[line] = None
+    return tuple(lines)
+
+
+def _pair_mismatches(one: Part, other: Part) -> list[str]:
+    names = (one.name, other.name)
+    lines = [d.line(*names) for d in protocol_differences(one.records, other.records)]
+    for eval, field, left, right in _differences(_policies(one), _policies(other)):
+        lines.append(f"eval {eval}: {field} is {left} in {names[0]} but {right} in {names[1]}")
+    if one.run is not None and other.run is not None:
+        for name in SHARED_SETTINGS:
+            left, right = one.run.settings.get(name), other.run.settings.get(name)
+            if left != right:
+                lines.append(f"{name} is {left!r} in {names[0]} but {right!r} in {names[1]}")
+    return lines
+
+
+def _policies(part: Part) -> dict[str, dict[str, set[str]]]:
+    """Per Eval: each policy-description field (and the plan size) and the values it took."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for record in part.records:
+        fields = found.setdefault(record[keys.EVAL], {})
+        described = record.get(keys.POLICY) or {}
+        for name, value in described.items():
+            if name not in WHERE_SERVED:
+                fields.setdefault(f"{keys.POLICY}.{name}", set()).add(_json(value))
+        if keys.ROLLOUT_COUNT in record:
+            fields.setdefault(keys.ROLLOUT_COUNT, set()).add(_json(record[keys.ROLLOUT_COUNT]))
+    return found
+
+
+def _differences(
+    one: Mapping[str, Mapping[str, set[str]]], other: Mapping[str, Mapping[str, set[str]]]
+) -> list[tuple[str, str, str, str]]:
+    return [
+        (eval, name, ", ".join(sorted(left)), ", ".join(sorted(right)))
+        for eval in sorted(one.keys() & other.keys())
+        for name in sorted(one[eval].keys() & other[eval].keys())
+        if (left := one[eval][name]) != (right := other[eval][name])
+    ]
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The merged rollouts (one record per rollout, from the part named beside it) and what
+    merging found on the way."""
+
+    records: tuple[Record, ...]
+    sources: tuple[Path, ...]  # the run dir of the part each record was taken from
+    exact_duplicates: int
+    repeats: int  # rollouts that ran in two parts with the same outcome: the first was kept
+    superseded: tuple[str, ...]  # an error in one part, a final outcome in another
+    conflicts: tuple[str, ...]  # two different final outcomes of one rollout
+    missing: tuple[str, ...]  # planned rollouts that no part ran
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.exact_duplicates:
+            notes.append(f"{self.exact_duplicates} exact duplicate records dropped")
+        if self.repeats:
+            notes.append(
+                f"{self.repeats} rollouts ran in more than one part with the same outcome; the "
+                "record of the part listed first was kept"
+            )
+        notes += self.superseded
+        notes += [f"conflict: {line}" for line in self.conflicts]
+        notes += [f"missing: {line}" for line in self.missing]
+        return notes
+
+
+def merge_records(parts: Sequence[Part]) -> Merged:
+    """One record per rollout (its node id and scene) from `parts`, read in order."""
+    kept: dict[str, tuple[Record, Part]] = {}
+    exact = repeats = 0
+    superseded, conflicts = [], []
+    for part in parts:
+        for record in part.records:
+            key = _json([record.get(keys.NODEID), record[keys.EVAL], record.get(keys.SCENE)])
+            if key not in kept:
+                kept[key] = (record, part)
+                continue
+            first, source = kept[key][0], kept[key][1].name
+            before, after = first[keys.OUTCOME], record[keys.OUTCOME]
+            label = record.get(keys.NODEID) or f"{record[keys.EVAL]} {record.get(keys.SCENE)}"
+            if _json(first) == _json(record):
+                exact += 1
+            elif before == after:
+                repeats += 1
+            elif before == OutcomeKind.ERROR:
+                kept[key] = (record, part)
+                superseded.append(
+                    f"{label}: an error in {source} ({first.get(keys.REASON)}) and {after} in "
+                    f"{part.name}: kept {after}"
+                )
+            elif after == OutcomeKind.ERROR:
+                superseded.append(
+                    f"{label}: {before} in {source} and an error in {part.name} "
+                    f"({record.get(keys.REASON)}): kept {before}"
+                )
+            else:
+                conflicts.append(
+                    f"{label}: {before} in {source} but {after} in {part.name}; kept {source}'s"
+                )
+    ordered = sorted(kept.values(), key=_plan_order([r for r, _ in kept.values()]))
+    records = tuple(record for record, _ in ordered)
+    return Merged(
+        records,
+        tuple(source.run_dir for _, source in ordered),
+        exact,
+        repeats,
+        tuple(superseded),
+        tuple(conflicts),
+        missing_rollouts(records) + absent_shards(parts),
+    )
+
+
+def _plan_order(records: Sequence[Record]) -> Callable[[tuple[Record, Part]], tuple]:
+    """Sorts (record, part) pairs by Eval (in order of first appearance), then plan index."""
+    rank = {eval: i for i, eval in enumerate(dict.fromkeys(r[keys.EVAL] for r in records))}
+
+    def key(kept: tuple[Record, Part]) -> tuple[int, str, int, str]:
+        record = kept[0]
+        index = record.get(keys.ROLLOUT_INDEX)
+        return (
+            rank[record[keys.EVAL]],
+            _function(record),
+            index if isinstance(index, int) else -1,
+            str(record.get(keys.NODEID)),
+        )
+
+    return key
+
+
+def _function(record: Record) -> str:
+    """The test function a rollout's item belongs to (its node id without the rollout's id)."""
+    return str(record.get(keys.NODEID) or "").split("[", 1)[0]
+
+
+def missing_rollouts(records: Sequence[Record]) -> tuple[str, ...]:
+    """Per Eval (and test function declaring it): the plan indices that no record ran, from
+    the plan size (rollout_count) each record carries."""
+    planned: dict[tuple[str, str], int] = {}
+    ran: dict[tuple[str, str], set[int]] = {}
+    for record in records:
+        index, count = record.get(keys.ROLLOUT_INDEX), record.get(keys.ROLLOUT_COUNT)
+        if isinstance(index, int) and isinstance(count, int):
+            group = (record[keys.EVAL], _function(record))
+            planned[group] = max(planned.get(group, 0), count)
+            ran.setdefault(group, set()).add(index)
+    lines = []
+    for (eval, function), count in planned.items():
+        absent = sorted(set(range(count)) - ran[(eval, function)])
+        if absent:
+            lines.append(
+                f"eval {eval} ({function}): {len(absent)} of {count} planned rollouts ran in no "
+                f"part (plan indices {_ranges(absent)})"
+            )
+    return tuple(lines)
+
+
+def absent_shards(parts: Sequence[Part]) -> tuple[str, ...]:
+    """The shards of N that no part is, when every part is a shard of the same N."""
+    shards = [part.shard for part in parts]
+    counts = {shard[1] for shard in shards if shard is not None}
+    if None in shards or len(counts) != 1:
+        return ()
+    count = counts.pop()
+    present = {shard[0] for shard in shards if shard is not None}
+    absent = [k for k in range(1, count + 1) if k not in present]
+    return tuple(f"no part is shard {k}/{count}; run it and merge again" for k in absent)
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and spans[-1][1] == number - 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def write_merged(
+    out: Path,
+    parts: Sequence[Part],
+    merged: Merged,
+    summary: Summary,
+    mismatches: Sequence[str],
+    command: str,
+) -> Path:
+    """Writes the merged run into `out` (new, or an earlier merge's); returns its index.html."""
+    _clear(out, parts)
+    with (out / RESULTS).open("w", encoding="utf-8") as results:
+        for record, source in zip(merged.records, merged.sources, strict=True):
+            results.write(_json(record) + "\n")
+            _link_video(record, source, out)
+    run = merged_run_info(out, parts, merged, mismatches, command)
+    run.write(out)
+    summary.write(out, run)
+    notes = [f"protocol mismatch allowed: {line}" for line in mismatches] + merged.notes()
+    return write_html(out, Findings(summary, merged.records, run, notes=tuple(notes)))
+
+
+def _clear(out: Path, parts: Sequence[Part]) -> None:
+    """Makes `out` ready for a merge: new, empty, or a run dir an earlier merge wrote."""
+    if any(out.resolve() == part.run_dir.resolve() for part in parts):
+        raise MergeRefused(f"--out {out} is one of the parts; merge into a new directory")
+    if (out / RESULTS).exists():
+        earlier = RunInfo.load(out)
+        if earlier is None or PARTS not in earlier.settings:
+            raise MergeRefused(
+                f"--out {out} holds a run that merge did not write; choose a new directory"
+            )
+        for name in (RESULTS, SUMMARY, RUN_INFO, INDEX):
+            (out / name).unlink(missing_ok=True)
+        shutil.rmtree(out / ROLLOUTS, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _link_video(record: Record, source: Path, out: Path) -> None:
+    """A kept rollout's video, hard-linked (or copied) to the same place under `out`."""
+    video = record.get(keys.VIDEO)
+    if not isinstance(video, str) or not (source / video).is_file():
+        return
+    target = out / video
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source / video, target)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(source / video, target)
+
+
+def merged_run_info(
+    out: Path, parts: Sequence[Part], merged: Merged, mismatches: Sequence[str], command: str
+) -> RunInfo:
+    """The first part's run.json (the shared settings, versions and revision) naming the merged
+    run, with its parts and what merging found."""
+    runs = [part.run for part in parts if part.run is not None]
+    base = runs[0] if runs else RunInfo.now(out.name, [], Path.cwd(), _policy_of(merged.records))
+    listed = [
+        {
+            "run_id": part.name,
+            "path": str(part.run_dir),
+            "rollouts": len(part.records),
+            SHARD: None if part.shard is None else f"{part.shard[0]}/{part.shard[1]}",
+            **{name: getattr(part.run, name, None) for name in PART_RUN_FIELDS},
+        }
+        for part in parts
+    ]
+    found = {
+        "exact_duplicates_dropped": merged.exact_duplicates,
+        "repeats": merged.repeats,
+        "errors_superseded": list(merged.superseded),
+        "conflicts": list(merged.conflicts),
+        "missing": list(merged.missing),
+        "protocol_mismatches_allowed": list(mismatches),
+    }
+    return replace(
+        base,
+        run_id=out.name,
+        started=min((run.started for run in runs), default=base.started),
+        command=command,
+        settings={**_shared(base.settings), PARTS: listed, MERGE: found},
+    )
+
+
+def _shared(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A part's run settings without what only that part was (its shard, its merge)."""
+    return {name: value for name, value in settings.items() if name not in (SHARD, PARTS, MERGE)}
+
+
+def _policy_of(records: Sequence[Record]) -> dict[str, str]:
+    """The run setting naming the policy, for parts that wrote no run.json: from the records."""
+    names = {str((r.get(keys.POLICY) or {}).get(keys.POLICY_NAME)) for r in records}
+    return {keys.POLICY: ", ".join(sorted(names)) or "unknown"}

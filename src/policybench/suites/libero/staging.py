@@ -1,0 +1,119 @@
+"""How a LIBERO rollout's scene is staged as openpi's example or lerobot-eval stages its episode:
+the seed and init state a rollout gets, and the reset history its env must reproduce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from policybench.spec import Scene
+
+INIT_STATE = "init_state"  # the reset option (and Scene field) naming the init state
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """What the env does to reach a rollout's first observation, in order:
+
+    1. LIBERO's env holds `builds` copies of its joint samplers, as an env whose model was built
+       `builds` times holds them (each model build appends one; a reset draws from each);
+    2. numpy's global RNG is seeded with `seed` (LIBERO's `env.seed`);
+    3. the random draws of `replayed` resets are replayed (the RNG and the env advance exactly as
+       that many resets would advance them, none is run);
+    4. one real reset; then the task's init state `init_state` and the settle steps.
+    """
+
+    seed: int
+    init_state: int
+    replayed: int = 0
+    builds: int = 1
+
+    def __post_init__(self) -> None:
+        if self.replayed < 0 or self.builds < 1:
+            raise ValueError(f"a reset plan needs replayed >= 0 and builds >= 1, got {self}")
+
+
+class Staging(Protocol):
+    """A staging rule: the scene of rollout `index` of a task, how the env stages a scene, and
+    the rule as `eval_settings` record it."""
+
+    def scene(self, task: str, index: int, base_seed: int) -> Scene: ...
+
+    def plan(self, scene_seed: int, init_state: int) -> ResetPlan: ...
+
+    def settings(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class OpenpiStaging:
+    """openpi's examples/libero/main.py: one env per task, seeded once (`seed`, 7) right after it
+    is built, then episode i is that env's reset number i + 1 followed by init state i.
+
+    Rollout i replays the draws of the first i resets, then resets for real: the env shows what
+    openpi's episode i shows whatever ran before it in the process. `--seed` is added to openpi's
+    seed, so the default `--seed 0` stages the scenes of openpi's published runs.
+    """
+
+    seed: int = 7
+
+    def scene(self, task: str, index: int, base_seed: int) -> Scene:
+        return Scene(task, self.seed + base_seed, {INIT_STATE: index})
+
+    def plan(self, scene_seed: int, init_state: int) -> ResetPlan:
+        return ResetPlan(scene_seed, init_state, replayed=init_state, builds=1)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "staging": "openpi",
+            "staging_seed": self.seed,
+            "staging_rule": (
+                "rollout i of a task is openpi's episode i: the task's env is built, numpy's "
+                f"global RNG seeded once with the scene's seed ({self.seed} + --seed), the env "
+                "reset i + 1 times (the first i replayed, not run), set to init state i, settled"
+            ),
+        }
+
+
+@dataclass(frozen=True)
+class LeRobotStaging:
+    """lerobot-eval with LeRobot's LiberoEnv: episode e of a task runs in sub-env
+    e % `batch_size` of a vector env, in batch e // `batch_size`; the sub-env was built and reset
+    once unseeded, then each batch seeds it (start seed + e) just before its reset, and it takes
+    init states e, e + batch_size, ... in turn.
+
+    Rollout i stages episode i as a run where no earlier episode of its sub-env succeeded
+    (LeRobot's env resets itself at a success, which moves that sub-env to a later init state):
+    always the case with the default batch size, 50, which runs 50 episodes in one batch.
+    `--seed` is added to lerobot-eval's default start seed, 1000.
+    """
+
+    seed: int = 1000
+    batch_size: int = 50  # lerobot-eval's --eval.batch_size
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"lerobot-eval's batch size must be >= 1, got {self.batch_size}")
+
+    def scene(self, task: str, index: int, base_seed: int) -> Scene:
+        return Scene(task, self.seed + base_seed + index, {INIT_STATE: index})
+
+    def plan(self, scene_seed: int, init_state: int) -> ResetPlan:
+        # Built at construction, reset once unseeded, then once per earlier batch.
+        return ResetPlan(scene_seed, init_state, builds=2 + init_state // self.batch_size)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "staging": "lerobot",
+            "staging_seed": self.seed,
+            "lerobot_batch_size": self.batch_size,
+            "staging_rule": (
+                "rollout i of a task is lerobot-eval's episode i: sub-env i % batch size, "
+                "built and reset once unseeded, reset once more per earlier batch; numpy's "
+                f"global RNG seeded with the scene's seed ({self.seed} + --seed + i) right before "
+                "its reset, init state i, settled"
+            ),
+        }
+
+
+OPENPI_STAGING = OpenpiStaging()
+LEROBOT_STAGING = LeRobotStaging()

@@ -1,0 +1,105 @@
+"""A policy server that goes away mid-run loses no rollout: rollouts that meet the outage wait
+for it (--server-wait) and the one it cut short runs again from its start (--retry-errors);
+a real `policybench serve` is killed and restarted under a running pytest."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.test_remote import REPO, free_port, start_server
+
+BENCHMARK = """
+import dataclasses, os, signal
+from pathlib import Path
+import policybench
+from envs import PointEnv
+from tests.served import POINT
+
+
+class KillingTheServer(PointEnv):
+    # The first rollout (after the preflight's reset) kills the policy server at its third step.
+    def step(self, action):
+        marker = Path("server-killed")
+        if self.resets == 2 and self._steps == 2 and not marker.exists():
+            marker.write_text("")
+            os.kill(int(os.environ["POLICY_SERVER_PID"]), signal.SIGKILL)
+        return super().step(action)
+
+
+KILLING = dataclasses.replace(POINT, make_env=lambda task: KillingTheServer())
+
+
+@policybench.evaluate(KILLING)
+def test_point(rollout, harness):
+    harness(rollout)
+"""
+
+
+@pytest.fixture
+def server_killed_and_restarted(monkeypatch):
+    """A served policy that a rollout kills, brought back 2 s after it dies."""
+    port = free_port()
+    servers = [start_server(port)]
+    monkeypatch.setenv("POLICY_SERVER_PID", str(servers[0].pid))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    died_at: list[float] = []
+
+    def restart() -> None:
+        servers[0].wait()
+        died_at.append(time.monotonic())
+        time.sleep(2.0)
+        servers.append(start_server(port))
+
+    threading.Thread(target=restart, daemon=True).start()
+    yield port, died_at, servers
+    for server in servers:
+        server.kill()
+        server.wait()
+
+
+def test_a_server_killed_and_restarted_mid_run_loses_no_rollout(
+    pytester: pytest.Pytester, server_killed_and_restarted
+):
+    port, died_at, servers = server_killed_and_restarted
+    from tests.test_plugin import ENVS
+
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    url = f"ws://127.0.0.1:{port}"
+    result = pytester.runpytest_subprocess(
+        "--rollouts", "4", "--policy=openpi", f"--policy-url={url}", "--server-wait=30"
+    )
+    assert died_at and len(servers) == 2, "the server was not killed and restarted"
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["outcome"] for r in records] == ["solved"] * 4
+    retried = [r for r in records if "retried" in r]
+    assert len(retried) == 1 and "dropped the connection" in retried[0]["retried"][0]
+
+
+def test_without_waiting_or_retrying_the_outage_is_an_error(
+    pytester: pytest.Pytester, server_killed_and_restarted
+):
+    port, _, _ = server_killed_and_restarted
+    from tests.test_plugin import ENVS
+
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    url = f"ws://127.0.0.1:{port}"
+    result = pytester.runpytest_subprocess(
+        "--rollouts",
+        "4",
+        "--policy=openpi",
+        f"--policy-url={url}",
+        "--retry-errors=0",
+        "--server-wait=0",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records[0]["outcome"] == "error" and "retried" not in records[0]
+    assert "dropped the connection" in records[0]["reason"]
+    assert "cannot reach a policy server" in records[1]["reason"]  # the server is still down
