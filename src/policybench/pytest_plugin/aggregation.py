@@ -4,6 +4,7 @@ HTML report, applies the success gates and prints the per-Eval table."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from policybench.pytest_plugin.resume import compact, latest_per_rollout, resume
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
+from policybench.record.fingerprint import fingerprint
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
@@ -84,6 +86,9 @@ class Aggregator:
             comparison = self._compare(notes)
             if self.gate_settings.fail_on_regression:
                 breaches += gates.regression_breaches(comparison)
+        self.run_info = dataclasses.replace(
+            self.run_info, fingerprint=fingerprint(self.records, protocol_settings(self.settings))
+        )
         self.run_info.write(self.run_dir)
         summary.write(self.run_dir, self.run_info)
         if comparison is not None:

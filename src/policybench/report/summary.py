@@ -37,6 +37,7 @@ class RunInfo:
     policybench: str
     git_revision: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)  # see record.fingerprint
 
     @classmethod
     def now(cls, run_id: str, args: Sequence[str], cwd: Path, settings: Mapping[str, Any]):
