@@ -18,6 +18,8 @@ from policybench.harness import planned_statics
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.options import settings_of
 from policybench.pytest_plugin.outcomes import RECORD, record_of
+from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.watchdog import hang_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind
 
@@ -41,7 +43,7 @@ def pytest_runtest_makereport(
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):
-        watch = CrashWatch(settings_of(config).retry_errors)
+        watch = CrashWatch(settings_of(config).retry_errors, run_dir_of(config))
         config.pluginmanager.register(watch, "policybench-crashes")
 
 
@@ -55,8 +57,9 @@ class CrashWatch:
     """On the controller: remembers each started rollout's statics, has a crashed rollout run
     again, and turns the last crash into that rollout's error record."""
 
-    def __init__(self, retries: int) -> None:
+    def __init__(self, retries: int, run_dir: Path) -> None:
         self.retries = retries
+        self.run_dir = run_dir
         self.planned: dict[str, dict[str, Any]] = {}
         self.crashes: dict[str, list[str]] = {}  # nodeid -> why each crashed attempt ended
         self.oom_kills_at_start = oom_kills()
@@ -76,7 +79,11 @@ class CrashWatch:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         worker = getattr(report, "node", None)
         worker_id = getattr(getattr(worker, "gateway", None), "id", "?")
-        reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
+        hung = hang_of(self.run_dir, worker_id)
+        if hung is not None:
+            reason = f"worker {worker_id} was ended by the watchdog: {hung}"
+        else:
+            reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
         report.longrepr = reason
         crashed = self.crashes.setdefault(crashitem, [])
         if len(crashed) < self.retries:

@@ -18,6 +18,7 @@ from policybench.preflight import Preflight, preflight
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.pytest_plugin.preflights import PreflightStore, store_of
+from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.spec import Eval, Rollout
@@ -70,7 +71,7 @@ class Runner:
 
     def __init__(self, settings: RunSettings, preflights: PreflightStore, worker: str) -> None:
         self._settings = settings
-        self._worker = worker
+        self.worker = worker
         self._preflights = preflights
         self.envs = EnvCache(settings.max_envs)
         self._worlds: dict[str, World] = {}
@@ -134,7 +135,7 @@ class Runner:
     def process_record(self) -> dict[str, Any]:
         """What a rollout's record says of the process that ran it."""
         return {
-            keys.WORKER: self._worker,
+            keys.WORKER: self.worker,
             keys.PEAK_RSS_MB: round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             keys.ENVS_BUILT: self.envs.built,
         }
@@ -166,7 +167,10 @@ def harness(
                 "@policybench.evaluate(*evals)"
             )
         observers = request.node.stash.get(OBSERVERS, [])
-        episode, retried = policybench_runner.run(planned, FanOut(observers) if observers else None)
+        with watched(request.config, planned.rollout, policybench_runner.worker):
+            episode, retried = policybench_runner.run(
+                planned, FanOut(observers) if observers else None
+            )
         request.node.stash[EPISODE] = episode
         add_to_record(request.node, policybench_runner.process_record())
         if retried:
