@@ -1,16 +1,21 @@
-"""Benchmarks `policybench serve`: throughput and latency for 1, 4 and 8 concurrent clients with
-batching off and on, against the model's own batch-8 throughput, with a small torch policy.
+"""Benchmarks `policybench serve` against an openpi-protocol reference server (one request at a
+time, inference on its event loop), with the same small torch model and the same client processes.
 
-Run from the repository root:  python bench/serve.py  (needs `pip install -e ".[bench]"`;
-about a minute); `python bench/serve.py --role kill` kills the server under 8 clients.
-The server runs in a subprocess, the clients are threads of this process, as
-simulator workers would be; every figure comes from this one run, since the machine is noisy.
+Run from the repository root:  python bench/serve.py  (needs `pip install -e ".[bench]"`; about
+two and a half minutes). At 1, 2, 4, 8 and 16 clients, each client a process of its own asking as
+fast as it can, it measures both servers and, in turn with them, the model alone at each batch
+size; it prints markdown tables and the command that made them. Ratios are taken within one run,
+as the machine is noisy. `--width 0` serves a model that answers at once, leaving the cost of
+serving itself. `python bench/serve.py --role kill` kills the server under 8 clients and times
+the recovery.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import shlex
 import statistics
@@ -19,18 +24,20 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 import numpy as np
 
 from policybench.policy.base import Chunk, Observation, SessionContext
-from policybench.serve.client import Endpoint, RemoteModel
 from policybench.serve.server import PolicyServer, ServerConfig, fixed_model
+from policybench.serve.wire import ACTIONS, SERVER_TIMING, packb, unpackb
 
-IMAGE, STATE = "observation/image", "observation/state"
+IMAGE, STATE, PROMPT = "observation/image", "observation/state", "prompt"
 SIZE, PATCH, STATE_DIM, HORIZON, ACTION_DIM = 224, 32, 8, 10, 7
 CONTEXT = SessionContext("pick up the cube", 10.0)
-BATCHING_TARGET, DIRECT_TARGET = 2.5, 0.85
+ONE_CLIENT_TARGET, MANY_CLIENTS, MANY_TARGET, DIRECT_TARGET = 1.0, 8, 2.0, 0.85
+WARM_UP_CALLS = 5
 
 
 class PatchTransformer:
@@ -72,134 +79,330 @@ class PatchTransformer:
         return {"name": self.name}
 
 
-def observation(seed: int) -> dict[str, np.ndarray]:
+def observation(seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return {
         IMAGE: rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8),
         STATE: rng.normal(size=STATE_DIM).astype(np.float32),
+        PROMPT: CONTEXT.instruction,
     }
 
 
-def direct_throughput(model: PatchTransformer, batch: int, seconds: float) -> float:
-    requests = [(CONTEXT, observation(i)) for i in range(batch)]
-    model.predict_batch(requests)  # warm up
-    calls, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        model.predict_batch(requests)
-        calls += 1
-    return calls * batch / (time.perf_counter() - started)
+class ZeroModel:
+    """Answers a zero chunk at once: what is left is the servers' and clients' own cost."""
+
+    name = "zero"
+
+    def predict_batch(self, requests: Sequence[tuple[SessionContext, Observation]]) -> list[Chunk]:
+        return [
+            Chunk(np.zeros((HORIZON, ACTION_DIM), np.float32), ctx.control_hz)
+            for ctx, _ in requests
+        ]
+
+    def open(self, context: SessionContext):
+        return lambda obs: self.predict_batch([(context, obs)])[0]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
 
 
-def serve(args: argparse.Namespace) -> None:
-    """The server role: measures the model directly, then serves it until stdin closes."""
+def model(args: argparse.Namespace) -> PatchTransformer | ZeroModel:
+    if args.width == 0:
+        return ZeroModel()
     import torch
 
     torch.set_num_threads(args.threads)
-    model = PatchTransformer(args.width)
-    direct = {batch: direct_throughput(model, batch, args.seconds) for batch in (1, 8)}
+    return PatchTransformer(args.width)
+
+
+@dataclass(frozen=True)
+class Alone:
+    rate: float  # inferences/s
+    cpu_ms: float  # CPU time per inference
+
+
+def measure_alone(served: PatchTransformer | ZeroModel, batch: int, seconds: float) -> Alone:
+    """The model called in this process, `batch` observations at a time, for `seconds`."""
+    requests = [(CONTEXT, observation(i)) for i in range(batch)]
+    served.predict_batch(requests)  # warm up
+    calls, started, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - started < seconds:
+        served.predict_batch(requests)
+        calls += 1
+    wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    return Alone(calls * batch / wall_s, cpu_s * 1e3 / (calls * batch))
+
+
+def at_batch(alone: dict[int, Alone], batch: float) -> float:
+    """The model's rate alone at a fractional mean batch size, interpolated between sizes."""
+    low = max(1, min(int(batch), max(alone)))
+    high = min(low + 1, max(alone))
+    return alone[low].rate + (alone[high].rate - alone[low].rate) * (min(batch, high) - low)
+
+
+# --- servers -----------------------------------------------------------------------------------
+
+
+async def serve_until_stdin_closes(start, label: str) -> None:
+    """Starts a websockets server with `start()`, prints its URL, serves until stdin closes."""
+    listening = await start()
+    port = listening.sockets[0].getsockname()[1]
+    print(f"ready {label} ws://127.0.0.1:{port}", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    listening.close()
+
+
+def policybench_server(args: argparse.Namespace) -> None:
+    """`policybench serve`'s server (PolicyServer) over the model, with `--max-batch` and
+    `--max-wait-ms` (by default, those of `policybench serve`)."""
+    served = model(args)
     config = ServerConfig(port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
-    server = PolicyServer(fixed_model(model, CONTEXT.control_hz), config, model.name)
+    server = PolicyServer(fixed_model(served, CONTEXT.control_hz), config, served.name)
 
     async def run() -> None:
-        listening = await server.start()
-        port = listening.sockets[0].getsockname()[1]
-        print(f"ready ws://127.0.0.1:{port} direct1={direct[1]:.1f} direct8={direct[8]:.1f}")
-        sys.stdout.flush()
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        listening.close()
+        await serve_until_stdin_closes(server.start, "policybench")
         await server.close()
 
     asyncio.run(run())
 
 
-def measure(url: str, clients: int, seconds: float) -> tuple[float, float, float]:
-    """`clients` threads asking as fast as they can: (inferences/s, p50 ms, p99 ms)."""
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    barrier = threading.Barrier(clients + 1)
-    stop = threading.Event()
+def reference_server(args: argparse.Namespace) -> None:
+    """openpi's protocol as its example server speaks it: the metadata frame on connect, then one
+    observation at a time, inference run on the event loop, every request served alone."""
+    from websockets.asyncio.server import serve
 
-    def client(index: int) -> None:
-        source = RemoteModel(Endpoint(url)).open(CONTEXT)
-        obs = observation(100 + index)
-        source(obs)  # warm up
-        barrier.wait()
-        while not stop.is_set():
+    served = model(args)
+
+    async def answer_each(connection) -> None:
+        await connection.send(packb({}))
+        previous_total_ms = None
+        async for frame in connection:
             started = time.perf_counter()
-            source(obs)
-            latencies[index].append(time.perf_counter() - started)
+            obs = unpackb(frame, None)
+            prompt = obs.pop(PROMPT)
+            chunk = served.predict_batch([(SessionContext(prompt, CONTEXT.control_hz), obs)])[0]
+            timing = {"infer_ms": (time.perf_counter() - started) * 1e3}
+            if previous_total_ms is not None:
+                timing["prev_total_ms"] = previous_total_ms
+            await connection.send(packb({ACTIONS: chunk.actions, SERVER_TIMING: timing}))
+            previous_total_ms = (time.perf_counter() - started) * 1e3
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    started = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    every = sorted(x for per_client in latencies for x in per_client)
-    p99 = every[min(len(every) - 1, round(0.99 * (len(every) - 1)))]
-    return len(every) / elapsed, statistics.median(every) * 1e3, p99 * 1e3
+    def start():
+        return serve(answer_each, "127.0.0.1", args.port, compression=None, max_size=None)
+
+    asyncio.run(serve_until_stdin_closes(start, "reference"))
 
 
-def start_server(
-    args: argparse.Namespace, max_batch: int, port: int = 0
-) -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, __file__, "--role", "server", "--max-batch", str(max_batch)]
-    command += ["--port", str(port)]
-    command += ["--max-wait-ms", str(args.max_wait_ms), "--threads", str(args.threads)]
-    command += ["--seconds", str(args.seconds), "--width", str(args.width)]
-    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    return process, process.stdout.readline()
+# --- clients -----------------------------------------------------------------------------------
+
+
+def client(args: argparse.Namespace) -> None:
+    """A client process, as openpi's client speaks: for each URL read on stdin it connects, warms
+    up, says `ready`, waits for a line, asks as fast as it can for `--seconds`, prints a JSON line
+    with its latencies and the batch size of each answer, and closes."""
+    from websockets.sync.client import connect
+
+    frame = packb(observation(args.seed))
+    for url in sys.stdin:
+        with connect(url.strip(), compression=None, max_size=None, proxy=None) as connection:
+            connection.recv()  # the metadata frame
+            for _ in range(WARM_UP_CALLS):
+                connection.send(frame)
+                connection.recv()
+            print("ready", flush=True)
+            sys.stdin.readline()
+            latencies_ms, batch_sizes = [], []
+            started = time.perf_counter()
+            while (now := time.perf_counter()) - started < args.seconds:
+                connection.send(frame)
+                answer = unpackb(connection.recv())
+                latencies_ms.append(round((time.perf_counter() - now) * 1e3, 3))
+                batch_sizes.append(answer[SERVER_TIMING].get("batch_size", 1))
+            elapsed = time.perf_counter() - started
+        result = {"latencies_ms": latencies_ms, "batch_sizes": batch_sizes, "elapsed_s": elapsed}
+        print(json.dumps(result), flush=True)
+
+
+Process = subprocess.Popen[str]
+
+
+def spawn(role: str, args: argparse.Namespace, *extra: str) -> Process:
+    command = [sys.executable, __file__, "--role", role, "--seconds", str(args.seconds)]
+    command += ["--threads", str(args.threads), "--width", str(args.width), *extra]
+    command += ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def read_line(stream: IO[str] | None, what: str) -> str:
+    line = stream.readline() if stream is not None else ""
+    if not line:
+        raise SystemExit(f"{what} ended without answering; see its error above")
+    return line
+
+
+def start_server(role: str, args: argparse.Namespace, port: int = 0) -> tuple[Process, str]:
+    process = spawn(role, args, "--port", str(port))
+    ready = read_line(process.stdout, f"the {role} server")
+    match = re.search(r"ws://\S+", ready)
+    if match is None:
+        raise SystemExit(f"the {role} server did not start: {ready!r}")
+    return process, match.group(0)
+
+
+@dataclass(frozen=True)
+class Measured:
+    rate: float  # inferences/s, all clients together
+    p50_ms: float
+    p99_ms: float
+    mean_batch: float  # requests per model call, as the server's answers report their batch size
+    cpu_ms: float  # the server process's CPU time per inference, all its threads
+
+
+def cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid`, all its threads (Linux; counted in ticks)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(clients: list[Process], server: Process, url: str) -> Measured:
+    """Points every client process at `url`, starts them together once all are warm, and takes
+    the server's CPU time over the run."""
+    for process in clients:
+        process.stdin.write(url + "\n")
+        process.stdin.flush()
+    for process in clients:
+        read_line(process.stdout, "a client")
+    cpu_before = cpu_s(server.pid)
+    for process in clients:
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    results = [json.loads(read_line(process.stdout, "a client")) for process in clients]
+    cpu = cpu_s(server.pid) - cpu_before
+    latencies = sorted(ms for result in results for ms in result["latencies_ms"])
+    sizes = [size for result in results for size in result["batch_sizes"]]
+    return Measured(
+        rate=sum(len(result["latencies_ms"]) / result["elapsed_s"] for result in results),
+        p50_ms=statistics.median(latencies),
+        p99_ms=latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))],
+        mean_batch=len(sizes) / sum(1 / size for size in sizes),
+        cpu_ms=cpu * 1e3 / len(latencies),
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    rows: list[tuple[str, int, float, float, float]] = []
-    direct: dict[str, float] = {}
-    for label, max_batch in (("batching off", 1), ("batching on", 8)):
-        process, ready = start_server(args, max_batch)
-        match = re.search(r"(ws://\S+) direct1=(\S+) direct8=(\S+)", ready)
-        if match is None:
-            raise SystemExit(f"server did not start: {ready!r}")
-        url = match.group(1)
-        direct[label] = float(match.group(3))
-        direct[f"{label} batch 1"] = float(match.group(2))
-        for clients in (1, 4, 8):
-            rows.append((label, clients, *measure(url, clients, args.seconds)))
-        process.stdin.close()
-        process.wait(30)
-    direct8 = max(direct["batching off"], direct["batching on"])
-    print(f"\n$ {shlex.join(['python', 'bench/serve.py', *sys.argv[1:]])}")
-    print(
-        f"model: {PatchTransformer.name}, width {args.width}, 4 layers over "
-        f"{(SIZE // PATCH) ** 2} patches + state, [{HORIZON}, {ACTION_DIM}] chunk; "
-        f"torch threads {args.threads}; "
-        f"window {args.max_wait_ms:g} ms"
-    )
-    print(f"{'server':<14}{'clients':>8}{'infer/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    for label, clients, rate, p50, p99 in rows:
-        print(f"{label:<14}{clients:>8}{rate:>10.1f}{p50:>9.1f}{p99:>9.1f}")
-    direct1 = max(direct["batching off batch 1"], direct["batching on batch 1"])
-    print(f"{'direct b=1':<14}{'-':>8}{direct1:>10.1f}")
-    print(f"{'direct b=8':<14}{'-':>8}{direct8:>10.1f}")
-    off8 = next(r[2] for r in rows if r[0] == "batching off" and r[1] == 8)
-    on8 = next(r[2] for r in rows if r[0] == "batching on" and r[1] == 8)
-    print(
-        f"\nat 8 clients: batching on / off = {on8 / off8:.2f}x (target >= {BATCHING_TARGET}x); "
-        f"on / direct batch 8 = {on8 / direct8:.0%} (target >= {DIRECT_TARGET:.0%}); "
-        f"the model's own batch-8 gain (direct b=8 / b=1) = {direct8 / direct1:.2f}x"
-    )
+    served = model(args)
+    alone: dict[int, Alone] = {}
+    servers = {role: start_server(role, args) for role in ("reference", "policybench")}
+    rows: dict[int, dict[str, Measured]] = {}
+    try:
+        for turn, count in enumerate(args.clients):
+            for batch in range(1, args.max_batch + 1):  # once per turn, the best kept
+                measured = measure_alone(served, batch, args.direct_seconds)
+                if batch not in alone or measured.rate > alone[batch].rate:
+                    alone[batch] = measured
+            clients = [spawn("client", args, "--seed", str(100 + i)) for i in range(count)]
+            best: dict[str, Measured] = {}
+            for repeat in range(args.repeats):
+                # Alternate which server goes first, so a drift in machine load hits both alike.
+                order = list(servers) if (turn + repeat) % 2 == 0 else list(servers)[::-1]
+                for role in order:
+                    measured = measure(clients, *servers[role])
+                    if role not in best or measured.rate > best[role].rate:
+                        best[role] = measured
+            rows[count] = best
+            for process in clients:
+                process.stdin.close()
+                process.wait(30)
+    finally:
+        for process, _ in servers.values():
+            process.stdin.close()
+            process.wait(30)
+    print(report(args, alone, rows))
     return 0
+
+
+def report(
+    args: argparse.Namespace, alone: dict[int, Alone], rows: dict[int, dict[str, Measured]]
+) -> str:
+    served = (
+        "a model answering zeros at once"
+        if args.width == 0
+        else f"{PatchTransformer.name}, width {args.width}, 4 layers over {(SIZE // PATCH) ** 2} "
+        f"patches + state, [{HORIZON}, {ACTION_DIM}] chunk, torch threads {args.threads}"
+    )
+    lines = [
+        f"$ {command(args)}",
+        f"model: {served}; policybench serve: max batch {args.max_batch}, window "
+        f"{args.max_wait_ms:g} ms; {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; each cell the best of {args.repeats} runs of "
+        f"{args.seconds:g} s (the model alone: of {len(rows)} runs of {args.direct_seconds:g} s), "
+        "the servers and the model alone taking turns",
+        "",
+        "| batch | " + " | ".join(str(batch) for batch in alone) + " |",
+        "|---|" + "---:|" * len(alone),
+        "| model alone, inf/s | " + " | ".join(f"{a.rate:.0f}" for a in alone.values()) + " |",
+        "| model alone, CPU ms/inf | "
+        + " | ".join(f"{a.cpu_ms:.2f}" for a in alone.values())
+        + " |",
+        "",
+        "| clients | reference inf/s | p50 / p99 ms | CPU ms/inf | policybench inf/s "
+        "| p50 / p99 ms | CPU ms/inf | mean batch | vs reference | vs model alone at that batch |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for count, measured in rows.items():
+        ref, ours = measured["reference"], measured["policybench"]
+        lines.append(
+            f"| {count} | {ref.rate:.0f} | {ref.p50_ms:.1f} / {ref.p99_ms:.1f} | {ref.cpu_ms:.2f} "
+            f"| {ours.rate:.0f} | {ours.p50_ms:.1f} / {ours.p99_ms:.1f} | {ours.cpu_ms:.2f} "
+            f"| {ours.mean_batch:.2f} | {ours.rate / ref.rate:.2f}x "
+            f"| {ours.rate / at_batch(alone, ours.mean_batch):.2f} |"
+        )
+    lines.append("")
+    if 1 in rows:
+        ratio = rows[1]["policybench"].rate / rows[1]["reference"].rate
+        lines.append(f"1 client: {ratio:.2f}x the reference (target >= {ONE_CLIENT_TARGET:g}x)")
+    if MANY_CLIENTS in rows:
+        ours, ref = rows[MANY_CLIENTS]["policybench"], rows[MANY_CLIENTS]["reference"]
+        lines.append(
+            f"{MANY_CLIENTS} clients: {ours.rate / ref.rate:.2f}x the reference (target >= "
+            f"{MANY_TARGET:g}x), {ours.rate / at_batch(alone, ours.mean_batch):.2f} of the model "
+            f"alone at batch {ours.mean_batch:.2f} (target >= {DIRECT_TARGET}); the model's own "
+            f"gain from batching there: {at_batch(alone, ours.mean_batch) / alone[1].rate:.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run, every setting spelled out."""
+    flags = [
+        f"--clients={','.join(map(str, args.clients))}",
+        f"--seconds={args.seconds:g}",
+        f"--repeats={args.repeats}",
+        f"--direct-seconds={args.direct_seconds:g}",
+        f"--threads={args.threads}",
+        f"--width={args.width}",
+        f"--max-batch={args.max_batch}",
+        f"--max-wait-ms={args.max_wait_ms:g}",
+    ]
+    return shlex.join(["python", "bench/serve.py", *flags])
+
+
+# --- a server killed under load ----------------------------------------------------------------
 
 
 def kill(args: argparse.Namespace, clients: int = 8, timeout_s: float = 10.0) -> int:
     """8 clients in rollouts (a connection each) when the server is killed: how long each takes
     to fail and with what, then how long until each connects again once it restarts."""
-    from policybench.serve.client import RemotePolicyError, RemoteTimeout, RemoteUnavailable
+    from policybench.serve.client import (
+        Endpoint,
+        RemoteModel,
+        RemotePolicyError,
+        RemoteTimeout,
+        RemoteUnavailable,
+    )
 
-    process, ready = start_server(args, 8)
-    url = re.search(r"ws://\S+", ready).group(0)
+    process, url = start_server("policybench", args)
     port = int(url.rsplit(":", 1)[1])
     killed_at: list[float] = []
     failures: list[tuple[float, str]] = []
@@ -211,6 +414,7 @@ def kill(args: argparse.Namespace, clients: int = 8, timeout_s: float = 10.0) ->
         remote = RemoteModel(Endpoint(url, infer_timeout_s=timeout_s))
         source = remote.open(CONTEXT)
         obs = observation(index)
+        del obs[PROMPT]
         try:
             while True:
                 source(obs)
@@ -233,7 +437,7 @@ def kill(args: argparse.Namespace, clients: int = 8, timeout_s: float = 10.0) ->
     process.kill()
     process.wait()
     time.sleep(1.0)
-    process, _ = start_server(args, 8, port)
+    process, _ = start_server("policybench", args, port)
     restarted_at.append(time.perf_counter())
     restarted.set()
     for thread in threads:
@@ -254,18 +458,49 @@ def kill(args: argparse.Namespace, clients: int = 8, timeout_s: float = 10.0) ->
 
 
 if __name__ == "__main__":
+    defaults = ServerConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=("bench", "server", "kill"), default="bench")
-    parser.add_argument("--seconds", type=float, default=4.0, help="per measurement (default 4)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--width", type=int, default=128, help="transformer width (default 128)")
-    parser.add_argument("--max-batch", type=int, default=8)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--port", type=int, default=0, help="server role: port (default any)")
+    roles = ("bench", "kill", "policybench", "reference", "client")
+    parser.add_argument("--role", choices=roles, default="bench")
+    parser.add_argument(
+        "--clients",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2, 4, 8, 16],
+        help="client counts, comma-separated (default 1,2,4,8,16)",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="measurements per cell, best kept (default 3)"
+    )
+    parser.add_argument(
+        "--direct-seconds",
+        type=float,
+        default=0.5,
+        help="per batch size of the model alone, once per client count (default 0.5)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: with 2 on 2 busy cores, OpenMP's spin-waiting collapses)",
+    )
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=128,
+        help="transformer width (default 128; 0: a model that answers zeros at once, to measure "
+        "what serving itself costs)",
+    )
+    parser.add_argument("--max-batch", type=int, default=defaults.max_batch)
+    parser.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    if arguments.role == "server":
-        serve(arguments)
-    elif arguments.role == "kill":
-        sys.exit(kill(arguments))
-    else:
-        sys.exit(main(arguments))
+    roles = {
+        "bench": main,
+        "kill": kill,
+        "policybench": policybench_server,
+        "reference": reference_server,
+        "client": client,
+    }
+    sys.exit(roles[arguments.role](arguments))

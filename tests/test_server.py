@@ -4,6 +4,7 @@ API key, refused frames, errors as text frames, and batching that never mixes up
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -103,6 +104,14 @@ def test_every_dtype_and_shape_reaches_the_model_and_actions_come_back_intact(re
     assert remote.metadata["policy"] == "recording"
 
 
+def test_observations_reach_the_model_read_only_without_a_copy(recording):
+    server, model = recording
+    RemoteModel(Endpoint(server.url)).open(CONTEXT)({"image": np.ones((4, 4, 3), np.uint8)})
+    image = model.seen[-1]["image"]
+    assert not image.flags.writeable and not image.flags.owndata
+    np.testing.assert_array_equal(image, np.ones((4, 4, 3), np.uint8))
+
+
 def test_healthz_answers_200(recording):
     server, _ = recording
     health = server.url.replace("ws://", "http://") + "/healthz"
@@ -152,21 +161,57 @@ def test_the_api_key_is_enforced_when_set():
             assert response.status == 200  # health checks need no key
 
 
+class GatedEchoModel(EchoBatchModel):
+    """An EchoBatchModel whose first call sets `entered`, then waits until `gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def predict_batch(self, requests):
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(WAIT_S), "the test never opened the gate"
+        return super().predict_batch(requests)
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT_S} s for {what}"
+        time.sleep(0.005)
+
+
 def test_an_exception_fails_only_its_batch():
-    model = EchoBatchModel(delay_s=0.05)
-    with serve(model, max_batch=2, max_wait_ms=2000) as server:
-        # Both clients connect before either asks: the server batches only as many requests as
-        # it has clients, so a second client still connecting would get a batch of its own.
-        poisoned, same_batch = open_source(server.url), open_source(server.url)
-
-        def ask(source, obs: dict) -> RemotePolicyError:
-            with pytest.raises(RemotePolicyError) as error:
-                source(obs)
-            return error.value
-
+    model = GatedEchoModel()
+    with serve(model, max_batch=2) as server:
+        blocker, poisoned, same_batch = (open_source(server.url) for _ in range(3))
         one = {"who": np.array([1.0]), "seq": np.array([0.0])}
-        errors = run_clients(ask, [(poisoned, {**one, "poison": np.array(1)}), (same_batch, one)])
-        assert model.batch_sizes == [2]
+
+        def ask(source, obs: dict) -> RemotePolicyError | None:
+            try:
+                source(obs)
+            except RemotePolicyError as error:
+                return error
+            return None
+
+        pool = ThreadPoolExecutor(3, thread_name_prefix="client")
+        try:
+            # The blocker holds the model while the other two ask, so they meet in one call.
+            blocked = pool.submit(ask, blocker, one)
+            until(model.entered.is_set, "the blocker's call")
+            asked = [
+                pool.submit(ask, poisoned, {**one, "poison": np.array(1)}),
+                pool.submit(ask, same_batch, one),
+            ]
+            until(lambda: server.server.batch_counters().received == 3, "both requests")
+            model.gate.set()
+            assert blocked.result(WAIT_S) is None
+            errors = [future.result(WAIT_S) for future in asked]
+        finally:
+            model.gate.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+        assert model.batch_sizes == [1, 2]
         assert all("poisoned batch" in str(error) for error in errors)
         later = open_source(server.url)(one)
         np.testing.assert_array_equal(later.actions, [[1.0, 0.0]])

@@ -136,3 +136,27 @@ def test_any_numeric_array_round_trips_bit_exactly(array):
     assert packb(array) == documented_array(array)
     assert back.dtype == array.dtype and back.shape == array.shape
     assert back.tobytes() == array.tobytes()
+
+
+def test_read_only_decoding_hands_out_views_of_the_decoded_bytes_without_a_copy():
+    array = np.arange(12, dtype="<f4").reshape(3, 4)
+    back = unpackb(packb({"a": array}), writable=False)["a"]
+    assert not back.flags.writeable and not back.flags.owndata
+    assert back.dtype == array.dtype and back.tobytes() == array.tobytes()
+    with pytest.raises(ValueError, match="read-only"):
+        back[0, 0] = 1.0
+    assert unpackb(packb(array)).flags.writeable  # the default stays a writable copy
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(24, dtype="<i4").reshape(4, 6)[:, ::2],
+        np.asfortranarray(np.arange(6, dtype="<f8").reshape(2, 3)),
+        np.arange(24, dtype="|u1").reshape(2, 3, 4).transpose(2, 0, 1),
+    ],
+    ids=["strided", "fortran", "transposed"],
+)
+def test_non_contiguous_arrays_travel_in_c_order(array):
+    assert packb(array) == documented_array(array)
+    np.testing.assert_array_equal(unpackb(packb(array)), array)

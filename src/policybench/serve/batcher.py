@@ -1,10 +1,11 @@
-"""Dynamic batching for a served model: requests from many connections that arrive within a short
-window are answered by one model call on a worker thread, each answer going back to its asker."""
+"""Adaptive batching for a served model: a request goes to the model at once unless another
+connection is likely to ask within the window; requests that meet are answered by one model call.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 from policybench.policy.base import Chunk, ChunkSource, Model, Observation, SessionContext
 from policybench.policy.chunk_player import coded
 from policybench.policy.codec import IDENTITY, Codec
+
+TURNAROUND_SMOOTHING = 0.25  # weight of a peer's newest answer-to-request gap in its estimates
 
 
 @runtime_checkable
@@ -51,13 +54,72 @@ class Answer:
     batch_size: int
 
 
+@dataclass(eq=False)
+class Peer:
+    """A connection as the batcher sees it: whether it has a request waiting or running, when it
+    was last answered, and how long it takes to ask again after an answer, as a smoothed mean
+    and mean deviation (as TCP estimates a round trip): a client that asks straight back has a
+    short turnaround, a rollout stepping its env between chunks a long one."""
+
+    asking: bool = False
+    answered_at: float | None = None
+    turnaround_s: float | None = None
+    spread_s: float = 0.0
+
+    def asks(self, now: float) -> None:
+        if self.answered_at is not None:
+            gap = now - self.answered_at
+            if self.turnaround_s is None:
+                self.turnaround_s = gap
+            else:
+                deviation = abs(gap - self.turnaround_s)
+                self.spread_s += TURNAROUND_SMOOTHING * (deviation - self.spread_s)
+                self.turnaround_s += TURNAROUND_SMOOTHING * (gap - self.turnaround_s)
+        self.asking = True
+
+    def answered(self, now: float) -> None:
+        self.asking, self.answered_at = False, now
+
+    def expected(self, now: float, deadline: float) -> bool:
+        """Likely to ask before `deadline`: it is not asking, and its last answer is recent
+        enough that it may ask again before the deadline (its usual turnaround less two spreads)
+        and not so old that it is late (its usual turnaround plus two spreads: then it is busy
+        with something else)."""
+        if self.asking or self.answered_at is None or self.turnaround_s is None:
+            return False
+        due, spread = self.answered_at + self.turnaround_s, 2 * self.spread_s
+        return due - spread <= deadline and now <= due + spread
+
+
+@dataclass
+class BatchCounters:
+    """What a Batcher has done: requests received, model calls, requests sent to the model, and
+    windows (model calls held back, the model being free, to wait for more requests)."""
+
+    received: int = 0
+    batches: int = 0
+    requests: int = 0
+    windows: int = 0
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    peer: Peer
+    request: Request
+    future: asyncio.Future[Answer]
+
+
 class Batcher:
-    """Collects requests for up to `max_wait_s` after the first (at most `max_batch`, and never
-    waiting for more than `clients`, as each client has one request in flight), answers
-    them with one model call on `executor` (one thread: the model's), and scatters the chunks
-    back. While a batch runs, the next one gathers. An exception fails only the batch it
-    happened in (for a model without `predict_batch`, only the request). The model sees each
-    request's env observation through `codec`, and its actions are played back through it."""
+    """Answers requests with model calls on `executor` (one thread: the model's), one call at a
+    time, each taking the requests waiting (at most `max_batch`). When the model is free, waiting
+    requests go at once unless the model has `predict_batch` and another peer is expected to ask
+    within `max_wait_s`: then they wait for it (a window), at most `max_wait_s` from when the
+    model became free or the first request came, whichever was later. A lone client never waits,
+    nor do peers that ask rarely.
+
+    An exception fails only the call it happened in (for a model without `predict_batch`, only
+    the request). The model sees each request's env observation through `codec`, and its actions
+    are played back through it. Used from one event loop."""
 
     def __init__(
         self,
@@ -76,83 +138,131 @@ class Batcher:
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.executor = executor
-        self.clients = 0  # connections that may send; a batch waits for no more than these
-        self._queue: asyncio.Queue[tuple[Request, asyncio.Future[Answer]]] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.counters = BatchCounters()
+        self._batched = isinstance(model, BatchedModel)  # only then can waiting pay off
+        self._peers: set[Peer] = set()
+        self._waiting: list[_Waiting] = []
+        self._running = False
+        self._free_since = 0.0  # when the model last finished a call
+        self._window: asyncio.TimerHandle | None = None
 
-    async def submit(self, request: Request) -> Answer:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._task = asyncio.create_task(self._serve(self._queue))
+    def connect(self) -> Peer:
+        peer = Peer()
+        self._peers.add(peer)
+        return peer
+
+    def disconnect(self, peer: Peer) -> None:
+        self._peers.discard(peer)
+        self._consider()  # a window may have been waiting for it
+
+    async def submit(self, peer: Peer, request: Request) -> Answer:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        await self._queue.put((request, future))
+        peer.asks(request.queued_at)
+        self.counters.received += 1
+        self._waiting.append(_Waiting(peer, request, future))
+        self._consider()
         return await future
 
-    async def _serve(self, queue: asyncio.Queue[tuple[Request, asyncio.Future[Answer]]]) -> None:
+    def _consider(self) -> None:
+        """Starts a model call if the model is free and requests wait, unless a window is due."""
+        if self._running or not self._waiting:
+            return
+        if self._batched and len(self._waiting) < self.max_batch:
+            # A window opens when the model is free and a request waits, whichever comes last.
+            now = time.perf_counter()
+            opened = max(self._waiting[0].request.queued_at, self._free_since)
+            deadline = opened + self.max_wait_s
+            if now < deadline and any(peer.expected(now, deadline) for peer in self._peers):
+                if self._window is None:
+                    self.counters.windows += 1
+                    loop = asyncio.get_running_loop()
+                    self._window = loop.call_later(deadline - now, self._dispatch)
+                return
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
+        if self._running or not self._waiting:
+            return
+        batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+        self._running = True
+        self.counters.batches += 1
+        self.counters.requests += len(batch)
+        requests = [waiting.request for waiting in batch]
+        started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        while True:
-            batch = [await queue.get()]
-            deadline = loop.time() + self.max_wait_s
-            while len(batch) < min(self.max_batch, max(self.clients, 1)):
-                if not queue.empty():
-                    batch.append(queue.get_nowait())
-                    continue
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(queue.get(), remaining))
-                except TimeoutError:
-                    break
-            requests = [request for request, _ in batch]
-            started = time.perf_counter()
-            results = await loop.run_in_executor(self.executor, self._infer, requests)
-            infer_ms = (time.perf_counter() - started) * 1e3
-            for (request, future), result in zip(batch, results, strict=True):
-                if future.done():  # its connection went away while the batch ran
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    queue_ms = (started - request.queued_at) * 1e3
-                    future.set_result(Answer(result, queue_ms, infer_ms, len(batch)))
+        try:
+            running = loop.run_in_executor(self.executor, infer, self.model, self.codec, requests)
+        except RuntimeError as error:  # the executor was shut down: the server is closing
+            running = loop.create_future()
+            running.set_exception(error)
+        running.add_done_callback(functools.partial(self._finish, batch, started))
 
-    def _infer(self, requests: list[Request]) -> list[Chunk | BaseException]:
-        codec = self.codec
-        if isinstance(self.model, BatchedModel):
-            try:
-                chunks = self.model.predict_batch(
-                    [
-                        (r.rollout.context, codec.encode(r.obs, r.rollout.context.instruction))
-                        for r in requests
-                    ]
-                )
-                if len(chunks) != len(requests):
-                    raise ValueError(
-                        f"{self.model.name}.predict_batch answered {len(chunks)} chunks for "
-                        f"{len(requests)} requests; it must answer one per request, in order"
-                    )
-                return [
-                    Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks
+    def _finish(self, batch: list[_Waiting], started: float, running: asyncio.Future) -> None:
+        self._running = False
+        now = self._free_since = time.perf_counter()
+        infer_ms = (now - started) * 1e3
+        if running.cancelled():  # the server is closing
+            for waiting in batch:
+                waiting.future.cancel()
+            return
+        error = running.exception()  # the executor was shut down
+        results = running.result() if error is None else [error] * len(batch)
+        for waiting, result in zip(batch, results, strict=True):
+            waiting.peer.answered(now)
+            future = waiting.future
+            if future.done():  # cancelled: the server is closing
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                queue_ms = (started - waiting.request.queued_at) * 1e3
+                future.set_result(Answer(result, queue_ms, infer_ms, len(batch)))
+        self._consider()
+
+    def close(self) -> None:
+        """Cancels the requests still waiting; a running model call finishes on its thread."""
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
+        for waiting in self._waiting:
+            waiting.future.cancel()
+        self._waiting = []
+
+
+def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk | Exception]:
+    """Each request's chunk, or the exception that took its place: one `predict_batch` call for
+    them all if the model has one (its exception fails them all), else each rollout's own source,
+    opened at its first request (an exception fails only that request). The model sees each
+    env observation through `codec`; its actions come back through it."""
+    if isinstance(model, BatchedModel):
+        try:
+            chunks = model.predict_batch(
+                [
+                    (r.rollout.context, codec.encode(r.obs, r.rollout.context.instruction))
+                    for r in requests
                 ]
-            except Exception as error:
-                return [error] * len(requests)
-        results: list[Chunk | BaseException] = []
-        for request in requests:
-            try:
-                rollout = request.rollout
-                if rollout.source is None:
-                    rollout.source = coded(self.model.open(rollout.context), codec, rollout.context)
-                results.append(_checked(rollout.source(request.obs)))
-            except Exception as error:
-                results.append(error)
-        return results
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            )
+            if len(chunks) != len(requests):
+                raise ValueError(
+                    f"{model.name}.predict_batch answered {len(chunks)} chunks for "
+                    f"{len(requests)} requests; it must answer one per request, in order"
+                )
+            return [Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks]
+        except Exception as error:
+            return [error] * len(requests)
+    results: list[Chunk | Exception] = []
+    for request in requests:
+        try:
+            rollout = request.rollout
+            if rollout.source is None:
+                rollout.source = coded(model.open(rollout.context), codec, rollout.context)
+            results.append(_checked(rollout.source(request.obs)))
+        except Exception as error:
+            results.append(error)
+    return results
 
 
 def _checked(chunk: Any) -> Chunk:

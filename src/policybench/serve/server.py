@@ -5,6 +5,8 @@ Per-rollout state: a client may name its rollout's context in the `X-Policybench
 header (policybench's client does, and opens one connection per rollout); otherwise each
 (connection, prompt) pair is one rollout, opened at its first observation, as openpi's clients
 expect. The scene never reaches the server: only observations and the instruction do.
+Observation arrays reach the model read-only, as views of the frame's decoded bytes (as openpi's
+own server hands them): a model copies what it means to change.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from websockets.http11 import Response
 from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
-from policybench.serve.batcher import Batcher, Request, RolloutState
+from policybench.serve.batcher import BatchCounters, Batcher, Peer, Request, RolloutState
 from policybench.serve.wire import (
     ACTIONS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -144,21 +146,22 @@ class PolicyServer:
             await _fail(connection, f"cannot serve this connection: {error}", 1008)
             return
         batcher = self._batcher_for(served)
-        batcher.clients += 1
+        peer = batcher.connect()
         try:
             # A client that goes away (a worker ending, a killed process) ends this quietly.
             with contextlib.suppress(websockets.ConnectionClosed):
                 # The model's own description (checkpoint, weights) goes into each record.
                 metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
                 await connection.send(packb(metadata))
-                await self._answer_each(connection, batcher, served, codec, context)
+                await self._answer_each(connection, batcher, peer, served, codec, context)
         finally:
-            batcher.clients -= 1
+            batcher.disconnect(peer)
 
     async def _answer_each(
         self,
         connection: ServerConnection,
         batcher: Batcher,
+        peer: Peer,
         served: ServedModel,
         codec: Codec,
         context: SessionContext | None,
@@ -171,7 +174,7 @@ class PolicyServer:
                 await _fail(connection, "expected a binary msgpack frame, got a text frame", 1003)
                 return
             try:
-                obs, prompt = codec.decode(_as_map(unpackb(frame, None)))
+                obs, prompt = codec.decode(_as_map(unpackb(frame, None, writable=False)))
             except Exception as error:
                 await _fail(connection, f"bad observation frame: {error}", 1007)
                 return
@@ -182,7 +185,7 @@ class PolicyServer:
                     prompt, RolloutState(SessionContext(prompt, served.control_hz))
                 )
             try:
-                answer = await batcher.submit(Request(rollout, obs))
+                answer = await batcher.submit(peer, Request(rollout, obs))
             except Exception:
                 await _fail(connection, traceback.format_exc(), 1011)
                 return
@@ -223,9 +226,19 @@ class PolicyServer:
             self._batchers[id(served.model)] = batcher
         return batcher
 
+    def batch_counters(self) -> BatchCounters:
+        """What this server's batchers have done, all models together."""
+        counters = [batcher.counters for batcher in self._batchers.values()]
+        return BatchCounters(
+            received=sum(c.received for c in counters),
+            batches=sum(c.batches for c in counters),
+            requests=sum(c.requests for c in counters),
+            windows=sum(c.windows for c in counters),
+        )
+
     async def close(self) -> None:
         for batcher in self._batchers.values():
-            await batcher.close()
+            batcher.close()
         self._model_thread.shutdown(wait=False, cancel_futures=True)
 
 

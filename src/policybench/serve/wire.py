@@ -33,7 +33,9 @@ def _pack_numpy(value: Any) -> Any:
     if isinstance(value, np.ndarray | np.generic):
         _check_dtype(value.dtype)
     if isinstance(value, np.ndarray):
-        return {NDARRAY: True, DATA: value.tobytes(), DTYPE: value.dtype.str, SHAPE: value.shape}
+        # msgpack copies a contiguous array's memory straight into the frame; no bytes in between.
+        data = value.data if value.flags.c_contiguous else value.tobytes()
+        return {NDARRAY: True, DATA: data, DTYPE: value.dtype.str, SHAPE: value.shape}
     if isinstance(value, np.generic):
         return {NPGENERIC: True, DATA: value.item(), DTYPE: value.dtype.str}
     raise TypeError(
@@ -42,12 +44,12 @@ def _pack_numpy(value: Any) -> Any:
     )
 
 
-def _unpack_numpy(tagged: dict[Any, Any]) -> Any:
+def _unpack_numpy(tagged: dict[Any, Any], writable: bool = True) -> Any:
     if NDARRAY in tagged:
         dtype = np.dtype(tagged[DTYPE])
         _check_dtype(dtype)
         array = np.frombuffer(tagged[DATA], dtype=dtype).reshape(tagged[SHAPE])
-        return array.copy()  # a writable array, as a model may expect
+        return array.copy() if writable else array
     if NPGENERIC in tagged:
         dtype = np.dtype(tagged[DTYPE])
         _check_dtype(dtype)
@@ -55,21 +57,30 @@ def _unpack_numpy(tagged: dict[Any, Any]) -> Any:
     return tagged
 
 
+def _unpack_read_only(tagged: dict[Any, Any]) -> Any:
+    return _unpack_numpy(tagged, writable=False)
+
+
 def packb(message: Any) -> bytes:
     """One frame's bytes. Raises WireError for a refused dtype, TypeError for an unknown type."""
     return msgpack.packb(message, default=_pack_numpy)
 
 
-def unpackb(frame: bytes, max_bytes: int | None = DEFAULT_MAX_FRAME_BYTES) -> Any:
-    """The message in a frame. Raises WireError, with what came and what was expected, for a
-    frame over `max_bytes`, a frame that is not msgpack, or a malformed array."""
+def unpackb(
+    frame: bytes, max_bytes: int | None = DEFAULT_MAX_FRAME_BYTES, *, writable: bool = True
+) -> Any:
+    """The message in a frame. Arrays are writable copies, or with `writable=False` read-only
+    views of the bytes msgpack decoded (no copy; what openpi's own server hands its policy).
+    Raises WireError, with what came and what was expected, for a frame over `max_bytes`, a
+    frame that is not msgpack, or a malformed array."""
     if max_bytes is not None and len(frame) > max_bytes:
         raise WireError(
             f"frame of {len(frame)} bytes exceeds the limit of {max_bytes} bytes; "
             "send smaller observations or raise the limit"
         )
     try:
-        return msgpack.unpackb(frame, object_hook=_unpack_numpy)
+        hook = _unpack_numpy if writable else _unpack_read_only
+        return msgpack.unpackb(frame, object_hook=hook)
     except WireError:
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
