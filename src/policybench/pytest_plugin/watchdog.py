@@ -19,6 +19,7 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.spec import Rollout
 
 HANGS = "hangs"
+FIRED = "Timeout ("  # how faulthandler's dump begins when the limit passed
 PACKAGE = "policybench"
 BASE_S, PER_SIM_S = 120.0, 30.0  # default limit: 2 minutes plus 30 wall seconds per sim second
 
@@ -74,7 +75,9 @@ def hang_of(run_dir: Path, worker: str) -> str | None:
     if not path.is_file():
         return None
     text = path.read_text(errors="replace")
-    header = text.splitlines()[0] if text else "a rollout hung"
+    if FIRED not in text:  # the worker ended otherwise, mid-rollout (a signal, say)
+        return None
+    header = text.splitlines()[0]
     rollout_thread = next((t for t in text.split("\n\n") if "in run_rollout" in t), "")
     frames = [
         line.strip() for line in rollout_thread.splitlines() if line.strip().startswith("File")
