@@ -193,15 +193,16 @@ def _not_a_policy(name: str, target: Any) -> str:
 
 
 def _is_model(target: Any) -> bool:
-    return not isinstance(target, type) and all(
-        hasattr(target, attribute) for attribute in ("name", "open", "describe")
-    )
+    return _instance_with(target, "name", "open", "describe")
 
 
 def _is_policy(target: Any) -> bool:
-    return not isinstance(target, type) and all(
-        hasattr(target, attribute) for attribute in ("name", "new_session", "describe")
-    )
+    return _instance_with(target, "name", "new_session", "describe")
+
+
+def _instance_with(target: Any, *attributes: str) -> bool:
+    """An object (not a class) with these attributes: what a Model or Policy protocol asks."""
+    return not isinstance(target, type) and all(hasattr(target, a) for a in attributes)
 
 
 def _played(model: Model, codec: Codec, settings: PolicySettings) -> ChunkPolicy:

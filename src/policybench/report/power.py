@@ -133,14 +133,8 @@ def unpaired_requirement(
     baseline: float, target: float, alpha: float = ALPHA, power: float = POWER
 ) -> Requirement:
     rollouts = math.ceil(unpaired_size(baseline, target, alpha, power))
-    if rollouts > EXACT_LIMIT:
-        return Requirement(baseline, target, rollouts, None, None)
-    return Requirement(
-        baseline,
-        target,
-        rollouts,
-        fisher_power(rollouts, baseline, target, alpha),
-        _fewest(rollouts, lambda n: fisher_power(n, baseline, target, alpha), power),
+    return _checked(
+        baseline, target, rollouts, lambda n: fisher_power(n, baseline, target, alpha), power
     )
 
 
@@ -157,14 +151,24 @@ def paired_requirement(
             f"({abs(change):g}) and {min(2 * baseline + change, 2 * (1 - baseline) - change):g}"
         )
     rollouts = math.ceil(paired_size(change, discordance, alpha, power))
+    return _checked(
+        baseline, target, rollouts, lambda n: mcnemar_power(n, lost, gained, alpha), power
+    )
+
+
+def _checked(
+    baseline: float,
+    target: float,
+    rollouts: int,
+    power_at: Callable[[int], float],
+    power: float,
+) -> Requirement:
+    """The formula's count with the exact power of the real test there, and the fewest count
+    at which that test reaches `power` (neither above EXACT_LIMIT, where enumeration is slow)."""
     if rollouts > EXACT_LIMIT:
         return Requirement(baseline, target, rollouts, None, None)
     return Requirement(
-        baseline,
-        target,
-        rollouts,
-        mcnemar_power(rollouts, lost, gained, alpha),
-        _fewest(rollouts, lambda n: mcnemar_power(n, lost, gained, alpha), power),
+        baseline, target, rollouts, power_at(rollouts), _fewest(rollouts, power_at, power)
     )
 
 
