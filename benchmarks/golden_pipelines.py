@@ -19,6 +19,7 @@ from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
 from policybench.policy.latency import InferenceLatency, LatencyMode
 from policybench.record.trace import TraceRecorder, canonical_trace
+from policybench.rendering import render_problem
 from policybench.spec import Eval, Plan
 from policybench.world import World
 
@@ -136,7 +137,7 @@ def pipeline_trace(
         latency=InferenceLatency(LatencyMode.FIXED, latency_s),
     )
     recorder = TraceRecorder()
-    episode = run_rollout(rollout, World(eval), tap, recorder)
+    episode = run_rollout(rollout, _world(eval), tap, recorder)
     return canonical_trace(episode, recorder.observations, tap.waypoints, calls=True)
 
 
@@ -264,8 +265,17 @@ def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[s
     if timeout_s is not None:
         rollout = dataclasses.replace(rollout, timeout_s=timeout_s)
     recorder = TraceRecorder()
-    episode = run_rollout(rollout, World(eval), ChunkPolicy(model), recorder)
+    episode = run_rollout(rollout, _world(eval), ChunkPolicy(model), recorder)
     return canonical_trace(episode, recorder.observations)
+
+
+def _world(eval: Eval) -> World:
+    """The Eval's World, once this machine has shown it renders what the Eval needs (a GL
+    backend that hangs would otherwise hang the golden in its first reset)."""
+    unrenderable = render_problem(eval.renderer)
+    if unrenderable is not None:
+        raise RuntimeError(f"{eval.name}: {unrenderable}")
+    return World(eval)
 
 
 def _first_rollout(eval: Eval, task: str):

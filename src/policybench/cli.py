@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from policybench import probe as probe_command
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
 from policybench.report import plan as plan_command
@@ -36,6 +37,7 @@ COMMANDS = (
     serve_command.add_parser,
     report_command.add_parser,
     plan_command.add_parser,
+    probe_command.add_parser,
 )
 
 

@@ -8,7 +8,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from policybench.policy.base import (
     Chunk,
     EndEpisode,
     InfrastructureError,
+    Observation,
     Policy,
     SessionContext,
     Step,
@@ -42,6 +43,7 @@ class Preflight:
     problem: str | None = None
     sent: dict[str, str] = field(default_factory=dict)  # key -> "shape dtype" as the model got it
     answered: str | None = None  # the chunk's "shape dtype", as the env plays it
+    received: str | None = None  # the chunk's "shape dtype" as the model answered it (a Model's)
     horizon: int | None = None
     action_space: str | None = None
     latency_ms: float | None = None
@@ -71,14 +73,28 @@ class Preflight:
         )
 
 
+class Shown(NamedTuple):
+    """A preflight and the observation its policy was shown: what a Model's codec made of the
+    env's (as sent, on the wire for a served one), or the env's own for a Policy; empty when the
+    env could not be reset."""
+
+    preflight: Preflight
+    observation: Observation
+
+
 def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
     """Stages `rollout`'s scene on `world` and asks `policy` once about its first observation."""
+    return shown_preflight(world, rollout, policy).preflight
+
+
+def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
+    """`preflight`, with the observation the policy was shown."""
     eval = world.eval
     try:
         obs = world.reset(rollout.scene)
     except Exception as error:
         world.discard()
-        return _failed(eval.name, f"env reset raised {type(error).__name__}: {error}")
+        return Shown(_failed(eval.name, f"env reset raised {type(error).__name__}: {error}"), {})
     space = world.action_space
     context = SessionContext(
         rollout.instruction,
@@ -86,14 +102,17 @@ def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
         {name: rollout.scene.fields[name] for name in eval.policy_facing},
     )
     sent: dict[str, str] = {}
+    shown: Observation = obs
+    received: str | None = None
     started = time.perf_counter()
     try:
         if isinstance(policy, ChunkPolicy):
-            encoded = policy.codec.encode(obs, rollout.instruction)
-            sent = {name: _describe(value) for name, value in encoded.items()}
-            chunk = policy.model.open(context)(encoded)
+            shown = policy.codec.encode(obs, rollout.instruction)
+            sent = {name: describe_value(value) for name, value in shown.items()}
+            chunk = policy.model.open(context)(shown)
             if not isinstance(chunk, Chunk):
                 raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
+            received = describe_value(chunk.actions)
             actions = policy.codec.actions(chunk.actions)
         else:
             answer = policy.new_session(context)(obs, 0)
@@ -105,24 +124,28 @@ def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
         for action in actions:
             check_action(action, space.shape, policy.name)
     except InfrastructureError as error:  # says nothing of the contract: the rollouts find out
-        return Preflight(eval.name, Verdict.INCONCLUSIVE, f"{type(error).__name__}: {error}", sent)
+        problem = f"{type(error).__name__}: {error}"
+        return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, sent), shown)
     except ActionError as error:
-        return _failed(eval.name, str(error), sent, policy)
+        return Shown(_failed(eval.name, str(error), sent, policy, received=received), shown)
     except Exception as error:
         problem = f"{type(error).__name__}: {error}"
-        return _failed(eval.name, problem, sent, policy, traceback.format_exc())
-    return Preflight(
+        details = traceback.format_exc()
+        return Shown(_failed(eval.name, problem, sent, policy, details, received), shown)
+    passed = Preflight(
         eval.name,
         Verdict.PASSED,
         sent=sent,
-        answered=_describe(actions),
+        answered=describe_value(actions),
+        received=received,
         horizon=len(actions),
-        action_space=f"{space.shape} in [{_bound(space.low)}, {_bound(space.high)}]",
+        action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
         notes=_out_of_bounds(actions, space.low, space.high),
         policy=policy.describe(),
         actions=np.asarray(actions, dtype=float).tolist(),
     )
+    return Shown(passed, shown)
 
 
 def _failed(
@@ -131,10 +154,19 @@ def _failed(
     sent: dict[str, str] | None = None,
     policy: Policy | None = None,
     details: str = "",
+    received: str | None = None,
 ) -> Preflight:
     described = {} if policy is None else _safe_describe(policy)
     notes = (details.strip().splitlines()[-1],) if details else ()
-    return Preflight(eval, Verdict.FAILED, problem, sent or {}, notes=notes, policy=described)
+    return Preflight(
+        eval,
+        Verdict.FAILED,
+        problem,
+        sent or {},
+        received=received,
+        notes=notes,
+        policy=described,
+    )
 
 
 def _safe_describe(policy: Policy) -> dict[str, Any]:
@@ -144,11 +176,17 @@ def _safe_describe(policy: Policy) -> dict[str, Any]:
         return {"describe raised": f"{type(error).__name__}: {error}"}
 
 
-def _describe(value: Any) -> str:
+def describe_space(space: Any) -> str:
+    """A Box action space's shape and bounds, as a preflight records them."""
+    return f"{space.shape} in [{_bound(space.low)}, {_bound(space.high)}]"
+
+
+def describe_value(value: Any) -> str:
+    """A value's "shape dtype" (a str's "str"; a dict's, entry by entry)."""
     if isinstance(value, str):
         return "str"
     if isinstance(value, dict):
-        inner = ", ".join(f"{name}: {_describe(v)}" for name, v in value.items())
+        inner = ", ".join(f"{name}: {describe_value(v)}" for name, v in value.items())
         return "{" + inner + "}"
     array = np.asarray(value)
     return f"{list(array.shape)} {array.dtype}"

@@ -128,6 +128,9 @@ class Eval:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     codecs: Mapping[str, Codec] = field(default_factory=dict)
     install: str | None = None  # when `pip install 'policybench[extra]'` is not enough
+    # The OpenGL library its env renders with ("mujoco": under MUJOCO_GL), checked before its
+    # first rollout so that a backend which cannot render fails the Eval at once, not by hanging.
+    renderer: str | None = None
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

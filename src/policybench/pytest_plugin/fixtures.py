@@ -14,13 +14,14 @@ import pytest
 from policybench import keys
 from policybench.harness import Observer, Recorder, error_episode, run_rollout
 from policybench.policy.base import Observation, Policy
-from policybench.preflight import Preflight, preflight
+from policybench.preflight import Preflight, Verdict, preflight
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.pytest_plugin.preflights import PreflightStore, store_of
 from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
+from policybench.rendering import render_problem
 from policybench.spec import Eval, Rollout
 from policybench.world import EnvCache, World
 
@@ -113,7 +114,11 @@ class Runner:
         return run_rollout(rollout, world, policy, observer)
 
     def _preflight(self, eval: Eval, world: World, policy: Policy) -> Preflight:
-        """Asks the policy about the first observation of the Eval's first planned scene."""
+        """Asks the policy about the first observation of the Eval's first planned scene, once
+        the machine has shown it renders what the Eval's env needs."""
+        unrenderable = render_problem(eval.renderer)
+        if unrenderable is not None:
+            return Preflight(eval.name, Verdict.FAILED, unrenderable)
         first = eval.rollouts(self._settings.rollouts, self._settings.policy_settings.seed)[0]
         return preflight(world, first, policy)
 

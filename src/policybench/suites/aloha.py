@@ -22,6 +22,7 @@ from policybench.policy.codec import (
     resize_with_pad_to,
     take_first,
 )
+from policybench.rendering import MUJOCO
 from policybench.spec import Eval, seeded_per_task
 
 CONTROL_HZ = 50.0  # gym-aloha's DT of 0.02 s
@@ -151,6 +152,7 @@ def aloha(
         requires=("gym_aloha", "dm_control"),
         extra="aloha",
         packages=("gym-aloha", "dm-control", "mujoco", "gymnasium"),
+        renderer=MUJOCO,
         metadata={
             "observation": f"{keys.IMAGE}: {rendering.describe()} + {keys.STATE}: 14 joints",
             "camera": rendering.camera,

@@ -22,6 +22,7 @@ from policybench.policy.codec import (
     prompt,
     rename,
 )
+from policybench.rendering import MUJOCO
 from policybench.spec import Eval, seeded_per_task
 
 CONTROL_HZ = 80.0  # MetaWorld steps 5 MuJoCo frames of 2.5 ms
@@ -162,6 +163,7 @@ def mt10(
         requires=("metaworld",),
         extra="metaworld",
         packages=("metaworld", "mujoco", "gymnasium"),
+        renderer=None if camera is None else MUJOCO,
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
             "observation": "state" if camera is None else f"state+{camera}@{size}",

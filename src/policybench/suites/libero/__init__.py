@@ -24,6 +24,7 @@ from policybench.policy.codec import (
     rotate_180,
     take_first,
 )
+from policybench.rendering import MUJOCO
 from policybench.spec import Eval, Rollout, numbered
 from policybench.suites.libero.env import HOW_TO_INSTALL
 from policybench.suites.libero.staging import LEROBOT_STAGING, OPENPI_STAGING, Staging
@@ -200,6 +201,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         extra="libero",
         install=HOW_TO_INSTALL,
         packages=("hf-libero", "robosuite", "mujoco", "bddl", "numpy"),
+        renderer=MUJOCO,
         metadata=protocol.settings(suite),
         codecs={"openpi": openpi_codec(protocol)},
     )

@@ -1,0 +1,153 @@
+"""Batched-first rollouts in one process: K rollouts of one Eval stepped side by side, each on
+its own World and thread, asking a batching model once per step for all that need a chunk.
+
+Each rollout runs the ordinary harness, so its Episode is the one it would have alone; only the
+model calls meet. A barrier holds each call until every rollout still running is waiting on the
+model, then answers them all with one `predict_batch` (in slot order, so a batch's make-up never
+depends on thread timing). A model without `predict_batch` (a served one, say) is asked by each
+rollout on its own, the K calls in flight together."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from policybench.harness import run_rollout
+from policybench.policy.base import Chunk, Observation, Policy, SessionContext
+from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
+from policybench.record.episode import Episode
+from policybench.serve.batcher import BatchedModel, Request, RolloutState, infer
+from policybench.spec import Eval, Rollout
+from policybench.world import EnvCache, World
+
+
+class Lockstep:
+    """`slots` rollouts of `eval` at a time. Slot i always runs on thread i with World i (its
+    own env: renderer contexts stay on the thread that made them); close() ends the threads and
+    closes the envs."""
+
+    def __init__(self, eval: Eval, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"lockstep needs at least 1 slot, got {slots}")
+        self.eval = eval
+        self.worlds = [World(eval, EnvCache(1)) for _ in range(slots)]
+        self._slots = [_SlotThread(f"lockstep-{eval.name}-{i}") for i in range(slots)]
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def run(self, rollouts: Sequence[Rollout], policy: Policy) -> list[Episode]:
+        """The Episodes of `rollouts` (at most `slots` of them), run side by side."""
+        if len(rollouts) > self.slots:
+            raise ValueError(f"{len(rollouts)} rollouts for {self.slots} lockstep slots")
+        barrier = _Barrier(policy, len(rollouts))
+        done: list[queue.Queue[Episode]] = []
+        for slot, rollout in enumerate(rollouts):
+            world, policy_of_slot = self.worlds[slot], barrier.policy_of(slot)
+
+            def run_one(rollout=rollout, world=world, policy=policy_of_slot, slot=slot) -> Episode:
+                try:
+                    return run_rollout(rollout, world, policy)
+                finally:
+                    barrier.leave(slot)
+
+            done.append(self._slots[slot].submit(run_one))
+        return [answer.get() for answer in done]
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.stop()
+        for world in self.worlds:
+            world.close()
+
+
+class _SlotThread:
+    """One long-lived thread that runs what it is given, in order."""
+
+    def __init__(self, name: str) -> None:
+        self._work: queue.Queue[tuple[Callable[[], Any], queue.Queue] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable[[], Any]) -> queue.Queue:
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self._work.put((work, answer))
+        return answer
+
+    def stop(self) -> None:
+        self._work.put(None)
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while (job := self._work.get()) is not None:
+            work, answer = job
+            answer.put(work())  # the harness never raises: an error is an Episode
+
+
+class _Barrier:
+    """Where the slots' model calls meet: with a batching model, the calls of every slot still
+    running go to the model together; otherwise each slot asks its own source."""
+
+    def __init__(self, policy: Policy, live: int) -> None:
+        self._policy = policy
+        batching = isinstance(policy, ChunkPolicy) and isinstance(policy.model, BatchedModel)
+        self._batching = batching
+        self._live = live
+        self._waiting: dict[int, Request] = {}
+        self._answers: dict[int, Chunk | Exception] = {}
+        self._lock = threading.Condition()
+
+    def policy_of(self, slot: int) -> Policy:
+        return _SlotPolicy(self._policy, self, slot) if self._batching else self._policy
+
+    def ask(self, slot: int, rollout: RolloutState, obs: Observation) -> Chunk:
+        with self._lock:
+            self._waiting[slot] = Request(rollout, obs)
+            self._dispatch_if_all_wait()
+            while slot not in self._answers:
+                self._lock.wait()
+            answer = self._answers.pop(slot)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def leave(self, slot: int) -> None:
+        with self._lock:
+            self._live -= 1
+            self._dispatch_if_all_wait()
+
+    def _dispatch_if_all_wait(self) -> None:
+        if not self._waiting or len(self._waiting) < self._live:
+            return
+        policy = self._policy
+        assert isinstance(policy, ChunkPolicy)
+        slots = sorted(self._waiting)
+        requests = [self._waiting[slot] for slot in slots]
+        self._waiting.clear()
+        self._answers.update(zip(slots, infer(policy.model, policy.codec, requests), strict=True))
+        self._lock.notify_all()
+
+
+class _SlotPolicy:
+    """The policy as one slot sees it: its sessions' model calls go through the barrier. It
+    describes itself as the policy does, so its Episodes record the same policy."""
+
+    def __init__(self, policy: ChunkPolicy, barrier: _Barrier, slot: int) -> None:
+        self._policy, self._barrier, self._slot = policy, barrier, slot
+        self.name = policy.name
+
+    def new_session(self, context: SessionContext) -> ChunkPlayer:
+        rollout = RolloutState(context)
+        policy = self._policy
+        return ChunkPlayer(
+            lambda obs: self._barrier.ask(self._slot, rollout, obs),
+            replan_every=policy.replan_every,
+            latency=policy.latency,
+            anchor=policy.anchor,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return self._policy.describe()

@@ -1,0 +1,72 @@
+"""Whether this machine renders with an Eval's OpenGL library under the configured MUJOCO_GL:
+asked once per process, in a child process with a deadline, so that a backend which fails or
+hangs is reported before an Eval's first rollout instead of hanging its first reset."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+MUJOCO = "mujoco"  # an Eval's `renderer`: MuJoCo's OpenGL, which honours MUJOCO_GL
+
+# One frame of a one-geom model: what every MuJoCo camera of a suite needs from the backend.
+# It prints why it failed as its last line of output.
+RENDER_ONE_FRAME = """
+import sys
+try:
+    import mujoco
+    model = mujoco.MjModel.from_xml_string(
+        '<mujoco><worldbody><light pos="0 0 1"/><geom size=".1"/></worldbody></mujoco>'
+    )
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    with mujoco.Renderer(model, 32, 32) as renderer:
+        renderer.update_scene(data)
+        frame = renderer.render()
+    assert frame.shape == (32, 32, 3) and frame.any(), "it rendered an empty frame"
+except Exception as error:
+    print(f"{type(error).__name__}: {error}")
+    sys.exit(1)
+"""
+
+DEADLINE_S = 60.0
+
+
+def render_problem(renderer: str | None, deadline_s: float = DEADLINE_S) -> str | None:
+    """Why `renderer` cannot render here under the current MUJOCO_GL; None when it can (or
+    the Eval renders nothing that needs it)."""
+    if renderer is None:
+        return None
+    if renderer != MUJOCO:
+        raise ValueError(f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}")
+    return _mujoco_problem(os.environ.get("MUJOCO_GL"), deadline_s)
+
+
+@functools.cache
+def _mujoco_problem(
+    backend: str | None, deadline_s: float, script: str = RENDER_ONE_FRAME
+) -> str | None:
+    shown = f"MUJOCO_GL={backend}" if backend else "MUJOCO_GL unset (MuJoCo then wants a display)"
+    fix = (
+        "set MUJOCO_GL=egl (or osmesa) with the system's libraries installed "
+        "(apt-get install libegl1 libgl1 libosmesa6)"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=deadline_s,
+        )
+    except subprocess.TimeoutExpired:
+        return (
+            f"MuJoCo did not render one frame within {deadline_s:g} s under {shown}: the "
+            f"backend hangs here; {fix}"
+        )
+    if done.returncode != 0:
+        output = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        last = output[-1] if output else f"exit status {done.returncode}"
+        return f"MuJoCo cannot render under {shown}: {last}; {fix}"
+    return None

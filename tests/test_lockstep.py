@@ -1,0 +1,137 @@
+"""Batched-first rollouts: K rollouts of one Eval stepped side by side in one process, the model
+asked once per step for all that need a chunk, give the Episodes each rollout gives alone, on
+real MetaWorld and PushT envs, also when the rollouts end at different steps."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from policybench.harness import run_rollout
+from policybench.lockstep import Lockstep
+from policybench.policy.chunk_player import ChunkPolicy
+from policybench.world import World
+
+
+class PerRolloutBatched:
+    """A batching model over a per-rollout one: `predict_batch` answers each request with the
+    source its rollout opened (a rollout is known by its context object), and counts batches."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.name = model.name
+        self.batch_sizes: list[int] = []
+        self._sources: dict[int, object] = {}
+
+    def open(self, context):
+        return self.model.open(context)
+
+    def predict_batch(self, requests):
+        self.batch_sizes.append(len(requests))
+        chunks = []
+        for context, obs in requests:
+            source = self._sources.get(id(context))
+            if source is None:
+                source = self._sources[id(context)] = self.model.open(context)
+            chunks.append(source(obs))
+        return chunks
+
+    def describe(self):
+        return self.model.describe()
+
+
+def comparable(episode) -> tuple:
+    """What must not change between running alone and side by side (wall time aside)."""
+    return (
+        episode.statics,
+        episode.outcome,
+        episode.success_step,
+        [(s.time_ns, s.command.tolist(), s.reward, s.success) for s in episode.trace],
+        [(c.asked_ns, c.arrives_ns, c.horizon) for c in episode.calls],
+    )
+
+
+def alone_and_side_by_side(eval, rollouts, make_model, slots):
+    alone = [run_rollout(r, World(eval), ChunkPolicy(make_model())) for r in rollouts]
+    model = PerRolloutBatched(make_model())
+    lockstep = Lockstep(eval, slots)
+    try:
+        together = []
+        for start in range(0, len(rollouts), slots):
+            together += lockstep.run(rollouts[start : start + slots], ChunkPolicy(model))
+    finally:
+        lockstep.close()
+    return alone, together, model.batch_sizes
+
+
+def with_timeouts(rollouts, timeouts_s):
+    return [dataclasses.replace(r, timeout_s=t) for r, t in zip(rollouts, timeouts_s, strict=True)]
+
+
+def test_metaworld_rollouts_side_by_side_equal_their_runs_alone():
+    pytest.importorskip("metaworld")
+    from policybench.suites.metaworld import MT10, MetaWorldExpert, mt10
+
+    eval = mt10(tasks={name: MT10[name] for name in ("reach-v3", "push-v3")})
+    # Two tasks, two seeds each; the timeouts make them end at different steps (some solved
+    # early, some cut short unsolved).
+    rollouts = with_timeouts(eval.rollouts(2, 0), (4.0, 0.5, 1.5, 4.0))
+    alone, together, batches = alone_and_side_by_side(
+        eval, rollouts, lambda: MetaWorldExpert(MT10), slots=4
+    )
+    assert [comparable(e) for e in together] == [comparable(e) for e in alone]
+    assert len({e.steps for e in alone}) >= 3, "the rollouts should end at different steps"
+    assert max(batches) == 4 and sum(batches) == sum(len(e.calls) for e in alone)
+
+
+def test_pusht_rollouts_side_by_side_equal_their_runs_alone():
+    pytest.importorskip("gym_pusht")
+    from policybench.suites.pusht import PUSHT, PushTHeuristic
+
+    rollouts = with_timeouts(PUSHT.rollouts(3, 0), (2.0, 0.6, 1.2))
+    alone, together, batches = alone_and_side_by_side(PUSHT, rollouts, PushTHeuristic, slots=2)
+    assert [comparable(e) for e in together] == [comparable(e) for e in alone]
+    assert len({e.steps for e in alone}) == 3
+    assert max(batches) == 2 and sum(batches) == sum(len(e.calls) for e in alone)
+
+
+class Failing:
+    """A batching model that breaks on the third batch."""
+
+    name = "failing"
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def open(self, context):
+        raise AssertionError("a batching model is asked through predict_batch")
+
+    def predict_batch(self, requests):
+        from policybench.policy.base import Chunk
+
+        self.batches += 1
+        if self.batches == 3:
+            raise RuntimeError("out of memory on the accelerator")
+        return [Chunk(np.zeros((1, 1)), 10.0) for _ in requests]
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_a_failed_batch_is_an_error_of_each_rollout_in_it():
+    from tests.envs import point_eval
+
+    eval = point_eval(tasks={"a": "reach a", "b": "reach b"}, timeout_s=1.0)
+    lockstep = Lockstep(eval, 2)
+    try:
+        episodes = lockstep.run(eval.rollouts(1, 0), ChunkPolicy(Failing()))
+    finally:
+        lockstep.close()
+    for episode in episodes:
+        assert (
+            episode.outcome.is_error
+            and "out of memory on the accelerator" in episode.outcome.reason
+        )
+        assert episode.steps == 2
