@@ -5,6 +5,7 @@ real MetaWorld and PushT envs, also when the rollouts end at different steps."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -135,3 +136,89 @@ def test_a_failed_batch_is_an_error_of_each_rollout_in_it():
             and "out of memory on the accelerator" in episode.outcome.reason
         )
         assert episode.steps == 2
+
+
+BENCHMARK = """
+import policybench
+from policybench.suites.metaworld import MT10, mt10
+
+TWO_TASKS = mt10(tasks={name: MT10[name] for name in ("reach-v3", "push-v3")})
+
+
+@policybench.evaluate(TWO_TASKS)
+def test_metaworld(rollout, harness):
+    harness(rollout)
+"""
+
+BATCHED = """
+import os
+
+from policybench.suites.metaworld import MT10, MetaWorldExpert
+
+
+class Batched:
+    name = "batched-expert"
+
+    def __init__(self):
+        self.model = MetaWorldExpert(MT10)
+        self.sources = {}
+
+    def open(self, context):
+        return self.model.open(context)
+
+    def predict_batch(self, requests):
+        with open(f"batches-{os.getpid()}.txt", "a") as log:
+            log.write(f"{len(requests)}\\n")
+        chunks = []
+        for context, obs in requests:
+            if id(context) not in self.sources:
+                self.sources[id(context)] = self.model.open(context)
+            chunks.append(self.sources[id(context)](obs))
+        return chunks
+
+    def describe(self):
+        return {"name": self.name}
+
+
+MODEL = Batched()
+"""
+
+
+def run_metaworld(pytester: pytest.Pytester, *args: str) -> dict[str, tuple]:
+    for log in pytester.path.glob("batches-*.txt"):
+        log.unlink()
+    result = pytester.runpytest_subprocess("--rollouts", "3", "--policy=batched:MODEL", *args)
+    result.assert_outcomes(passed=6)
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return {r["nodeid"]: (r["outcome"], r["steps"], r["sum_reward"], r["reason"]) for r in records}
+
+
+def batch_sizes(pytester: pytest.Pytester) -> list[int]:
+    return [int(n) for log in pytester.path.glob("batches-*.txt") for n in log.read_text().split()]
+
+
+def test_envs_per_worker_gives_the_outcomes_of_one_env_per_worker(pytester: pytest.Pytester):
+    pytest.importorskip("metaworld")
+    pytester.makepyfile(test_metaworld=BENCHMARK, batched=BATCHED)
+    alone = run_metaworld(pytester)
+    assert batch_sizes(pytester) == []  # one env per worker: each rollout asks its own source
+    assert len({steps for _, steps, _, _ in alone.values()}) > 1, "rollouts end at different steps"
+    side_by_side = run_metaworld(pytester, "--envs-per-worker", "3")
+    assert side_by_side == alone
+    assert max(batch_sizes(pytester)) == 3
+    # Under xdist each task's rollouts go to one worker, which runs them side by side.
+    distributed = run_metaworld(pytester, "--envs-per-worker", "3", "-n", "2")
+    assert distributed == alone
+    assert max(batch_sizes(pytester)) == 3
+
+
+def test_envs_per_worker_refuses_recorders_that_see_one_rollout_at_a_time(
+    pytester: pytest.Pytester,
+):
+    pytester.makepyfile(test_metaworld=BENCHMARK)
+    result = pytester.runpytest("--envs-per-worker", "2", "--record-video")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--envs-per-worker 2 steps rollouts side by side*--record-video*"]
+    )

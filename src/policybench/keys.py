@@ -44,6 +44,11 @@ INFER_MS_MAX = "infer_ms_max"
 SUM_REWARD = "sum_reward"
 MAX_REWARD = "max_reward"
 NODEID = "nodeid"
+# In an A/B run (two or more policies): the arm a rollout ran under (its label, or its letter
+# under --blind), and how its scene was given that one arm (`--assign balanced`; absent when
+# every scene ran under each arm).
+ARM = "arm"
+ASSIGNMENT = "assignment"
 # Where and how a rollout ran: the process (xdist worker id, or "main"), that process's peak
 # resident memory so far, and how many envs it had built so far (the env cache's work).
 WORKER = "worker"

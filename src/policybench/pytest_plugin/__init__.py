@@ -8,6 +8,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.shards",
     "policybench.pytest_plugin.scheduling",
     "policybench.pytest_plugin.fixtures",
+    "policybench.pytest_plugin.lockstep",
     "policybench.pytest_plugin.outcomes",
     "policybench.pytest_plugin.resume",
     "policybench.pytest_plugin.aggregation",

@@ -1,16 +1,19 @@
 """Aggregation on the controller: collects rollout records from item reports (with xdist, the
 workers' reports), appends them to results.jsonl, and at the end writes summary.json and the
-HTML report, applies the success gates and prints the per-Eval table."""
+HTML report, applies the success gates and prints the per-Eval table (in an A/B run, per Eval
+and arm, with the arms compared; under --blind, records are sealed before they are written)."""
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from policybench import keys
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, settings_of
@@ -20,10 +23,11 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.fingerprint import fingerprint
+from policybench.report.arms import Sealer, arm_in_id, blinded_command
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
-from policybench.report.summary import Row, RunInfo, Summary
+from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,12 +44,15 @@ class Aggregator:
         self.gate_settings = gate_settings
         self.run_dir = run_dir_of(config)
         self.baseline = _baseline_dir(gate_settings.baseline, settings.report_dir)
+        args = config.invocation_params.args
         self.run_info = RunInfo.now(
             self.run_dir.name,
-            config.invocation_params.args,
+            blinded_command(args) if settings.blinding else args,
             config.invocation_params.dir,
             run_settings(config, settings),
         )
+        self.command = shlex.join(["pytest", *args])  # as typed, kept aside under --blind
+        self.sealer = Sealer(self.run_dir) if settings.blinding else None
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped
@@ -63,18 +70,35 @@ class Aggregator:
         if record is not None:
             if not self.records:  # a run that records something says how it was run, at once
                 self.run_info.write(self.run_dir)
+                if self.settings.blinding is not None:
+                    self.settings.blinding.write(self.run_dir, self.command)
+            record = self._arm_named(record)
+            if self.sealer is not None:
+                record = self.sealer.seal(record)
             self.records.append(record)
             self.writer.write(record)
+
+    def _arm_named(self, record: dict[str, Any]) -> dict[str, Any]:
+        """An A/B run's record with its arm, also when the controller made it (a rollout whose
+        worker crashed): from its item id."""
+        if not self.settings.ab or keys.ARM in record:
+            return record
+        named = {**record, keys.ARM: arm_in_id(str(record.get(keys.NODEID)))}
+        if self.settings.assignment is not None:
+            named[keys.ASSIGNMENT] = self.settings.assignment.as_record()
+        return named
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.writer.close()
+        if self.sealer is not None:
+            self.sealer.close()
         started = time.perf_counter()
         resumed = resumed_of(self.config)
         if resumed is not None:  # the run's records: carried over, then this session's
             self.records = latest_per_rollout([*resumed.all_records, *self.records])
             compact(self.writer.path, self.records)
-        summary = Summary.of(self.records)
+        summary = Summary.of(self.records, arms=[arm.label for arm in self.settings.arms])
         declared = gates.declared_floors(self.config)
         breaches, notes = gates.floor_breaches(summary, self.gate_settings, declared)
         if not self.records:  # no report to write; a gate over nothing still fails the run
@@ -120,7 +144,8 @@ class Aggregator:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         write = terminalreporter.write_line
         if self.not_run or self.unreported or self.findings is not None:
-            terminalreporter.section(f"policybench: policy {self.settings.policy}")
+            named = "arms" if self.settings.ab else "policy"
+            terminalreporter.section(f"policybench: {named} {self.settings.policy_shown}")
         for (eval, why), count in sorted(self.not_run.items()):
             write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
         for line in self.unreported:
@@ -131,11 +156,17 @@ class Aggregator:
         if self.findings is None:
             return
         findings = self.findings
-        rows = list(findings.summary.evals)
-        if len(rows) > 1:
-            rows.append(findings.summary.overall)
+        summary = findings.summary
+        if summary.arms:  # per Eval and arm; the totals per arm when there are several Evals
+            rows = [row for row in summary.arms if len(summary.evals) > 1 or row.eval != OVERALL]
+        else:
+            rows = [*summary.evals, *([summary.overall] if len(summary.evals) > 1 else [])]
         for line in format_table(rows):
             write(line)
+        for versus in findings.summary.versus:
+            write("")
+            for line in versus.lines():
+                write(line)
         if findings.comparison is not None:
             write("")
             write(f"compared with baseline {findings.comparison.before}:")
@@ -192,7 +223,10 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
 
 
 def format_table(rows: list[Row]) -> list[str]:
+    """The per-Eval table; with an `arm` column when the rows are an A/B run's."""
+    arms = any(row.arm is not None for row in rows)
     header = ("eval", "rollouts", "solved", "unsolved", "errors", "success", "95% CI")
+    header = ("eval", "arm", *header[1:]) if arms else header
     cells = [header]
     for row in rows:
         tally = row.stats.tally
@@ -200,6 +234,7 @@ def format_table(rows: list[Row]) -> list[str]:
         cells.append(
             (
                 row.eval,
+                *((str(row.arm),) if arms else ()),
                 str(tally.rollouts),
                 str(tally.solved),
                 str(tally.unsolved),
@@ -211,7 +246,7 @@ def format_table(rows: list[Row]) -> list[str]:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return [
         "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
+            cell.ljust(w) if i == 0 or (arms and i == 1) else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
         for row in cells

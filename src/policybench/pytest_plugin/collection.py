@@ -1,15 +1,19 @@
-"""Collection: `@policybench.evaluate(*evals)` turns a test function into one item per Rollout.
-Each item carries its Eval and Rollout (`planned_of(item)`); nothing looks an Eval up by name."""
+"""Collection: `@policybench.evaluate(*evals)` turns a test function into one item per Rollout
+(in an A/B run, per Rollout and arm: a scene's arms side by side, scenes in plan order). Each
+item carries its Eval, Rollout and arm (`planned_of(item)`); nothing looks an Eval up by name."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from policybench.pytest_plugin.options import settings_of
+from policybench import keys
+from policybench.pytest_plugin.arms import Arm, Assignment, assign_balanced, item_id
+from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.spec import Eval, Rollout
 from policybench.suites import reference_in
 
@@ -25,6 +29,17 @@ class Planned:
     eval: Eval
     rollout: Rollout
     eval_ref: str | None = None
+    arm: Arm | None = None  # in an A/B run, the arm this item runs (None: the run's one policy)
+    assignment: Assignment | None = None  # how the scene was given this one arm (--assign)
+
+    def record_fields(self) -> dict[str, Any]:
+        """What the rollout's record says of its arm (nothing in a one-policy run)."""
+        if self.arm is None:
+            return {}
+        fields: dict[str, Any] = {keys.ARM: self.arm.label}
+        if self.assignment is not None:
+            fields[keys.ASSIGNMENT] = self.assignment.as_record()
+        return fields
 
 
 def evaluate(*evals: Eval) -> pytest.MarkDecorator:
@@ -72,6 +87,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"eval {eval.name!r} planned no rollouts (--rollouts={settings.rollouts}); ask "
                 "for at least one per task"
             )
+        arms = arms_of(rollouts, settings)
         for planned in rollouts:
             if planned.id in seen:
                 raise pytest.UsageError(
@@ -80,8 +96,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     "names or declare them in separate test functions"
                 )
             seen[planned.id] = eval.name
-            params.append(pytest.param(Planned(eval, planned, ref), id=planned.id, marks=skip))
+            for arm in arms[planned.index]:
+                ran = Planned(eval, planned, ref, arm, settings.assignment if arm else None)
+                id = planned.id if arm is None else item_id(planned.id, arm)
+                params.append(pytest.param(ran, id=id, marks=skip))
     metafunc.parametrize("rollout", params, indirect=True)
+
+
+def arms_of(plan: tuple[Rollout, ...], settings: RunSettings) -> dict[int, tuple[Arm | None, ...]]:
+    """The arms each planned scene (by rollout index) runs under: every arm, its one assigned
+    arm (--assign), or, in a one-policy run, the run's policy (None)."""
+    if not settings.ab:
+        return {rollout.index: (None,) for rollout in plan}
+    if settings.assignment is None:
+        return {rollout.index: settings.arms for rollout in plan}
+    eval = plan[0].eval if plan else ""
+    assigned = assign_balanced(eval, plan, settings.arms, settings.assignment.seed)
+    return {index: (arm,) for index, arm in assigned.items()}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import resource
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
 from policybench import keys
 from policybench.harness import Observer, Recorder, error_episode, run_rollout
+from policybench.lockstep import Lockstep
 from policybench.policy.base import Observation, Policy
 from policybench.preflight import Preflight, Verdict, preflight
+from policybench.pytest_plugin.arms import Arm
 from policybench.pytest_plugin.collection import Planned, planned_of
+from policybench.pytest_plugin.lockstep import group_of, slots_of
 from policybench.pytest_plugin.options import RunSettings, settings_of
 from policybench.pytest_plugin.preflights import PreflightStore, store_of
 from policybench.pytest_plugin.watchdog import watched
@@ -67,51 +70,92 @@ class RolloutError(Exception):
 
 
 class Runner:
-    """One World and one Policy per Eval in this process, built on first use; the Worlds share
-    one EnvCache, so the process holds at most `--max-envs-per-worker` live envs."""
+    """One World per Eval and one Policy per Eval and arm in this process, built on first use;
+    the Worlds share one EnvCache, so the process holds at most `--max-envs-per-worker` live
+    envs."""
 
-    def __init__(self, settings: RunSettings, preflights: PreflightStore, worker: str) -> None:
+    def __init__(
+        self, settings: RunSettings, preflights: PreflightStore, worker: str, slots: int = 1
+    ) -> None:
         self._settings = settings
+        self.slots = slots  # rollouts run side by side (--envs-per-worker)
         self.worker = worker
         self._preflights = preflights
         self.envs = EnvCache(settings.max_envs)
         self._worlds: dict[str, World] = {}
-        self._policies: dict[str, Policy] = {}
+        self._policies: dict[tuple[str, str], Policy] = {}  # by (Eval, arm)
+        self._locksteps: dict[str, Lockstep] = {}  # by Eval, with --envs-per-worker K > 1
+        self._ahead: dict[tuple[str, str | None, str], Episode] = {}  # run side by side
 
-    def run(self, planned: Planned, observer: FanOut | None = None) -> tuple[Episode, list[str]]:
+    def run(
+        self, planned: Planned, observer: FanOut | None = None, group: Sequence[Planned] = ()
+    ) -> tuple[Episode, list[str]]:
         """The rollout's Episode, run again from its start after an infrastructure error up to
-        `--retry-errors` times, and why each earlier attempt ended."""
+        `--retry-errors` times, and why each earlier attempt ended. A `group` of rollouts (this
+        one first) runs side by side, the others' Episodes kept for their own items."""
         retried: list[str] = []
+        episode = self._ahead.pop(_ahead_key(planned), None)
+        if episode is None and len(group) > 1:
+            self._run_side_by_side(group)
+            episode = self._ahead.pop(_ahead_key(planned), None)
         while True:
-            episode = self._run_once(planned, observer)
+            if episode is None:
+                episode = self._run_once(planned, observer)
             if not episode.outcome.transient or len(retried) >= self._settings.retry_errors:
                 return episode, retried
             retried.append(episode.outcome.reason)
             if observer is not None:
                 observer.restart()
+            episode = None
 
     def _run_once(self, planned: Planned, observer: Observer | None) -> Episode:
+        ready = self._ready(planned)
+        if isinstance(ready, Episode):
+            return ready
+        world, policy = ready
+        return run_rollout(planned.rollout, world, policy, observer)
+
+    def _run_side_by_side(self, group: Sequence[Planned]) -> None:
+        """Runs the group's rollouts in lockstep, keeping their Episodes for their items; a
+        problem that stops the group (no policy, a failed preflight) is left to each item."""
+        ready = self._ready(group[0])
+        if isinstance(ready, Episode):
+            return
+        eval = group[0].eval
+        lockstep = self._locksteps.get(eval.name)
+        if lockstep is None:
+            lockstep = self._locksteps[eval.name] = Lockstep(eval, self.slots)
+        episodes = lockstep.run([planned.rollout for planned in group], ready[1])
+        self._ahead.update(zip(map(_ahead_key, group), episodes, strict=True))
+
+    def _ready(self, planned: Planned) -> tuple[World, Policy] | Episode:
+        """The World and Policy of the rollout once its Eval's preflight passed; else the
+        rollout's error Episode."""
         eval, rollout = planned.eval, planned.rollout
         world = self._worlds.get(eval.name)
         if world is None:
             world = self._worlds[eval.name] = World(eval, self.envs)
+        arm = planned.arm or self._settings.arms[0]
         try:
-            policy = self._policy_for(planned, world)
+            policy = self._policy_for(planned, arm, world)
         except PolicyUnavailable as unavailable:
             pytest.skip(str(unavailable))
         except Exception as error:
+            shown = arm.label if planned.arm else self._settings.policy
             return error_episode(
                 rollout,
                 world,
-                f"could not set up {eval.name!r} for policy {self._settings.policy!r}: "
+                f"could not set up {eval.name!r} for policy {shown!r}: "
                 f"{type(error).__name__}: {error}",
                 traceback.format_exc(),
             )
-        checked = self._preflights.get(eval.name, lambda: self._preflight(eval, world, policy))
+        # An A/B run checks each arm's policy against the Eval.
+        checked_as = eval.name if planned.arm is None else f"{eval.name}-{arm.label}"
+        checked = self._preflights.get(checked_as, lambda: self._preflight(eval, world, policy))
         if checked.failed:
             reason = f"preflight of {eval.name!r} failed, so none of its rollouts ran: "
             return error_episode(rollout, world, reason + str(checked.problem))
-        return run_rollout(rollout, world, policy, observer)
+        return world, policy
 
     def _preflight(self, eval: Eval, world: World, policy: Policy) -> Preflight:
         """Asks the policy about the first observation of the Eval's first planned scene, once
@@ -122,19 +166,19 @@ class Runner:
         first = eval.rollouts(self._settings.rollouts, self._settings.policy_settings.seed)[0]
         return preflight(world, first, policy)
 
-    def _policy_for(self, planned: Planned, world: World) -> Policy:
+    def _policy_for(self, planned: Planned, arm: Arm, world: World) -> Policy:
         eval = planned.eval
-        policy = self._policies.get(eval.name)
+        policy = self._policies.get((eval.name, arm.label))
         if policy is None:
             task = planned.rollout.scene.task
             policy = build_policy(
-                self._settings.policy,
+                arm.policy,
                 eval,
-                self._settings.policy_settings,
+                self._settings.policy_settings_of(arm),
                 lambda: world.env_for(task).action_space,
                 planned.eval_ref,
             )
-            self._policies[eval.name] = policy
+            self._policies[(eval.name, arm.label)] = policy
         return policy
 
     def process_record(self) -> dict[str, Any]:
@@ -146,13 +190,21 @@ class Runner:
         }
 
     def close(self) -> None:
+        for lockstep in self._locksteps.values():
+            lockstep.close()
         self.envs.close()
+
+
+def _ahead_key(planned: Planned) -> tuple[str, str | None, str]:
+    return planned.eval.name, None if planned.arm is None else planned.arm.label, planned.rollout.id
 
 
 @pytest.fixture(scope="session")
 def policybench_runner(pytestconfig: pytest.Config) -> Iterator[Runner]:
     worker = getattr(pytestconfig, "workerinput", {}).get("workerid", "main")
-    runner = Runner(settings_of(pytestconfig), store_of(pytestconfig), worker)
+    runner = Runner(
+        settings_of(pytestconfig), store_of(pytestconfig), worker, slots_of(pytestconfig)
+    )
     yield runner
     runner.close()
 
@@ -172,9 +224,10 @@ def harness(
                 "@policybench.evaluate(*evals)"
             )
         observers = request.node.stash.get(OBSERVERS, [])
-        with watched(request.config, planned.rollout, policybench_runner.worker):
+        group = group_of(request.node, policybench_runner.slots)
+        with watched(request.config, planned.rollout, policybench_runner.worker, len(group)):
             episode, retried = policybench_runner.run(
-                planned, FanOut(observers) if observers else None
+                planned, FanOut(observers) if observers else None, group
             )
         request.node.stash[EPISODE] = episode
         add_to_record(request.node, policybench_runner.process_record())

@@ -1,9 +1,10 @@
 """Command-line options, and the run settings read from them (once per process; a worker takes
-the policy as the controller resolved it)."""
+the policies, an A/B run's arms, as the controller resolved them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +13,72 @@ import pytest
 from policybench import keys
 from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
+from policybench.pytest_plugin.arms import (
+    BALANCED,
+    Arm,
+    Assignment,
+    arm_settings,
+    blinded,
+    parse_arms,
+)
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
-from policybench.registry import LEROBOT_PREFIX, OPENPI, PolicySettings, check_policy_name
+from policybench.registry import (
+    LEROBOT_PREFIX,
+    OPENPI,
+    SCRIPTED,
+    PolicySettings,
+    check_policy_name,
+)
+from policybench.report.arms import BLINDING_FILE, Blinding
+from policybench.report.results import resolve_run
 from policybench.serve.client import Endpoint
 
 SETTINGS = pytest.StashKey["RunSettings"]()
 DEFAULT_MAX_ENVS = 2
 DEFAULT_RETRIES = 2
-# What the controller hands workers: the policy name as it resolved it, the shared server.
-POLICY, SHARED_URL, SHARED_KEY = "policy", "shared_server_url", "shared_server_api_key"
+# What the controller hands workers: the arms as it resolved them (lettered under --blind),
+# the shared server.
+ARMS, SHARED_URL, SHARED_KEY = "arms", "shared_server_url", "shared_server_api_key"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("policybench", "policybench: evaluate robot policies")
     group.addoption(
         "--policy",
-        default="scripted",
+        action="append",
+        default=[],
+        metavar="[LABEL=]POLICY[@URL]",
         help="policy to evaluate: scripted (default), random, openpi (served), lerobot:PATH (a "
         "LeRobot checkpoint directory), module:attr (your own Model, Policy or factory), or an "
-        "installed policy name",
+        "installed policy name. Repeat it (or give a comma list) for an A/B run: every scene "
+        "runs under each policy, as items `task/seed=3/policy=LABEL` side by side. LABEL names "
+        "an arm (default: the policy's name, or a checkpoint's directory); @ws://HOST:PORT is "
+        "where that arm is served (openpi, or `policybench serve`)",
+    )
+    group.addoption(
+        "--assign",
+        choices=[BALANCED],
+        default=None,
+        help="with two or more policies: run each planned scene under one of them, balanced "
+        "within each task and drawn from --assign-seed (for scenes that cost too much to run "
+        "twice); the comparison is then unpaired",
+    )
+    group.addoption(
+        "--assign-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="with --assign: the seed of the draw (default 0); the same seed, the same arms",
+    )
+    group.addoption(
+        "--blind",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="KEY",
+        help="with two or more policies: show them as A, B, ... in item ids, results and "
+        "reports (lettered in an order shuffled by KEY, default a random one) until "
+        "`policybench report unblind RUN`; give every shard of one run the same KEY",
     )
     group.addoption(
         "--policy-device",
@@ -88,6 +136,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass(frozen=True)
 class RunSettings:
+    """`policy` is the first arm's policy: the run's one policy, unless it is an A/B run."""
+
     policy: str
     rollouts: int
     suites: tuple[str, ...]
@@ -95,6 +145,23 @@ class RunSettings:
     policy_settings: PolicySettings
     max_envs: int = DEFAULT_MAX_ENVS
     retry_errors: int = DEFAULT_RETRIES
+    arms: tuple[Arm, ...] = ()  # two or more in an A/B run
+    assignment: Assignment | None = None  # scenes given one arm each (--assign)
+    blinding: Blinding | None = None  # what the letters of a --blind run stand for
+
+    @property
+    def ab(self) -> bool:
+        """Whether this run compares policies (items and records then name their arm)."""
+        return len(self.arms) > 1
+
+    def policy_settings_of(self, arm: Arm) -> PolicySettings:
+        """How `arm` is played: the run's settings, served where the arm is."""
+        return replace(self.policy_settings, endpoint=arm.endpoint)
+
+    @property
+    def policy_shown(self) -> str:
+        """The policy, or the arms, as the terminal and error messages name them."""
+        return ", ".join(arm.label for arm in self.arms) if self.ab else self.policy
 
 
 def protocol_settings(settings: RunSettings) -> dict[str, Any]:
@@ -107,6 +174,7 @@ def protocol_settings(settings: RunSettings) -> dict[str, Any]:
         keys.INFERENCE_LATENCY: str(policy.latency),
         keys.CHUNK_ANCHOR: policy.anchor.value,
         "replan_every": policy.replan_every,
+        **arm_settings(settings.arms, settings.assignment, settings.blinding),
     }
 
 
@@ -118,17 +186,31 @@ def settings_of(config: pytest.Config) -> RunSettings:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):
-        hand_to_workers(config, POLICY, settings_of(config).policy)
+        hand_to_workers(config, ARMS, [arm.spec for arm in settings_of(config).arms])
 
 
 def read_settings(config: pytest.Config) -> RunSettings:
     """The run's settings; bad values are a UsageError that says what is accepted."""
-    policy = from_controller(config, POLICY) or resolved_policy(config)
+    handed = from_controller(config, ARMS)
     try:
-        check_policy_name(policy, config.invocation_params.dir)
+        if handed is not None:  # a worker: the arms as the controller resolved and lettered them
+            arms, blinding = parse_arms(handed), None
+        else:
+            arms, blinding = _controller_arms(config)
+        for arm in arms:
+            check_policy_name(arm.policy, config.invocation_params.dir)
         latency = InferenceLatency.parse(config.getoption("inference_latency"))
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
+    assignment = None
+    if config.getoption("assign") is not None:
+        assignment = Assignment(config.getoption("assign"), config.getoption("assign_seed"))
+    if len(arms) < 2 and (assignment is not None or config.getoption("blind") is not None):
+        raise pytest.UsageError(
+            "--assign and --blind compare policies: give two or more, e.g. "
+            "--policy scripted --policy random"
+        )
+    arms = tuple(replace(arm, endpoint=endpoint_of(config, arm, arms[0])) for arm in arms)
     rollouts = config.getoption("rollouts")
     if rollouts < 0:
         raise pytest.UsageError(f"--rollouts must be >= 0, got {rollouts}")
@@ -142,7 +224,7 @@ def read_settings(config: pytest.Config) -> RunSettings:
     if replan_every is not None and replan_every < 1:
         raise pytest.UsageError(f"--replan-every must be >= 1, got {replan_every}")
     return RunSettings(
-        policy=policy,
+        policy=arms[0].policy,
         rollouts=rollouts,
         suites=tuple(config.getoption("suite")),
         report_dir=config.rootpath / config.getoption("report_dir"),
@@ -151,37 +233,71 @@ def read_settings(config: pytest.Config) -> RunSettings:
             latency=latency,
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
             replan_every=replan_every,
-            endpoint=endpoint_of(config, policy),
+            endpoint=arms[0].endpoint,
             device=config.getoption("policy_device"),
         ),
         max_envs=max_envs,
         retry_errors=retry_errors,
+        arms=arms,
+        assignment=assignment,
+        blinding=blinding,
     )
 
 
-def resolved_policy(config: pytest.Config) -> str:
-    """The policy option with a `lerobot:PATH` made absolute from where pytest was invoked, so
-    workers and a shared server started elsewhere find the checkpoint."""
-    policy = config.getoption("policy")
+def _controller_arms(config: pytest.Config) -> tuple[tuple[Arm, ...], Blinding | None]:
+    """The arms `--policy` names, checkpoints made absolute; lettered under --blind."""
+    arms = parse_arms(config.getoption("policy") or [SCRIPTED])
+    arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
+    key = config.getoption("blind")
+    if key is None or len(arms) < 2:
+        return arms, None
+    return blinded(arms, key or _blinding_key(config))
+
+
+def _blinding_key(config: pytest.Config) -> str:
+    """A fresh key, or the key of the blinded run being resumed (so its letters stay)."""
+    resume = config.getoption("resume", None)
+    if resume is None:
+        return secrets.token_hex(8)
+    report_dir = config.rootpath / config.getoption("report_dir")
+    try:
+        run_dir = resolve_run(resume, report_dir)
+    except FileNotFoundError as error:
+        raise pytest.UsageError(f"--resume: {error}") from None
+    found = Blinding.load(run_dir)
+    if found is None:
+        raise pytest.UsageError(
+            f"--blind --resume {resume}: {run_dir} was not a blinded run (it holds no "
+            f"{BLINDING_FILE}); resume it without --blind"
+        )
+    return found.key
+
+
+def resolved_policy(config: pytest.Config, policy: str) -> str:
+    """A `lerobot:PATH` made absolute from where pytest was invoked, so workers and a shared
+    server started elsewhere find the checkpoint."""
     if not policy.startswith(LEROBOT_PREFIX):
         return policy
     path = config.invocation_params.dir / Path(policy[len(LEROBOT_PREFIX) :]).expanduser()
     return f"{LEROBOT_PREFIX}{path.resolve()}"
 
 
-def endpoint_of(config: pytest.Config, policy: str) -> Endpoint | None:
-    """Where this process's policy is served; None: it runs in this process."""
+def endpoint_of(config: pytest.Config, arm: Arm, first: Arm) -> Endpoint | None:
+    """Where an arm is served: at its own URL (`POLICY@URL`), at --policy-url (openpi), or by
+    the run's shared server (which serves the first arm's policy); None: in this process."""
     timeout, wait = config.getoption("infer_timeout"), config.getoption("server_wait")
     if not timeout > 0:
         raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
     if not wait >= 0:
         raise pytest.UsageError(f"--server-wait must be >= 0 seconds, got {wait}")
+    key = config.getoption("policy_api_key") or None
     try:
-        if policy == OPENPI:
-            url, key = config.getoption("policy_url"), config.getoption("policy_api_key")
-            return Endpoint(url, key or None, timeout, server_wait_s=wait)
+        if arm.url is not None:
+            return Endpoint(arm.url, key, timeout, server_wait_s=wait)
+        if arm.policy == OPENPI:
+            return Endpoint(config.getoption("policy_url"), key, timeout, server_wait_s=wait)
         shared = from_controller(config, SHARED_URL)
-        if shared is not None:
+        if shared is not None and arm.policy == first.policy and first.url is None:
             key = from_controller(config, SHARED_KEY)
             return Endpoint(shared, key, timeout, server_wait_s=wait)
     except ValueError as error:

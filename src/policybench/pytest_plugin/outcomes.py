@@ -1,9 +1,10 @@
 """Outcome reporting and the rollout's record: a solved rollout passes, an unsolved one gets its
 own status (`u`, UNSOLVED) without failing the run, an error is an error with its reason.
 
-Each rollout's record is built here, once, from its Episode and what recorders added with
-`add_to_record`, and travels to the controller on the call report (under xdist too). With
-`--junitxml`, the testcase carries the outcome, reason, steps and sum reward as properties.
+Each rollout's record is built here, once, from its Episode, its arm (in an A/B run) and what
+recorders added with `add_to_record`, and travels to the controller on the call report (under
+xdist too). With `--junitxml`, the testcase carries the outcome, reason, steps and sum reward as
+properties.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, RECORD_FIELDS, RolloutError
 from policybench.record.episode import OutcomeKind
 
@@ -30,8 +32,10 @@ def pytest_runtest_makereport(
         return report
     episode = item.stash.get(EPISODE, None)
     if episode is not None:
+        planned = planned_of(item)
         record = {
             **episode.record(),
+            **(planned.record_fields() if planned is not None else {}),
             **item.stash.get(RECORD_FIELDS, {}),
             keys.NODEID: item.nodeid,
         }

@@ -50,12 +50,16 @@ def hang_file(run_dir: Path, worker: str) -> Path:
 
 
 @contextlib.contextmanager
-def watched(config: pytest.Config, rollout: Rollout, worker: str) -> Iterator[None]:
-    """Runs the block under the rollout's watchdog."""
+def watched(
+    config: pytest.Config, rollout: Rollout, worker: str, rollouts: int = 1
+) -> Iterator[None]:
+    """Runs the block under the rollout's watchdog (its limit times `rollouts`, when the block
+    runs that many such rollouts side by side)."""
     limit = limit_s(config, rollout)
     if limit is None:
         yield
         return
+    limit *= rollouts
     path = hang_file(run_dir_of(config), worker)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as file:

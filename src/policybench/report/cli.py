@@ -1,13 +1,15 @@
 """`policybench report`: rebuild a run's summary and HTML from its results.jsonl, compare two
-runs task by task, or merge shards and resumed parts into one run."""
+runs task by task, merge shards and resumed parts into one run, or unblind a `--blind` run."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
 
+from policybench.report.arms import ARMS, UNBLINDED, Unsealed, unblind_lines
 from policybench.report.compare import ALPHA, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
@@ -75,13 +77,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     merge.set_defaults(func=run_merge)
 
+    unblind = commands.add_parser(
+        "unblind",
+        help="name the arms of a run started with --blind: rewrite its results, summary and "
+        "report with the policies' names (for good: the run cannot be resumed blind after)",
+    )
+    unblind.add_argument("run", help="a run directory, its results.jsonl, or a run id")
+    unblind.add_argument("--report-dir", type=Path, default=Path("reports"))
+    unblind.set_defaults(func=run_unblind)
+
 
 def run_html(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args.run, args.report_dir)
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
-    summary = Summary.of(results.records, results.problems)
     run = RunInfo.load(run_dir)
+    summary = Summary.of(results.records, results.problems, _arms(run))
     summary.write(run_dir, run)
     index = write_html(run_dir, Findings(summary, results.records, run))
     print(f"{len(results.records)} rollouts; report: {index}")
@@ -147,6 +158,38 @@ def run_merge(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def run_unblind(args: argparse.Namespace) -> int:
+    run_dir = _run_dir(args.run, args.report_dir)
+    run = RunInfo.load(run_dir)
+    if run is not None and run.settings.get(UNBLINDED):
+        sys.exit(f"policybench report unblind: {run_dir.name} is unblinded already")
+    try:
+        unsealed = Unsealed.read(run_dir)
+    except FileNotFoundError as error:
+        sys.exit(f"policybench report unblind: {error}")
+    unblind_lines(run_dir / RESULTS, unsealed)
+    if run is not None:
+        settings = unsealed.settings(run.settings)
+        run = dataclasses.replace(run, command=unsealed.command, settings=settings)
+        run.write(run_dir)
+    results = read_results(run_dir / RESULTS)
+    _warn(results.problems)
+    summary = Summary.of(results.records, results.problems, _arms(run))
+    summary.write(run_dir, run)
+    index = write_html(run_dir, Findings(summary, results.records, run))
+    named = ", ".join(f"{letter} = {unsealed.label(letter)}" for letter in unsealed.letters)
+    print(f"unblinded {run_dir.name}: {named}")
+    for versus in summary.versus:
+        print("\n".join(versus.lines()))
+    print(f"report: {index}")
+    return 0
+
+
+def _arms(run: RunInfo | None) -> list[str]:
+    """The run's arms in its order (none for a one-policy run)."""
+    return [] if run is None else list(run.settings.get(ARMS) or [])
 
 
 def _run_dir(run: str, report_dir: Path) -> Path:

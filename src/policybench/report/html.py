@@ -1,5 +1,6 @@
-"""The HTML report: index.html (overview, success-per-task chart, distributions, every rollout)
-and one page per rollout, from Jinja2 templates; self-contained, opens from disk."""
+"""The HTML report: index.html (overview, an A/B run's arms side by side and compared,
+success-per-task chart, distributions, every rollout) and one page per rollout, from Jinja2
+templates; self-contained, opens from disk."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
     env.filters["pct"] = percent
     env.filters["points"] = points
     rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
+    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if findings.summary.arms else ()), keys.OUTCOME)
     index = run_dir / INDEX
     index.write_text(
         env.get_template("index.html.j2").render(
@@ -54,16 +56,14 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             title=findings.run.run_id if findings.run else run_dir.name,
             overview=[*findings.summary.evals, findings.summary.overall],
             chart=task_chart(findings.summary.tasks),
+            arms=arm_grid(findings.summary.arms),
             histograms=[
                 histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS]),
                 histogram("Wall time per step", "ms", findings.records, step_wall_ms),
                 histogram("Model call wall time (rollout mean)", "ms", findings.records, infer_ms),
             ],
             rollouts=rollouts,
-            choices={
-                name: sorted({row[name] for row in rollouts})
-                for name in (keys.EVAL, keys.TASK, keys.OUTCOME)
-            },
+            choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
         ),
         encoding="utf-8",
     )
@@ -111,7 +111,27 @@ def rollout_row(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
         keys.NODEID: record.get(keys.NODEID, ""),
         keys.VIDEO: record.get(keys.VIDEO),
         keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING),
+        **({keys.ARM: record[keys.ARM]} if keys.ARM in record else {}),
     }
+
+
+@dataclass(frozen=True)
+class ArmGrid:
+    """An A/B run's success rates side by side: a line per Eval (and all), a column per arm."""
+
+    arms: tuple[str, ...]
+    lines: tuple[tuple[str, tuple[Row | None, ...]], ...]  # (eval, its row under each arm)
+
+
+def arm_grid(rows: Sequence[Row]) -> ArmGrid | None:
+    if not rows:
+        return None
+    arms = tuple(dict.fromkeys(str(row.arm) for row in rows))
+    evals = list(dict.fromkeys(row.eval for row in rows))
+    found = {(row.eval, str(row.arm)): row for row in rows}
+    if len(evals) == 2:  # one Eval: its total says it again
+        evals = evals[:1]
+    return ArmGrid(arms, tuple((e, tuple(found.get((e, arm)) for arm in arms)) for e in evals))
 
 
 def flatten(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:

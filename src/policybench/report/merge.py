@@ -14,6 +14,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.report.arms import ARMS, ASSIGN, BLINDING
 from policybench.report.html import INDEX, ROLLOUTS, Findings, write_html
 from policybench.report.pairing import protocol_differences
 from policybench.report.results import RESULTS, read_results
@@ -26,6 +27,9 @@ PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows
 # Run settings every part of one run shares (the others, such as -n or video, may differ).
 SHARED_SETTINGS = (
     keys.POLICY,
+    ARMS,
+    ASSIGN,
+    BLINDING,
     "base_seed",
     "rollouts_per_task",
     keys.INFERENCE_LATENCY,
@@ -98,7 +102,8 @@ def merge_runs(
         )
     merged = merge_records(parts)
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
-    summary = Summary.of(merged.records, problems)
+    listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
+    summary = Summary.of(merged.records, problems, listed or ())
     index = write_merged(out, parts, merged, summary, mismatches, command)
     return MergeResult(parts, merged, summary, mismatches, index)
 
@@ -251,23 +256,31 @@ def _function(record: Record) -> str:
 def missing_rollouts(records: Sequence[Record]) -> tuple[str, ...]:
     """Per Eval (and test function declaring it): the plan indices that no record ran, from
     the plan size (rollout_count) each record carries."""
-    planned: dict[tuple[str, str], int] = {}
-    ran: dict[tuple[str, str], set[int]] = {}
+    planned: dict[tuple[str, str, str], int] = {}
+    ran: dict[tuple[str, str, str], set[int]] = {}
     for record in records:
         index, count = record.get(keys.ROLLOUT_INDEX), record.get(keys.ROLLOUT_COUNT)
         if isinstance(index, int) and isinstance(count, int):
-            group = (record[keys.EVAL], _function(record))
+            group = (record[keys.EVAL], _function(record), _arm(record))
             planned[group] = max(planned.get(group, 0), count)
             ran.setdefault(group, set()).add(index)
     lines = []
-    for (eval, function), count in planned.items():
-        absent = sorted(set(range(count)) - ran[(eval, function)])
+    for (eval, function, arm), count in planned.items():
+        absent = sorted(set(range(count)) - ran[(eval, function, arm)])
         if absent:
             lines.append(
-                f"eval {eval} ({function}): {len(absent)} of {count} planned rollouts ran in no "
-                f"part (plan indices {_ranges(absent)})"
+                f"eval {eval} ({function}{arm}): {len(absent)} of {count} planned rollouts ran "
+                f"in no part (plan indices {_ranges(absent)})"
             )
     return tuple(lines)
+
+
+def _arm(record: Record) -> str:
+    """The arm that runs every planned scene of an A/B run (each arm plans them all; with
+    assigned arms the scenes are shared out, so the plan is the arms' together)."""
+    if keys.ARM not in record or keys.ASSIGNMENT in record:
+        return ""
+    return f", arm {record[keys.ARM]}"
 
 
 def absent_shards(parts: Sequence[Part]) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """summary.json: what a run was (command, versions, settings: enough to reproduce it) and what
-it found (per Eval, per task and overall: counts, success rate with interval, spreads)."""
+it found (per Eval, per task and overall: counts, success rate with interval, spreads; in an A/B
+run also per arm, and each pair of arms compared)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.report.arms import arm_order
+from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.stats import CONFIDENCE, GroupStats, group
 
+Records = Sequence[Mapping[str, Any]]
 SUMMARY = "summary.json"
 RUN_INFO = "run.json"
 OVERALL = "all"
@@ -86,6 +90,7 @@ class Row:
     stats: GroupStats
     policy: Mapping[str, Any]
     packages: Mapping[str, Any]
+    arm: str | None = None  # in an A/B run's rows per arm
 
     @property
     def label(self) -> str:
@@ -99,7 +104,9 @@ class Row:
 
     def as_json(self) -> dict[str, Any]:
         tally, interval = self.stats.tally, self.stats.tally.interval()
+        arm = {} if self.arm is None else {keys.ARM: self.arm}
         return {
+            **arm,
             keys.EVAL: self.eval,
             keys.TASK: self.task,
             "rollouts": tally.rollouts,
@@ -136,25 +143,82 @@ def _spread(spread: Any) -> dict[str, float] | None:
 
 
 @dataclass(frozen=True)
+class ArmComparison:
+    """Two arms of an A/B run compared task by task: paired by scene when every scene ran under
+    each arm, unpaired when each scene was assigned one (`assignment`)."""
+
+    comparison: Comparison
+    assignment: Mapping[str, Any] | None
+
+    @property
+    def design(self) -> str:
+        if self.assignment is None:
+            return "paired: every scene ran under each arm (exact McNemar test on the pairs)"
+        return (
+            f"unpaired: each scene ran under one arm, by {self.assignment.get('method')} "
+            f"assignment with seed {self.assignment.get(keys.SEED)} (Fisher's exact test)"
+        )
+
+    def lines(self) -> list[str]:
+        comparison = self.comparison
+        return [f"{comparison.after} vs {comparison.before}, {self.design}:", *comparison.lines()]
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.comparison.as_json(), "design": self.design}
+
+
+@dataclass(frozen=True)
 class Summary:
     evals: tuple[Row, ...]
     tasks: tuple[Row, ...]
     overall: Row
     problems: tuple[str, ...] = ()
+    arms: tuple[Row, ...] = ()  # an A/B run's arms: per Eval, then over all Evals
+    versus: tuple[ArmComparison, ...] = ()  # each pair of arms, the earlier one as `before`
 
     @classmethod
-    def of(cls, records: Sequence[Mapping[str, Any]], problems: Sequence[str] = ()) -> Summary:
-        def row(eval: str, task: str | None, members: Sequence[Mapping[str, Any]]) -> Row:
-            return Row(eval, task, GroupStats.of(members), *_descriptions(members))
+    def of(
+        cls,
+        records: Sequence[Mapping[str, Any]],
+        problems: Sequence[str] = (),
+        arms: Sequence[str] = (),
+    ) -> Summary:
+        """`arms`: the run's arms in its order (an A/B run's records name theirs)."""
 
+        def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
+            return Row(eval, task, GroupStats.of(members), *_descriptions(members), arm)
+
+        evals = group(records, keys.EVAL)
+        order = arm_order(records, arms)
+        by_arm = {arm: [r for r in records if str(r.get(keys.ARM)) == arm] for arm in order}
+        arm_rows = [
+            row(e, None, [r for r in members if str(r.get(keys.ARM)) == arm], arm)
+            for (e,), members in evals.items()
+            for arm in order
+        ]
+        arm_rows += [row(OVERALL, None, by_arm[arm], arm) for arm in order]
+        assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
+        versus = [
+            ArmComparison(compare_runs(by_arm[before], by_arm[after], (before, after)), assigned)
+            for i, before in enumerate(order)
+            for after in order[i + 1 :]
+        ]
         return cls(
-            evals=tuple(row(e, None, m) for (e,), m in group(records, keys.EVAL).items()),
+            evals=tuple(row(e, None, m) for (e,), m in evals.items()),
             tasks=tuple(row(e, t, m) for (e, t), m in group(records, keys.EVAL, keys.TASK).items()),
             overall=row(OVERALL, None, records),
             problems=tuple(problems),
+            arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
+            versus=tuple(versus),
         )
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
+        arms = {}
+        if self.arms:
+            arms = {
+                "arms": [row.as_json() for row in self.arms],
+                "arm_comparisons": [versus.as_json() for versus in self.versus],
+            }
         return {
             "run": None if run is None else asdict(run),
             "confidence": CONFIDENCE,
@@ -163,6 +227,7 @@ class Summary:
             "evals": [row.as_json() for row in self.evals],
             "tasks": [row.as_json() for row in self.tasks],
             "problems": list(self.problems),
+            **arms,
         }
 
     def write(self, run_dir: Path, run: RunInfo | None) -> Path:

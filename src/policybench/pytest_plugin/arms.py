@@ -1,0 +1,174 @@
+"""The arms of an A/B run (`--policy A --policy B`): what names each policy in item ids and
+reports, where it is served, which arm runs each scene under `--assign balanced`, and the letters
+`--blind` shows instead of names."""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from policybench import keys
+from policybench.registry import LEROBOT_PREFIX, is_import_path
+from policybench.report.arms import ARM_IN_ID, ARMS, ASSIGN, BLINDED, BLINDING, Blinding
+from policybench.serve.client import Endpoint
+from policybench.spec import Rollout
+
+BALANCED = "balanced"  # the one way of assigning arms to scenes: balanced within each task
+# One `--policy` value: [LABEL=]SPEC[@ws://HOST:PORT], or several of them joined by commas.
+ARM_VALUE = re.compile(
+    r"^(?:(?P<label>[A-Za-z0-9_.-]+)=)?(?P<spec>[^=@]+?)(?:@(?P<url>wss?://\S+))?$"
+)
+LABEL_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One policy of a run: its label (in item ids `task/seed=3/policy=LABEL` and reports), the
+    policy as the registry names it, and where it is served (`SPEC@URL`; None: as the run
+    decides, see `endpoint_of`)."""
+
+    label: str
+    policy: str
+    url: str | None = None
+    endpoint: Endpoint | None = None  # resolved from `url` and the run's server options
+
+    @property
+    def spec(self) -> str:
+        """The arm as one `--policy` value, label included: what a worker parses back."""
+        return f"{self.label}={self.policy}" + (f"@{self.url}" if self.url else "")
+
+
+def parse_arms(values: Iterable[str]) -> tuple[Arm, ...]:
+    """The arms `--policy` values name, in order; a label not given is made from the policy
+    (its name, a module's attribute, a checkpoint's directory), unique among the arms."""
+    parsed = []
+    for value in values:
+        for text in (part.strip() for part in value.split(",")):
+            found = ARM_VALUE.match(text)
+            if found is None:
+                raise ValueError(
+                    f"--policy {text!r}: expected [LABEL=]POLICY[@ws://HOST:PORT], e.g. "
+                    "--policy pi0=openpi@ws://gpu1:8000 (LABEL: letters, digits, _ . -)"
+                )
+            parsed.append((found["label"], found["spec"], found["url"]))
+    if not parsed:
+        raise ValueError("--policy needs at least one policy, e.g. --policy scripted")
+    labels = _labels([policy for _, policy, _ in parsed])
+    arms = tuple(
+        Arm(label or made, policy, url)
+        for (label, policy, url), made in zip(parsed, labels, strict=True)
+    )
+    seen: dict[str, str] = {}
+    for arm in arms:
+        if arm.label in seen:
+            raise ValueError(
+                f"--policy: two arms are labelled {arm.label!r} ({seen[arm.label]} and "
+                f"{arm.policy}); name them apart with LABEL=POLICY, e.g. --policy "
+                f"{arm.label}-2={arm.policy}"
+            )
+        seen[arm.label] = arm.policy
+    return arms
+
+
+def _labels(policies: Sequence[str]) -> list[str]:
+    """Short labels for policies: as few trailing path parts of a checkpoint as tell them
+    apart, then a number for what is still the same."""
+    paths = [_checkpoint_parts(policy) for policy in policies]
+    labels: list[str] = []
+    for tail in range(1, max((len(parts) for parts in paths if parts), default=1) + 1):
+        labels = [_label(p, parts, tail) for p, parts in zip(policies, paths, strict=True)]
+        if len(set(labels)) == len(labels):
+            return labels
+    counts: dict[str, int] = {}
+    numbered = []
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+        numbered.append(label if labels.count(label) == 1 else f"{label}-{counts[label]}")
+    return numbered
+
+
+def _checkpoint_parts(policy: str) -> tuple[str, ...] | None:
+    if not policy.startswith(LEROBOT_PREFIX):
+        return None
+    return PurePath(policy[len(LEROBOT_PREFIX) :]).parts
+
+
+def _label(policy: str, parts: tuple[str, ...] | None, tail: int) -> str:
+    if parts:
+        text = "-".join(part for part in parts[-tail:] if part != "/")
+    elif is_import_path(policy):
+        text = policy.rpartition(":")[2].rpartition(".")[2]
+    else:
+        text = policy
+    return LABEL_CHARACTERS.sub("_", text) or "policy"
+
+
+def item_id(rollout_id: str, arm: Arm) -> str:
+    """The item id of a rollout under an arm of an A/B run: `task/seed=3/policy=LABEL`."""
+    return f"{rollout_id}/{ARM_IN_ID}={arm.label}"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """How scenes were given one arm each: `method` (balanced within each task), from `seed`."""
+
+    method: str
+    seed: int
+
+    def as_record(self) -> dict[str, Any]:
+        return {"method": self.method, keys.SEED: self.seed}
+
+
+def assign_balanced(
+    eval_name: str, plan: Sequence[Rollout], arms: Sequence[Arm], seed: int
+) -> dict[int, Arm]:
+    """One arm per planned scene (by rollout index): within each task the arms' counts differ
+    by at most one, and so over the Eval; which scene gets which arm is shuffled, reproducibly
+    from `seed` and the Eval's and task's names."""
+    turn = random.Random(f"{seed}/{eval_name}").randrange(len(arms))
+    tasks: dict[str, list[Rollout]] = {}
+    for rollout in plan:
+        tasks.setdefault(rollout.scene.task, []).append(rollout)
+    assigned: dict[int, Arm] = {}
+    for task, rollouts in tasks.items():
+        dealt = [arms[(turn + i) % len(arms)] for i in range(len(rollouts))]
+        turn += len(rollouts)  # the next task's odd scene goes to the next arm
+        random.Random(f"{seed}/{eval_name}/{task}").shuffle(dealt)
+        assigned.update({rollout.index: arm for rollout, arm in zip(rollouts, dealt, strict=True)})
+    return assigned
+
+
+def blinded(arms: Sequence[Arm], key: str) -> tuple[tuple[Arm, ...], Blinding]:
+    """The arms lettered A, B, ... in an order shuffled by `key` (so the letters say nothing
+    of the order of `--policy`), sorted by letter, and the Blinding that undoes it."""
+    if len(arms) > len(string.ascii_uppercase):
+        raise ValueError(f"--blind letters at most 26 arms, got {len(arms)}")
+    order = list(arms)
+    random.Random(f"blind/{key}").shuffle(order)
+    letters = {arm.label: string.ascii_uppercase[i] for i, arm in enumerate(order)}
+    lettered = tuple(
+        Arm(letters[arm.label], arm.policy, arm.url, arm.endpoint)
+        for arm in sorted(arms, key=lambda arm: letters[arm.label])
+    )
+    real = {letters[arm.label]: {"label": arm.label, keys.POLICY: arm.policy} for arm in arms}
+    return lettered, Blinding(key, dict(sorted(real.items())))
+
+
+def arm_settings(
+    arms: Sequence[Arm], assignment: Assignment | None, blinding: Blinding | None
+) -> dict[str, Any]:
+    """What run.json and the protocol fingerprint say of an A/B run's arms (nothing of a
+    one-policy run; under --blind, neither names nor order)."""
+    if len(arms) < 2:
+        return {}
+    policies: Any = BLINDED if blinding else [arm.policy for arm in arms]
+    settings: dict[str, Any] = {keys.POLICY: policies, ARMS: [arm.label for arm in arms]}
+    settings[ASSIGN] = None if assignment is None else assignment.as_record()
+    if blinding is not None:
+        settings[BLINDING] = blinding.digest
+    return settings

@@ -1,0 +1,101 @@
+"""`--envs-per-worker K`: each process steps K rollouts of one Eval side by side, asking a batching
+model once per step for all of them (see policybench.lockstep). The first item of a group runs
+the group; its group-mates, later items the same process is sure to run, take their Episodes.
+
+Under xdist a process is sure to run an item only if the scheduler sends it a whole unit of
+work, so with K > 1 the items are scheduled by task (xdist's scope scheduling, one scope per
+task of a test function): a group is a run of one task's rollouts. Without xdist a group is the
+next K rollouts of the Eval, whatever their task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policybench.pytest_plugin.collection import Planned, planned_of
+from policybench.pytest_plugin.workers import is_worker
+
+OPTION = "envs_per_worker"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("policybench").addoption(
+        "--envs-per-worker",
+        type=int,
+        default=1,
+        metavar="K",
+        help="step K rollouts of an Eval side by side in each process, the model asked once per "
+        "step for all of them (one batched forward for a model with predict_batch; K calls in "
+        "flight for a served one); each rollout keeps its own item and record (default 1)",
+    )
+
+
+def slots_of(config: pytest.Config) -> int:
+    slots = config.getoption(OPTION)
+    if slots < 1:
+        raise pytest.UsageError(f"--envs-per-worker must be >= 1, got {slots}")
+    return slots
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    slots = slots_of(config)
+    if slots == 1:
+        return
+    for option, recorder in (
+        ("record_video", "--record-video"),
+        ("record_dataset", "--record-dataset"),
+    ):
+        if getattr(config.option, option, None):
+            raise pytest.UsageError(
+                f"--envs-per-worker {slots} steps rollouts side by side, and {recorder} records "
+                "one rollout at a time; run the recording with --envs-per-worker 1"
+            )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With K > 1 under xdist, each task's rollouts go to one worker (so that it can run them
+    side by side); xdist's own choice otherwise."""
+    if slots_of(config) == 1 or is_worker(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TaskScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return task_scope(nodeid)
+
+    return TaskScheduling(config, log)
+
+
+def task_scope(nodeid: str) -> str:
+    """The unit of work of an item: its test function and task (a rollout's id begins with its
+    task: `test_x[task/seed=3]`); the item itself for any other test."""
+    function, bracket, rollout_id = nodeid.partition("[")
+    return function + bracket + rollout_id.split("/", 1)[0] if bracket else nodeid
+
+
+def group_of(item: pytest.Item, slots: int) -> list[Planned]:
+    """The rollouts the item's group runs: the item's, then those of the next items this
+    process is sure to run (same Eval, same policy arm, and under xdist the same task), up to
+    `slots` of them."""
+    planned = planned_of(item)
+    if planned is None or slots == 1:
+        return [] if planned is None else [planned]
+    items = item.session.items
+    distributed = is_worker(item.config)
+    scope = task_scope(item.nodeid)
+    group = [planned]
+    for later in items[items.index(item) + 1 :]:
+        if len(group) == slots:
+            break
+        mate = planned_of(later)
+        if (
+            mate is None
+            or mate.eval.name != planned.eval.name
+            or mate.arm != planned.arm
+            or (distributed and task_scope(later.nodeid) != scope)
+        ):
+            break
+        group.append(mate)
+    return group

@@ -1,0 +1,183 @@
+"""An A/B run's arms in its records and reports: their names in run settings and item ids, and
+blinding (`--blind`): records sealed to letters, the names kept aside until `report unblind`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from policybench import keys
+
+ARM_IN_ID = "policy"  # an A/B run's item ids end with the arm: `task/seed=3/policy=B`
+# Run settings of an A/B run: the arms' labels in run order, how scenes were assigned, and a
+# digest of the blinding (letters and key) that tells two blinded runs apart without names.
+ARMS, ASSIGN, BLINDING = "arms", "assign", "blinding"
+BLINDED = "(blinded)"
+UNBLINDED = "unblinded"  # the run setting `report unblind` adds
+# The run directory's files the report never reads: the letters' names, the sealed descriptions.
+BLINDING_FILE, SEALED_FILE = "blinding.json", "blinding-policies.jsonl"
+COMMAND_LINE = "command_line"  # in blinding.json: the command as typed
+# What a blinded record keeps of its policy's description: run-wide settings, the same per arm.
+KEPT = (keys.INFERENCE_LATENCY, keys.CHUNK_ANCHOR, "replan_every")
+_ARM_AT_END = re.compile(rf"/{ARM_IN_ID}=([A-Za-z0-9_.-]+)\]$")
+
+
+def arm_in_id(nodeid: str) -> str | None:
+    """The arm an A/B run's item id ends with; None for any other id."""
+    found = _ARM_AT_END.search(nodeid)
+    return None if found is None else found[1]
+
+
+def arm_order(records: Iterable[Mapping[str, Any]], listed: Sequence[str] = ()) -> tuple[str, ...]:
+    """The arms the records ran under: those `listed` (the run's order) first, then the rest
+    sorted; empty for a one-policy run."""
+    seen = {str(record[keys.ARM]) for record in records if keys.ARM in record}
+    return tuple([arm for arm in listed if arm in seen] + sorted(seen - set(listed)))
+
+
+@dataclass(frozen=True)
+class Blinding:
+    """Which policy each letter stands for; `key` shuffled the letters (same key, same
+    letters: give every shard of one blinded run the same `--blind KEY`)."""
+
+    key: str
+    letters: Mapping[str, Mapping[str, str]]  # letter -> its arm's label and policy
+
+    @property
+    def digest(self) -> str:
+        """Tells blindings apart (for resume and merge) without telling what they hide."""
+        text = json.dumps([self.key, self.letters], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def write(self, run_dir: Path, command: str) -> None:
+        """Writes blinding.json, unless the run (being resumed) has one."""
+        path = run_dir / BLINDING_FILE
+        if path.exists():
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        data = {"key": self.key, "letters": self.letters, COMMAND_LINE: command}
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Blinding | None:
+        path = run_dir / BLINDING_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["key"], data["letters"])
+
+
+def blinded_command(args: Sequence[str]) -> list[str]:
+    """Command-line arguments with every `--policy` value hidden."""
+    shown, hide = [], False
+    for arg in args:
+        if hide:
+            shown.append(BLINDED)
+        elif arg.startswith("--policy="):
+            shown.append(f"--policy={BLINDED}")
+        else:
+            shown.append(arg)
+        hide = arg == "--policy"
+    return shown
+
+
+class Sealer:
+    """Blinds records on their way to results.jsonl: the policy's description (its name,
+    checkpoint, codec) goes to the sealed file, the record keeps its letter."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / SEALED_FILE
+        self._file: IO[str] | None = None
+
+    def seal(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        described = record.get(keys.POLICY)
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        sealed = {keys.NODEID: record.get(keys.NODEID), keys.POLICY: described}
+        self._file.write(json.dumps(sealed, sort_keys=True) + "\n")
+        self._file.flush()
+        if not isinstance(described, Mapping):
+            return dict(record)
+        kept = {name: described[name] for name in KEPT if name in described}
+        return {**record, keys.POLICY: {keys.POLICY_NAME: record.get(keys.ARM), **kept}}
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass(frozen=True)
+class Unsealed:
+    """What a blinded run's directory keeps aside: the letters, the command, the descriptions."""
+
+    letters: Mapping[str, Mapping[str, str]]
+    command: str
+    described: Mapping[str, Any]  # node id -> the policy's description, the last one sealed
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Unsealed:
+        path = run_dir / BLINDING_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{run_dir} holds no {BLINDING_FILE}: it is not a blinded run (or its key was "
+                "moved); only a run started with --blind can be unblinded"
+            )
+        data = json.loads(path.read_text())
+        described: dict[str, Any] = {}
+        sealed = run_dir / SEALED_FILE
+        for line in sealed.read_text().splitlines() if sealed.is_file() else ():
+            entry = json.loads(line)
+            described[entry[keys.NODEID]] = entry[keys.POLICY]
+        return cls(data["letters"], data[COMMAND_LINE], described)
+
+    def label(self, letter: str) -> str:
+        return str(self.letters[letter]["label"]) if letter in self.letters else letter
+
+    def record(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """A blinded record with its arm's name, its item id and its policy's description."""
+        letter = record.get(keys.ARM)
+        if letter is None:
+            return dict(record)
+        nodeid = record.get(keys.NODEID)
+        unblinded = {**record, keys.ARM: self.label(str(letter))}
+        if isinstance(nodeid, str):
+            unblinded[keys.NODEID] = _ARM_AT_END.sub(
+                f"/{ARM_IN_ID}={self.label(str(letter))}]", nodeid
+            )
+            if nodeid in self.described:
+                unblinded[keys.POLICY] = self.described[nodeid]
+        return unblinded
+
+    def settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """A blinded run's settings with the arms named, in the run's order."""
+        letters = [str(letter) for letter in settings.get(ARMS) or ()]
+        return {
+            **settings,
+            keys.POLICY: [str(self.letters[letter][keys.POLICY]) for letter in letters],
+            ARMS: [self.label(letter) for letter in letters],
+            UNBLINDED: True,
+        }
+
+
+def unblind_lines(path: Path, unsealed: Unsealed) -> None:
+    """Rewrites results.jsonl with every record unblinded, atomically (a crash meanwhile leaves
+    the old file); a line that is not a record (cut off by a killed run) stays as it was."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    with temporary.open("w", encoding="utf-8") as file:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict):
+                line = json.dumps(unsealed.record(record), sort_keys=True)
+            file.write(line + "\n")
+    temporary.replace(path)
