@@ -38,7 +38,7 @@ DEFAULT_ACT = {
 
 
 def build_checkpoint(directory: Path, size: str, n_action_steps: int) -> Path:
-    from policybench.policy.lerobot import save_random_checkpoint
+    from policybench.policy.lerobot_checkpoints import save_random_checkpoint
 
     sizes = DEFAULT_ACT if size == "default" else {}
     return save_random_checkpoint(

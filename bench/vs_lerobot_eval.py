@@ -1,16 +1,29 @@
-"""Fidelity and speed against lerobot-eval: one random-init ACT checkpoint on PushT, the same seeds
-S..S+N-1, no latency; prints both tools' success rate, mean sum reward and wall time.
+"""Fidelity and speed against lerobot-eval: one random-init checkpoint on one suite, the same
+seeds, no latency; prints per-seed equality of sum reward and success, both tools' success rate,
+mean sum reward and wall time.
 
-    python bench/vs_lerobot_eval.py [--episodes 20] [--seed 1000] [--checkpoint DIR]
-                                    [--batch-sizes 1,2,5,10] [--threads 1]
+    python bench/vs_lerobot_eval.py [--env pusht|aloha|metaworld|libero]
+                                    [--policy-type act|diffusion] [--episodes 20]
+                                    [--seed 1000] [--checkpoint DIR]
+                                    [--batch-sizes 1,2,5,10] [--threads 1] [--policybench-runs all]
 
-Run it where LeRobot is installed (`tox -e lerobot` builds such an env, or
-`pip install -e '.[lerobot,pusht,test]'`). Both tools end an episode at the first success or after
-300 steps (LeRobot's PushT `episode_length`, gym-pusht's limit), seed env i with S + i, and sum
-the env's rewards up to the end of the episode. One difference in lerobot-eval's accounting: in a
-batch that keeps running after an episode ends, it also counts the reward of the step after the
-end (its mask keeps `done_index + 1`, which is the auto-reset episode's first step); the table
-flags runs where that can apply (a success before the batch's last step).
+Run it where LeRobot and the suite are installed (`tox -e lerobot` builds such an env). Suites,
+as both tools run them:
+- pusht: gym-pusht, 300 steps; env i seeded S + i by both.
+- aloha: gym-aloha TransferCube, 400 steps, top camera 480x640; env i seeded S + i by both.
+- metaworld: LeRobot's MetaWorld env (reach-v3, corner2 480x480 flipped, 500 steps) and
+  policybench's `metaworld-mt10-lerobot` protocol; lerobot-eval seeds numpy's global generator
+  with S and each reset draws the next placement, which policybench's draw i reproduces (equal
+  only with --batch-sizes 1 and while no episode succeeds: a success resets LeRobot's env once
+  more).
+- libero: libero_spatial task 0 under policybench's `libero_spatial-lerobot` protocol; needs
+  LIBERO's assets in both envs.
+Both tools end an episode at the first success or at the step limit and sum the env's rewards.
+lerobot-eval in a batch that runs on after an episode ends also counts the reward of the step
+after the end (its mask keeps `done_index + 1`); the table flags runs where that can apply.
+Diffusion Policy samples: lerobot-eval draws its noise from torch's global generator, shared by
+the batch, policybench from a generator per rollout, so their sampled rollouts differ (equal
+answers for equal generator state are shown by tests/test_lerobot_history.py).
 Wall time is the whole command (start-up included) for both; lerobot-eval also renders the mp4s
 of up to 10 episodes, which it always does.
 """
@@ -19,25 +32,113 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PUSHT_STATS = {
-    "observation.image": {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3},
-    "observation.state": {"mean": [256.0, 256.0], "std": [100.0, 100.0]},
-    "action": {"mean": [256.0, 256.0], "std": [100.0, 100.0]},
+IMAGE_STATS = {
+    "mean": [[[0.5]]] * 3,
+    "std": [[[0.25]]] * 3,
+    "min": [[[0.0]]] * 3,
+    "max": [[[1]]] * 3,
 }
 
 
-def build_checkpoint(directory: Path) -> Path:
-    from policybench.policy.lerobot import save_random_act
+def vector_stats(width: int, mean: float, std: float) -> dict[str, list[float]]:
+    return {
+        "mean": [mean] * width,
+        "std": [std] * width,
+        "min": [mean - 2 * std] * width,
+        "max": [mean + 2 * std] * width,
+    }
 
-    return save_random_act(directory, (3, 96, 96), 2, 2, PUSHT_STATS)
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite as both tools run it."""
+
+    lerobot_env: tuple[str, ...]  # lerobot-eval's --env.* arguments
+    module: str  # the policybench benchmark module (declares `evaluate`)
+    select: str  # -k expression choosing the task
+    image: str
+    image_shape: tuple[int, int, int]
+    state: int
+    action: int
+    scale: float  # the actions' scale (state and action stats)
+
+
+SUITES = {
+    "pusht": Suite(
+        ("--env.type=pusht",),
+        "from policybench.suites.pusht import PUSHT as EVAL",
+        "push-t",
+        "observation.image",
+        (3, 96, 96),
+        2,
+        2,
+        100.0,
+    ),
+    "aloha": Suite(
+        ("--env.type=aloha", "--env.task=AlohaTransferCube-v0"),
+        "from policybench.suites.aloha import ALOHA as EVAL",
+        "transfer_cube",
+        "observation.images.top",
+        (3, 480, 640),
+        14,
+        14,
+        0.5,
+    ),
+    "metaworld": Suite(
+        ("--env.type=metaworld", "--env.task=reach-v3"),
+        "from policybench.suites.metaworld import MT10_LEROBOT as EVAL",
+        "reach-v3",
+        "observation.image",
+        (3, 480, 480),
+        4,
+        4,
+        0.5,
+    ),
+    "libero": Suite(
+        ("--env.type=libero", "--env.task=libero_spatial", "--env.task_ids=[0]"),
+        "from policybench.suites.libero import LIBERO_SPATIAL_LEROBOT as EVAL",
+        "task0/",
+        "observation.images.image",
+        (3, 256, 256),
+        8,
+        7,
+        0.5,
+    ),
+}
+BENCHMARK = """import policybench
+{module}
+
+
+@policybench.evaluate(EVAL)
+def test_suite(rollout, harness):
+    harness(rollout)
+"""
+
+
+def build_checkpoint(directory: Path, suite: Suite, policy_type: str) -> Path:
+    from policybench.policy.lerobot_checkpoints import save_random_checkpoint
+
+    images = {suite.image: suite.image_shape}
+    if suite.image == "observation.images.image":  # LIBERO: both cameras
+        images["observation.images.image2"] = suite.image_shape
+    stats = {name: IMAGE_STATS for name in images}
+    stats["observation.state"] = vector_stats(suite.state, 0.0, suite.scale)
+    stats["action"] = vector_stats(suite.action, 0.0, suite.scale)
+    if suite.state == 2:  # PushT: positions in [0, 512]
+        stats["observation.state"] = stats["action"] = vector_stats(2, 256.0, 100.0)
+    return save_random_checkpoint(
+        directory, images, suite.state, suite.action, stats, policy_type=policy_type
+    )
 
 
 def timed(command: list[str], env: dict[str, str]) -> float:
@@ -48,13 +149,13 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def lerobot_eval(checkpoint: Path, out: Path, episodes: int, seed: int, batch: int, env) -> dict:
+def lerobot_eval(suite: Suite, checkpoint: Path, out: Path, n: int, seed: int, batch: int, env):
     command = [
         str(Path(sys.executable).with_name("lerobot-eval")),
         f"--policy.path={checkpoint}",
-        "--env.type=pusht",
+        *suite.lerobot_env,
         f"--eval.batch_size={batch}",
-        f"--eval.n_episodes={episodes}",
+        f"--eval.n_episodes={n}",
         f"--seed={seed}",
         "--policy.device=cpu",
         "--policy.use_amp=false",
@@ -70,10 +171,13 @@ def lerobot_eval(checkpoint: Path, out: Path, episodes: int, seed: int, batch: i
     }
 
 
-def policybench(checkpoint: Path, out: Path, episodes: int, seed: int, args: list[str], env):
-    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-q"]
+def policybench(suite: Suite, checkpoint: Path, out: Path, n: int, seed: int, args, env):
+    out.mkdir(parents=True)
+    module = out / "test_vs_lerobot_eval.py"
+    module.write_text(BENCHMARK.format(module=suite.module))
+    command = [sys.executable, "-m", "pytest", str(module), "-q", "-k", suite.select]
     command += ["-p", "no:cacheprovider", f"--policy=lerobot:{checkpoint}"]
-    command += [f"--rollouts={episodes}", f"--seed={seed}", f"--report-dir={out}", *args]
+    command += [f"--rollouts={n}", f"--seed={seed}", f"--report-dir={out}", *args]
     wall = timed(command, env)
     lines = (out / "latest" / "results.jsonl").read_text().splitlines()
     records = sorted((json.loads(line) for line in lines), key=lambda r: r["scene"]["seed"])
@@ -86,53 +190,68 @@ def policybench(checkpoint: Path, out: Path, episodes: int, seed: int, args: lis
     }
 
 
+RUNS = {
+    "n0": ("policybench -n 0", ["-n", "0"]),
+    "shared": ("policybench -n 2 (shared server)", ["-n", "2"]),
+    "per-worker": (
+        "policybench -n 2 (model per worker)",
+        ["-n", "2", "--policy-sharing=per-worker"],
+    ),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", choices=sorted(SUITES), default="pusht")
+    parser.add_argument("--policy-type", choices=("act", "diffusion"), default="act")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1000)
-    parser.add_argument("--checkpoint", type=Path, default=None, help="default: a random ACT")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="default: a random one")
     parser.add_argument("--batch-sizes", default="1,2,5,10", help="lerobot-eval batch sizes")
     parser.add_argument("--threads", default="1", help="OMP_NUM_THREADS for both tools")
+    parser.add_argument(
+        "--policybench-runs", default="n0,shared,per-worker", help=f"of {', '.join(RUNS)}"
+    )
     args = parser.parse_args()
+    suite = SUITES[args.env]
     work = Path(tempfile.mkdtemp(prefix="vs-lerobot-eval-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": args.threads}
     env["PYTHONPATH"] = str(REPO)
-    checkpoint = args.checkpoint or build_checkpoint(work / "act-pusht")
+    checkpoint = args.checkpoint or build_checkpoint(work / "checkpoint", suite, args.policy_type)
     n, seed = args.episodes, args.seed
 
     runs: list[tuple[str, dict]] = []
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         name = f"lerobot-eval batch_size={batch}"
-        runs.append((name, lerobot_eval(checkpoint, work / f"le-{batch}", n, seed, batch, env)))
+        result = lerobot_eval(suite, checkpoint, work / f"le-{batch}", n, seed, batch, env)
+        runs.append((name, result))
         print(f"ran {name}", file=sys.stderr)
-    for name, extra in (
-        ("policybench -n 0", ["-n", "0"]),
-        ("policybench -n 2 (shared server)", ["-n", "2"]),
-        ("policybench -n 2 (model per worker)", ["-n", "2", "--policy-sharing=per-worker"]),
-    ):
-        out = work / f"pb-{len(runs)}"
-        runs.append((name, policybench(checkpoint, out, n, seed, extra, env)))
+    for run in args.policybench_runs.split(","):
+        name, extra = RUNS[run]
+        out = work / f"pb-{run}"
+        runs.append((name, policybench(suite, checkpoint, out, n, seed, extra, env)))
         print(f"ran {name}", file=sys.stderr)
 
-    reference = runs[-3][1]
-    print(f"\nPushT, random-init ACT {checkpoint}, {n} episodes, seeds {seed}..{seed + n - 1}")
+    reference = next(run for name, run in runs if name.startswith("policybench"))
+    print(
+        f"\n{args.env}, random-init {args.policy_type} {checkpoint}, {n} episodes, "
+        f"seeds {seed}..{seed + n - 1}"
+    )
     print(
         f"{'run':38} {'wall s':>7} {'eps/s':>6} {'success':>8} {'mean sum reward':>16} "
-        f"{'max |diff| vs pb -n 0':>22}"
+        f"{'max |diff| vs 1st pb':>20} {'per-seed equal (1e-6)':>22}"
     )
     for name, run in runs:
-        diff = max(
-            abs(a - b) for a, b in zip(run["sum_reward"], reference["sum_reward"], strict=True)
-        )
-        same = run["success"] == reference["success"]
+        pairs = list(zip(run["sum_reward"], reference["sum_reward"], strict=True))
+        diff = max(abs(a - b) for a, b in pairs)
+        # lerobot-eval sums the rewards in its own order: sums agree to rounding, not bits.
+        close = all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6) for a, b in pairs)
+        equal = run["success"] == reference["success"] and close
         print(
             f"{name:38} {run['wall_s']:7.1f} {n / run['wall_s']:6.2f} "
             f"{sum(run['success']) / n:8.1%} {sum(run['sum_reward']) / n:16.6f} "
-            f"{diff:16.2e} {'same' if same else 'DIFF'}"
+            f"{diff:20.2e} {'yes' if equal else 'no':>22}"
         )
-    best = min(run["wall_s"] for name, run in runs if name.startswith("lerobot-eval"))
-    pb2 = runs[-2][1]["wall_s"]
-    print(f"\npolicybench -n 2 (shared) / best lerobot-eval wall time: {pb2 / best:.2f}")
     if any(any(run["success"]) for _, run in runs):
         print(
             "note: an episode succeeded; lerobot-eval's batches > 1 may add one more step's reward"

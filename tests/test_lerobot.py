@@ -21,7 +21,8 @@ pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 from policybench import keys
 from policybench.harness import run_rollout
 from policybench.policy.base import SessionContext
-from policybench.policy.lerobot import LeRobotModel, save_random_act
+from policybench.policy.lerobot import LeRobotModel
+from policybench.policy.lerobot_checkpoints import save_random_checkpoint
 from policybench.record.episode import OutcomeKind
 from policybench.registry import (
     PolicySettings,
@@ -44,7 +45,7 @@ PUSHT_STATS = {
 def write_checkpoint(directory: Path, image_key: str = "observation.image") -> Path:
     stats = {k: v for k, v in PUSHT_STATS.items() if not k.startswith("observation.image")}
     stats[image_key] = PUSHT_STATS[image_key]
-    return save_random_act(directory, (3, 96, 96), 2, 2, stats, image_key=image_key)
+    return save_random_checkpoint(directory, {image_key: (3, 96, 96)}, 2, 2, stats)
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +88,16 @@ def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoi
     assert served["model"]["weights_sha256"] == first[keys.POLICY]["weights_sha256"]
     # The checkpoint's n_action_steps (10) is the replan interval: a call every 10 steps.
     assert all(r[keys.MODEL_CALLS] == -(-r[keys.STEPS] // 10) for r in in_process)
+
+
+def test_rollouts_side_by_side_in_one_process_equal_those_run_one_at_a_time(checkpoint, tmp_path):
+    policy = f"--policy=lerobot:{checkpoint}"
+    alone = run_pusht(tmp_path / "alone", policy, "-n", "0", rollouts=3)
+    side_by_side = run_pusht(
+        tmp_path / "k3", policy, "-n", "0", "--envs-per-worker", "3", rollouts=3
+    )
+    assert outcomes(side_by_side) == outcomes(alone)
+    assert [r[keys.MODEL_CALLS] for r in side_by_side] == [r[keys.MODEL_CALLS] for r in alone]
 
 
 def test_a_batch_answers_what_each_rollout_gets_alone(checkpoint):

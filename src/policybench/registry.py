@@ -224,7 +224,7 @@ def _lerobot(name: str, eval: Eval, settings: PolicySettings) -> ChunkPolicy:
             f"eval {eval.name!r} declares no LeRobot codec (Eval.codecs['lerobot']), so its "
             "observations have no LeRobot form"
         )
-    model = load_model(name, settings.device)
+    model = load_model(name, settings.device, settings.seed)
     check_action_width(model, codec)
     return _played(model, codec, settings)
 

@@ -246,6 +246,31 @@ def channels_first(*names: str) -> ChannelsFirst:
 
 
 @dataclass(frozen=True)
+class FirstDims(EachNamed):
+    """Not invertible: a server's model sees the shortened vector."""
+
+    count: int
+
+    def forward(self, name: str, value: Any) -> np.ndarray:
+        vector = np.ravel(value)
+        if len(vector) < self.count:
+            raise CodecError(
+                f"codec step {self.describe()}: expected {name!r} with at least {self.count} "
+                f"values, got shape {np.shape(value)}"
+            )
+        return vector[: self.count]
+
+    def describe(self) -> str:
+        return f"first_dims({', '.join(self.names)}: {self.count})"
+
+
+def first_dims(*names: str, count: int) -> FirstDims:
+    """Keeps the first `count` values of the named vectors (LeRobot's MetaWorld `agent_pos`: the
+    hand position and gripper of the 39-d state)."""
+    return FirstDims(names, count)
+
+
+@dataclass(frozen=True)
 class Concat(CodecStep):
     sources: tuple[str, ...]
     into: str

@@ -1,13 +1,21 @@
 """LeRobot checkpoints as policybench Models (`--policy=lerobot:PATH`): a PreTrainedPolicy and its
 saved pre/post-processors, batched across rollouts. The model takes observations in LeRobot's
-names, as an Eval's `lerobot` codec encodes them (the instruction as `task`)."""
+names, as an Eval's `lerobot` codec encodes them (the instruction as `task`).
+
+A chunking policy (ACT, SmolVLA, pi0 style: one observation per chunk) answers chunks of
+`n_action_steps`. A policy that remembers its rollout between steps (`n_obs_steps > 1`: Diffusion
+Policy, VQ-BeT; ACT with temporal ensembling) sees every observation and answers one action a
+step, as its `select_action` does, from a RolloutMemory kept per rollout: per session in
+process, per connection when served (the server's context object of that connection)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import weakref
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,7 @@ from policybench.policy.codec import Codec
 PREFIX = "lerobot:"  # the policy name's prefix: `lerobot:PATH`
 TASK = "task"  # LeRobot's key for the instruction in a batch (a `lerobot` codec's prompt key)
 ACTION = "action"  # LeRobot's action feature
+OBS_IMAGES = "observation.images"  # where select_action stacks a policy's cameras
 DEVICES = ("cpu", "cuda", "mps")
 INSTALL = "pip install 'policybench[lerobot]'"
 
@@ -56,22 +65,46 @@ def as_lerobot_inputs(encoded: Mapping[str, Any]) -> dict[str, np.ndarray]:
             continue
         array = np.asarray(value)
         if array.dtype == np.uint8 and array.ndim == 3:
-            inputs[name] = array.transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+            # C order, as LeRobot's `.contiguous()`: a conv's kernel depends on the layout.
+            inputs[name] = array.transpose(2, 0, 1).astype(np.float32, order="C") / np.float32(255)
         else:
             inputs[name] = array.astype(np.float32)
     return inputs
 
 
-class LeRobotModel:
-    """A LeRobot policy: `predict_batch` runs the policy's `predict_action_chunk` on the stacked
-    observations of many rollouts and answers each the first `n_action_steps` actions (LeRobot's
-    own action queue), so a ChunkPlayer replans when they are played."""
+@dataclass(eq=False)
+class RolloutMemory:
+    """What a LeRobot policy keeps between one rollout's steps, as its `select_action` keeps it
+    in `_queues`: the last `n_obs_steps` preprocessed observations (the first one copied until
+    the history is full), the normalized actions still to play, ACT's temporal ensembler, and
+    the rollout's own random generator (seeded from `rollout_seed` at its first observation)."""
 
-    def __init__(self, checkpoint: Path, device: str = "cpu") -> None:
+    history: dict[str, deque[Any]]
+    generator: Any
+    actions: deque[Any] = field(default_factory=deque)
+    ensembler: Any = None
+
+    def remember(self, observation: Mapping[str, Any]) -> None:
+        """LeRobot's `populate_queues`: the first observation fills the history."""
+        for name, queue in self.history.items():
+            if len(queue) < (queue.maxlen or 1):
+                queue.extend([observation[name]] * ((queue.maxlen or 1) - len(queue)))
+            else:
+                queue.append(observation[name])
+
+
+class LeRobotModel:
+    """A LeRobot policy: `predict_batch` runs the policy on the stacked observations of many
+    rollouts. A chunking policy answers each rollout the first `n_action_steps` actions of its
+    chunk (LeRobot's own action queue), so a ChunkPlayer replans when they are played; a policy
+    with a RolloutMemory (`stepwise`) answers one action per observation."""
+
+    def __init__(self, checkpoint: Path, device: str = "cpu", seed: int = 0) -> None:
         if device not in DEVICES:
             raise ValueError(f"--policy-device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.checkpoint = checkpoint
         self.device = device
+        self.seed = seed
         self.name = f"{PREFIX}{checkpoint}"
         if device == "cpu":
             _use_cpu_kernels()
@@ -80,6 +113,20 @@ class LeRobotModel:
         self.policy_type: str = config.type
         self.chunk_size: int = int(getattr(config, "chunk_size", 1) or 1)
         self.n_action_steps: int = int(getattr(config, "n_action_steps", 1) or 1)
+        self.n_obs_steps: int = int(getattr(config, "n_obs_steps", 1) or 1)
+        self.ensemble_coeff: float | None = getattr(config, "temporal_ensemble_coeff", None)
+        self.stepwise = self.n_obs_steps > 1 or self.ensemble_coeff is not None
+        # The history LeRobot's select_action keeps: every queue of the policy but its actions.
+        queues = getattr(self._policy, "_queues", None) or {}
+        self._history_names = tuple(name for name in queues if name != ACTION)
+        if self.n_obs_steps > 1:
+            if ACTION not in queues or not self._history_names:
+                raise ValueError(
+                    f"LeRobot checkpoint {checkpoint} ({config.type}) conditions on "
+                    f"n_obs_steps={self.n_obs_steps} past observations but keeps no observation "
+                    "queues as Diffusion Policy and VQ-BeT do; policybench cannot replay them"
+                )
+            self.n_action_steps = int(queues[ACTION].maxlen)  # what one generation queues
         self.expected = Features(
             {
                 name: tuple(feature.shape)
@@ -90,8 +137,10 @@ class LeRobotModel:
         action = config.output_features.get(ACTION)
         self.action_shape = None if action is None else tuple(action.shape)
         self._checked = False
+        self._memories: dict[int, RolloutMemory] = {}
 
     def open(self, context: SessionContext) -> ChunkSource:
+        self._memories.pop(id(context), None)  # a session starts its rollout afresh
         return lambda obs: self.predict_batch([(context, obs)])[0]
 
     def predict_batch(self, requests: Sequence[tuple[SessionContext, Observation]]) -> list[Chunk]:
@@ -106,13 +155,98 @@ class LeRobotModel:
         }
         batch[TASK] = [obs.get(TASK, context.instruction) for context, obs in requests]
         with torch.inference_mode():
-            actions = self._policy.predict_action_chunk(self._pre(batch))
-            actions = self._post(actions[:, : self.n_action_steps])
+            if self.stepwise:
+                contexts = [context for context, _ in requests]
+                memories = [self._memory(c, one) for c, one in zip(contexts, inputs, strict=True)]
+                actions = self._post(self._select_actions(self._pre(batch), memories))[:, None]
+            else:
+                actions = self._policy.predict_action_chunk(self._pre(batch))
+                actions = self._post(actions[:, : self.n_action_steps])
         actions = actions.to("cpu", torch.float32).numpy()
         return [
             Chunk(chunk, context.control_hz)
             for (context, _), chunk in zip(requests, actions, strict=True)
         ]
+
+    def _memory(self, context: SessionContext, inputs: Mapping[str, np.ndarray]) -> RolloutMemory:
+        """The rollout's memory, made at its first observation and dropped with its context."""
+        key = id(context)
+        memory = self._memories.get(key)
+        if memory is None:
+            import torch
+            from lerobot.policies.act.modeling_act import ACTTemporalEnsembler
+
+            generator = torch.Generator().manual_seed(rollout_seed(self.seed, inputs))
+            history = {name: deque(maxlen=self.n_obs_steps) for name in self._history_names}
+            memory = self._memories[key] = RolloutMemory(history, generator)
+            if self.ensemble_coeff is not None:
+                memory.ensembler = ACTTemporalEnsembler(self.ensemble_coeff, self.chunk_size)
+            weakref.finalize(context, self._memories.pop, key, None)
+        return memory
+
+    def _select_actions(self, batch: dict[str, Any], memories: list[RolloutMemory]) -> Any:
+        """One normalized action per rollout, as `select_action` answers it, for a preprocessed
+        batch whose rows are the rollouts of `memories`."""
+        import torch
+
+        if self.ensemble_coeff is not None:  # ACT: a chunk every step, averaged over time
+            chunks = self._policy.predict_action_chunk(batch)
+            rows = [m.ensembler.update(chunks[i : i + 1]) for i, m in enumerate(memories)]
+            return torch.cat(rows)
+        config = self._policy.config
+        if config.image_features:  # select_action's stacking of the cameras
+            names = list(config.image_features)
+            batch = {**batch, OBS_IMAGES: torch.stack([batch[n] for n in names], dim=-4)}
+        for i, memory in enumerate(memories):
+            memory.remember({name: batch[name][i : i + 1] for name in self._history_names})
+        empty = [memory for memory in memories if not memory.actions]
+        if empty:
+            for memory, chunk in zip(empty, self._generate(empty), strict=True):
+                memory.actions.extend(chunk[:, None])
+        return torch.cat([memory.actions.popleft() for memory in memories])
+
+    def _generate(self, memories: list[RolloutMemory]) -> Any:
+        """`[B, n_action_steps, D]` normalized actions from the rollouts' histories, each drawing
+        its noise from its own generator: Diffusion Policy in one batch (a noise sample per
+        rollout, the denoising steps' noise from a list of generators), any other policy one
+        rollout at a time with torch's global generator in the rollout's state."""
+        import torch
+
+        steps = self.n_obs_steps
+        stacked = {
+            name: torch.stack(
+                [torch.cat([m.history[name][t] for m in memories]) for t in range(steps)],
+                dim=1,
+            )
+            for name in self._history_names
+        }
+        config = self._policy.config
+        if self.policy_type == "diffusion":
+            diffusion = self._policy.diffusion
+            condition = diffusion._prepare_global_conditioning(stacked)
+            shape = (1, config.horizon, config.action_feature.shape[0])
+            generators = [memory.generator for memory in memories]
+            noise = torch.cat([torch.randn(shape, generator=g) for g in generators])
+            sample = diffusion.conditional_sample(
+                len(memories),
+                global_cond=condition,
+                generator=generators,
+                noise=noise.to(condition.device, condition.dtype),
+            )
+            start = self.n_obs_steps - 1
+            return sample[:, start : start + self.n_action_steps]
+        chunks = []
+        for i, memory in enumerate(memories):
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(memory.generator.get_state())
+                self._policy._queues = {
+                    name: deque([step[i : i + 1] for step in stacked[name].unbind(1)])
+                    for name in self._history_names
+                }
+                chunk = self._policy.predict_action_chunk(dict.fromkeys(self._history_names))
+                memory.generator.set_state(torch.get_rng_state())
+            chunks.append(chunk[:, : self.n_action_steps])
+        return torch.cat(chunks)
 
     def _check(self, inputs: Mapping[str, np.ndarray]) -> None:
         provided = Features({name: array.shape for name, array in inputs.items()})
@@ -138,15 +272,32 @@ class LeRobotModel:
             "weights_sha256": _digest(self.checkpoint / "model.safetensors"),
             "chunk_size": self.chunk_size,
             "n_action_steps": self.n_action_steps,
+            "n_obs_steps": self.n_obs_steps,
+            "temporal_ensemble_coeff": self.ensemble_coeff,
+            "actions_per_call": 1 if self.stepwise else self.n_action_steps,
+            "sampling": f"per rollout: torch generator seeded from seed {self.seed} and the "
+            "rollout's first observation",
             "device": self.device,
             "cpu_kernels": CPU_KERNELS if self.device == "cpu" else None,
             "lerobot": metadata.version("lerobot"),
         }
 
 
-def load_model(policy_name: str, device: str = "cpu") -> LeRobotModel:
+def load_model(policy_name: str, device: str = "cpu", seed: int = 0) -> LeRobotModel:
     """The LeRobotModel for `lerobot:PATH`; ValueError for a bad checkpoint directory."""
-    return LeRobotModel(checkpoint_of(policy_name), device)
+    return LeRobotModel(checkpoint_of(policy_name), device, seed)
+
+
+def rollout_seed(seed: int, inputs: Mapping[str, np.ndarray]) -> int:
+    """The seed of a rollout's generator: from the run's policy seed and the bytes of the
+    rollout's first observation (as LeRobot inputs), so a rollout samples alike on any worker,
+    in any batch, in any order."""
+    hasher = hashlib.blake2b(digest_size=8)
+    hasher.update(int(seed).to_bytes(8, "little", signed=True))
+    for name in sorted(inputs):
+        hasher.update(name.encode())
+        hasher.update(np.ascontiguousarray(inputs[name]).tobytes())
+    return int.from_bytes(hasher.digest(), "little") >> 1
 
 
 def check_action_width(model: LeRobotModel, codec: Codec) -> None:
@@ -177,7 +328,6 @@ def _load(checkpoint: Path, device: str) -> tuple[Any, Any, Any]:
             f"(as PreTrainedPolicy.save_pretrained writes them), found {found}"
         )
     config = PreTrainedConfig.from_pretrained(checkpoint, local_files_only=True)
-    _refuse_unsupported(config, checkpoint)
     config.device = device
     if hasattr(config, "pretrained_backbone_weights"):
         # The weights come from model.safetensors; the ImageNet initialisation is a download.
@@ -209,75 +359,9 @@ def _use_cpu_kernels() -> None:
         torch.set_num_threads(1)
 
 
-def _refuse_unsupported(config: Any, checkpoint: Path) -> None:
-    if getattr(config, "n_obs_steps", 1) != 1:
-        raise ValueError(
-            f"LeRobot checkpoint {checkpoint} ({config.type}) conditions on "
-            f"n_obs_steps={config.n_obs_steps} past observations; policybench feeds LeRobot "
-            "policies one observation per chunk (ACT, SmolVLA, pi0 style) and cannot run it yet"
-        )
-    if getattr(config, "temporal_ensemble_coeff", None) is not None:
-        raise ValueError(
-            f"LeRobot checkpoint {checkpoint} uses ACT temporal ensembling (a new chunk every "
-            "step, averaged); policybench plays chunks: save it with temporal_ensemble_coeff=None"
-        )
-
-
 def _digest(path: Path) -> str:
     hasher = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             hasher.update(block)
     return hasher.hexdigest()[:16]
-
-
-def save_random_act(
-    directory: Path,
-    image_shape: tuple[int, int, int],
-    state_dim: int,
-    action_dim: int,
-    stats: Mapping[str, Mapping[str, Sequence[float]]],
-    *,
-    seed: int = 0,
-    chunk_size: int = 20,
-    n_action_steps: int = 10,
-    image_key: str = "observation.image",
-) -> Path:
-    """Writes a small random-init ACT checkpoint (an image `image_key` CxHxW,
-    `observation.state`, `action`) with its processors, as `lerobot-eval` loads it: for pipeline
-    checks, not skill. `stats` holds mean/std per feature (images: per channel)."""
-    import torch
-    from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.act.configuration_act import ACTConfig
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
-
-    torch.manual_seed(seed)
-    config = ACTConfig(
-        input_features={
-            image_key: PolicyFeature(FeatureType.VISUAL, image_shape),
-            "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,)),
-        },
-        output_features={ACTION: PolicyFeature(FeatureType.ACTION, (action_dim,))},
-        chunk_size=chunk_size,
-        n_action_steps=n_action_steps,
-        dim_model=64,
-        n_heads=2,
-        dim_feedforward=128,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        n_vae_encoder_layers=1,
-        pretrained_backbone_weights=None,
-        device="cpu",
-    )
-    policy = ACTPolicy(config)
-    tensors = {
-        name: {stat: torch.tensor(values, dtype=torch.float32) for stat, values in by_stat.items()}
-        for name, by_stat in stats.items()
-    }
-    pre, post = make_pre_post_processors(config, dataset_stats=tensors)
-    directory.mkdir(parents=True, exist_ok=True)
-    policy.save_pretrained(directory)
-    pre.save_pretrained(directory)
-    post.save_pretrained(directory)
-    return directory

@@ -16,9 +16,12 @@ from policybench.policy.codec import (
     Codec,
     action_dims,
     channels_first,
+    concat,
+    expect_size,
     keep,
     nest,
     prompt,
+    rename,
     resize_with_pad_to,
     take_first,
 )
@@ -127,6 +130,25 @@ OPENPI_CODEC = Codec(
 )
 
 
+def lerobot_codec(rendering: Rendering = Rendering()) -> Codec:
+    """LeRobot's ALOHA conventions (lerobot.envs AlohaEnv, `pixels_agent_pos`): the camera as
+    `observation.images.<camera>` as gym-aloha renders it (480x640 for LeRobot's checkpoints),
+    the 14 joints as `observation.state`, the instruction as `task`; 14-d joint actions."""
+    image = f"observation.images.{rendering.camera}"
+    height, width = rendering.size
+    return Codec(
+        "lerobot",
+        (
+            expect_size(keys.IMAGE, height=height, width=width),
+            rename({keys.IMAGE: image}),
+            concat(keys.STATE, into="observation.state"),
+            keep(image, "observation.state"),
+            prompt("task"),
+            action_dims(14),
+        ),
+    )
+
+
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     """Keep the joints where they are (actions are absolute joint positions)."""
     return np.asarray(obs[keys.STATE], dtype=np.float32) if last is None else last
@@ -161,7 +183,7 @@ def aloha(
             "max_steps": max_steps,
             "success_check": "gym-aloha is_success (full reward)",
         },
-        codecs={"openpi": OPENPI_CODEC},
+        codecs={"openpi": OPENPI_CODEC, "lerobot": lerobot_codec(rendering)},
     )
 
 

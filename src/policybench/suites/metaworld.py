@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -18,12 +19,13 @@ from policybench.policy.codec import (
     action_dims,
     concat,
     expect_size,
+    first_dims,
     keep,
     prompt,
     rename,
 )
 from policybench.rendering import MUJOCO
-from policybench.spec import Eval, seeded_per_task
+from policybench.spec import Eval, Rollout, Scene, numbered, seeded_per_task
 
 CONTROL_HZ = 80.0  # MetaWorld steps 5 MuJoCo frames of 2.5 ms
 MAX_STEPS = 500  # MetaWorld's own max_path_length; stepping past it raises
@@ -88,6 +90,123 @@ class SeededPlacement(gym.Wrapper):
         if self._camera is None:
             return state
         return {keys.STATE: state, keys.IMAGE: self.env.render()}
+
+
+# LeRobot's MetaWorld (lerobot.envs.metaworld.MetaworldEnv), as lerobot-eval runs it.
+LEROBOT_CAMERA = "corner2"
+LEROBOT_CAMERA_POS = (0.75, 0.075, 0.7)  # where LeRobot moves corner2 (after arXiv 2206.14244)
+LEROBOT_SIZE = 480
+LEROBOT_MT1_SEED = 42
+DRAW = "draw"  # a LeRobot-protocol scene field: which placement of the seeded stream it takes
+
+
+class LeRobotPlacement(gym.Env):
+    """A MetaWorld task env built as LeRobot's MetaworldEnv builds it: `MT1(task, seed=42)`'s
+    first train task with randomization unfrozen, the `corner2` camera moved to
+    LEROBOT_CAMERA_POS and its 480x480 image flipped upright, up to MetaWorld's 500 steps.
+
+    LeRobot's env ignores the reset seed: each reset draws the placement from numpy's global
+    generator, which lerobot-eval seeds once (`--seed S`). So `reset(seed=s, options={"draw":
+    i})` stages the placement of the i-th reset after `np.random.seed(s - i)`: lerobot-eval's
+    episode i of a run with `--seed S` (one env at a time), unless an earlier episode of that
+    run succeeded (LeRobot's env then resets once more, moving every later placement on).
+    Observes `image` and the full 39-d `state`; success is MetaWorld's `info["success"]`.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_HZ}
+
+    def __init__(self, task: str, shadows: bool = True) -> None:
+        import metaworld
+
+        mt1 = metaworld.MT1(task, seed=LEROBOT_MT1_SEED)
+        env = mt1.train_classes[task](render_mode="rgb_array", camera_name=LEROBOT_CAMERA)
+        env.set_task(mt1.train_tasks[0])
+        env.model.cam_pos[2] = LEROBOT_CAMERA_POS
+        if not shadows:
+            env.model.light_castshadow[:] = 0
+        env.reset()
+        env._freeze_rand_vec = False
+        self._env = env
+        self._stream: tuple[int, int, Any] | None = None  # (stream seed, next draw, its state)
+        self.action_space = env.action_space
+        self.observation_space = gym.spaces.Dict(
+            {
+                keys.IMAGE: gym.spaces.Box(0, 255, (LEROBOT_SIZE, LEROBOT_SIZE, 3), np.uint8),
+                keys.STATE: env.observation_space,
+            }
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        draw = int((options or {}).get(DRAW, 0))
+        stream_seed = (0 if seed is None else seed) - draw
+        saved = np.random.get_state()
+        try:
+            if self._stream is not None and self._stream[:2] == (stream_seed, draw):
+                np.random.set_state(self._stream[2])
+            else:  # replay the stream's earlier resets: a reset may draw more than once
+                np.random.seed(stream_seed)
+                for _ in range(draw):
+                    self._env.reset()
+            state, info = self._env.reset()
+            self._stream = (stream_seed, draw + 1, np.random.get_state())
+        finally:
+            np.random.set_state(saved)
+        return self._observe(state), info
+
+    def step(self, action: np.ndarray):
+        state, reward, terminated, truncated, info = self._env.step(action)
+        return self._observe(state), reward, terminated, truncated, info
+
+    def _observe(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        image = np.ascontiguousarray(np.flip(self._env.render(), (0, 1)))
+        return {keys.IMAGE: image, keys.STATE: state}
+
+    def close(self) -> None:
+        self._env.close()
+
+
+@dataclass(frozen=True)
+class LeRobotDraws:
+    """lerobot-eval's order: each task in turn, `rollouts_per_task` episodes, every reset taking
+    the next placement of one stream seeded `base_seed`; rollout i of task k is seeded
+    `base_seed + k * rollouts_per_task + i` and takes that draw."""
+
+    instructions: Mapping[str, str]
+    timeout_s: float
+
+    def __call__(
+        self, eval_name: str, rollouts_per_task: int, base_seed: int
+    ) -> tuple[Rollout, ...]:
+        planned = []
+        for k, (task, instruction) in enumerate(self.instructions.items()):
+            for i in range(rollouts_per_task):
+                draw = k * rollouts_per_task + i
+                planned.append((instruction, Scene(task, base_seed + draw, {DRAW: draw})))
+        return numbered(eval_name, self.timeout_s, planned)
+
+
+def lerobot_codec(camera: str | None = None, size: int = 224) -> Codec:
+    """LeRobot's MetaWorld conventions (`pixels_agent_pos`): the camera image as
+    `observation.image` (480x480 for LeRobot's checkpoints), the first 4 state dimensions (hand
+    position, gripper) as `observation.state`, the instruction as `task`; 4-d actions. Without a
+    camera the image is missing, and a checkpoint that wants one names it."""
+    image: tuple[CodecStep, ...] = ()
+    if camera:
+        image = (
+            expect_size(keys.IMAGE, height=size, width=size),
+            rename({keys.IMAGE: "observation.image"}),
+        )
+    return Codec(
+        "lerobot",
+        (
+            *image,
+            first_dims(keys.STATE, count=4),
+            rename({keys.STATE: "observation.state"}),
+            keep("observation.image", "observation.state"),
+            prompt("task"),
+            action_dims(4),
+        ),
+    )
 
 
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
@@ -169,8 +288,41 @@ def mt10(
             "observation": "state" if camera is None else f"state+{camera}@{size}",
             "shadows": shadows,
         },
-        codecs={"openpi": openpi_codec(camera, size)},
+        codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
+    )
+
+
+def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
+    """The MT10 tasks as lerobot-eval runs LeRobot's MetaWorld env (LeRobotPlacement): a
+    480x480 `corner2` image and the state, up to 500 steps (MetaWorld's max_path_length, which
+    lerobot-eval takes as its step limit), ending at the first success."""
+    return Eval(
+        name="metaworld-mt10-lerobot" + ("" if shadows else "-noshadows"),
+        make_env=lambda task: LeRobotPlacement(task, shadows),
+        plan=LeRobotDraws(dict(tasks), timeout_s=MAX_STEPS / CONTROL_HZ),
+        control_hz=CONTROL_HZ,
+        hold=hold,
+        hold_name="zero-delta, keep gripper",
+        requires=("metaworld",),
+        extra="metaworld",
+        packages=("metaworld", "mujoco", "gymnasium"),
+        scripted=lambda: MetaWorldExpert(tasks),
+        metadata={
+            "protocol": "lerobot",
+            "observation": f"state+{LEROBOT_CAMERA}@{LEROBOT_SIZE} flipped upright",
+            "camera_pos": list(LEROBOT_CAMERA_POS),
+            "task_source": f"MT1(task, seed={LEROBOT_MT1_SEED}).train_tasks[0], unfrozen",
+            "placement": (
+                "scene draw i, seed s: the placement of the i-th reset after np.random.seed(s - i)"
+                " (lerobot-eval: episode i of --seed s - i, one env at a time, no earlier success)"
+            ),
+            "max_steps": MAX_STEPS,
+            "shadows": shadows,
+            "success_check": "MetaWorld info['success'] (LeRobot's is_success)",
+        },
+        codecs={"lerobot": lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE)},
     )
 
 
 MT10_STATE = mt10()
+MT10_LEROBOT = mt10_lerobot()

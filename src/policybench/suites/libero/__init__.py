@@ -17,6 +17,7 @@ from policybench.policy.codec import (
     CodecStep,
     action_dims,
     concat,
+    expect_size,
     keep,
     prompt,
     rename,
@@ -162,6 +163,28 @@ def openpi_codec(protocol: LiberoProtocol = OPENPI) -> Codec:
     )
 
 
+def lerobot_codec(protocol: LiberoProtocol = OPENPI) -> Codec:
+    """LeRobot's LIBERO conventions (lerobot.envs.libero and its LiberoProcessorStep): the
+    agent view as `observation.images.image` and the wrist view as `observation.images.image2`,
+    both as rendered (`camera_size` square) and rotated by 180 degrees; `observation.state` the
+    8-d state (eef pos, axis-angle, gripper qpos); the instruction as `task`; 7-d actions."""
+    cameras = (keys.IMAGE, keys.WRIST_IMAGE)
+    size = protocol.camera_size
+    names = {keys.IMAGE: "observation.images.image", keys.WRIST_IMAGE: "observation.images.image2"}
+    return Codec(
+        "lerobot",
+        (
+            expect_size(*cameras, height=size, width=size),
+            rotate_180(*cameras),
+            rename(names),
+            concat(keys.STATE, into="observation.state"),
+            keep(*names.values(), "observation.state"),
+            prompt("task"),
+            action_dims(7),
+        ),
+    )
+
+
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     """No end-effector motion; the gripper as last commanded (open before any command)."""
     gripper = -1.0 if last is None else float(last[6])
@@ -203,7 +226,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         packages=("hf-libero", "robosuite", "mujoco", "bddl", "numpy"),
         renderer=MUJOCO,
         metadata=protocol.settings(suite),
-        codecs={"openpi": openpi_codec(protocol)},
+        codecs={"openpi": openpi_codec(protocol), "lerobot": lerobot_codec(protocol)},
     )
 
 

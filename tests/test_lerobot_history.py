@@ -1,0 +1,215 @@
+"""LeRobot policies that remember their rollout between steps: Diffusion Policy (`n_obs_steps > 1`,
+sampling) and ACT with temporal ensembling answer, step by step, exactly what LeRobot's own
+`select_action` answers for the same observations and generator state, alone or batched with
+other rollouts, in process or served. Runs in the `lerobot` tox env."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[lerobot]'")
+pytest.importorskip("gym_pusht", reason="needs the pusht extra")
+
+from policybench import keys
+from policybench.harness import run_rollout
+from policybench.policy.base import SessionContext
+from policybench.policy.lerobot import (
+    LeRobotModel,
+    as_lerobot_inputs,
+    rollout_seed,
+)
+from policybench.policy.lerobot_checkpoints import save_random_checkpoint
+from policybench.registry import PolicySettings, build_policy
+from policybench.suites.pusht import LEROBOT, PUSHT
+from policybench.world import World
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGE = "observation.image"
+# Roughly PushT's scale: positions in [0, 512], images in [0, 1].
+POSITION = {"mean": [256.0] * 2, "std": [100.0] * 2, "min": [0.0] * 2, "max": [512.0] * 2}
+PUSHT_STATS = {
+    IMAGE: {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3, "min": [[[0]]] * 3, "max": [[[1]]] * 3},
+    "observation.state": POSITION,
+    "action": POSITION,
+}
+CONTEXT = SessionContext("push the T", 10.0)
+
+
+@pytest.fixture(scope="module")
+def diffusion(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("diffusion-pusht")
+    images = {IMAGE: (3, 96, 96)}
+    return save_random_checkpoint(directory, images, 2, 2, PUSHT_STATS, policy_type="diffusion")
+
+
+@pytest.fixture(scope="module")
+def ensembling_act(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("act-ensembling-pusht")
+    return save_random_checkpoint(
+        directory,
+        {IMAGE: (3, 96, 96)},
+        2,
+        2,
+        PUSHT_STATS,
+        temporal_ensemble_coeff=0.01,
+        n_action_steps=1,
+    )
+
+
+def observations(seed: int, count: int) -> list[dict[str, np.ndarray]]:
+    """`count` PushT observations as the `lerobot` codec encodes them."""
+    rng = np.random.default_rng(seed)
+    return [
+        LEROBOT.encode(
+            {
+                keys.IMAGE: rng.integers(0, 256, (96, 96, 3), dtype=np.uint8),
+                keys.STATE: rng.uniform(0, 512, 2),
+            },
+            CONTEXT.instruction,
+        )
+        for _ in range(count)
+    ]
+
+
+def lerobots_own(model: LeRobotModel, history: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """What lerobot-eval's loop answers: reset, then per step preprocessor, select_action,
+    postprocessor, with torch's global generator seeded as policybench seeds the rollout."""
+    import torch
+
+    policy = model._policy
+    policy.reset()
+    torch.manual_seed(rollout_seed(model.seed, as_lerobot_inputs(history[0])))
+    answers = []
+    for encoded in history:
+        batch = {k: torch.from_numpy(v)[None] for k, v in as_lerobot_inputs(encoded).items()}
+        batch["task"] = [CONTEXT.instruction]
+        with torch.inference_mode():
+            answers.append(model._post(policy.select_action(model._pre(batch))).numpy())
+    return answers
+
+
+@pytest.mark.parametrize("checkpoint_name", ["diffusion", "ensembling_act"])
+def test_each_step_answers_what_select_action_answers_for_the_same_history(
+    checkpoint_name, request
+):
+    model = LeRobotModel(request.getfixturevalue(checkpoint_name))
+    history = observations(0, 19)  # past two of Diffusion Policy's 8-action queues
+    source = model.open(CONTEXT)
+    ours = [source(encoded).actions for encoded in history]
+    assert all(actions.shape == (1, 2) for actions in ours), "one action per observation"
+    for step, (mine, theirs) in enumerate(zip(ours, lerobots_own(model, history), strict=True)):
+        np.testing.assert_array_equal(mine, theirs, err_msg=f"step {step}")
+
+
+@pytest.mark.parametrize("checkpoint_name", ["diffusion", "ensembling_act"])
+def test_rollouts_batched_together_each_answer_what_they_answer_alone(checkpoint_name, request):
+    """Three rollouts started at different steps share model calls; each one's actions (and
+    Diffusion Policy's noise) are what it gets when it runs alone."""
+    model = LeRobotModel(request.getfixturevalue(checkpoint_name))
+    histories = [observations(seed, 12) for seed in (1, 2, 3)]
+    alone = []
+    for history in histories:
+        source = model.open(CONTEXT)
+        alone.append([source(encoded).actions for encoded in history])
+    contexts = [SessionContext(CONTEXT.instruction, CONTEXT.control_hz) for _ in histories]
+    starts = (0, 3, 5)  # the rollouts' histories are out of step, as served rollouts are
+    together: list[list[np.ndarray]] = [[] for _ in histories]
+    for tick in range(12 + max(starts)):
+        asking = [i for i, start in enumerate(starts) if 0 <= tick - start < 12]
+        requests = [(contexts[i], histories[i][tick - starts[i]]) for i in asking]
+        for i, chunk in zip(asking, model.predict_batch(requests), strict=True):
+            together[i].append(chunk.actions)
+    for i in range(len(histories)):
+        np.testing.assert_array_equal(np.stack(together[i]), np.stack(alone[i]))
+
+
+def test_a_finished_rollouts_memory_goes_with_its_context(diffusion):
+    model = LeRobotModel(diffusion)
+    context = SessionContext(CONTEXT.instruction, CONTEXT.control_hz)
+    model.predict_batch([(context, observations(0, 1)[0])])
+    assert len(model._memories) == 1
+    del context
+    assert model._memories == {}
+
+
+def test_a_history_checkpoint_describes_how_it_is_played(diffusion):
+    described = LeRobotModel(diffusion, seed=5).describe()
+    assert described["policy_type"] == "diffusion"
+    assert described["n_obs_steps"] == 2 and described["actions_per_call"] == 1
+    assert "seed 5" in described["sampling"]
+
+
+def run_pusht(report_dir: Path, *args: str) -> list[dict]:
+    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    command += ["-q", "--rollouts", "1", "--report-dir", str(report_dir), *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda record: record[keys.NODEID])
+
+
+def traces(records: list[dict]) -> list[tuple]:
+    return [
+        (r[keys.NODEID], r[keys.OUTCOME], r[keys.STEPS], r[keys.SUM_REWARD], r[keys.MAX_REWARD])
+        for r in records
+    ]
+
+
+@pytest.mark.slow
+def test_a_diffusion_rollout_is_the_same_in_process_and_on_the_shared_server(diffusion, tmp_path):
+    policy = f"--policy=lerobot:{diffusion}"
+    in_process = run_pusht(tmp_path / "n0", policy, "-n", "0")
+    shared = run_pusht(tmp_path / "n2", policy, "-n", "2")
+    assert traces(shared) == traces(in_process)
+    assert shared[0][keys.POLICY]["served"] == "shared"
+    assert in_process[0][keys.MODEL_CALLS] == in_process[0][keys.STEPS], "one call per step"
+
+
+def test_an_ensembling_act_rollout_matches_lerobot_evals_own_loop(ensembling_act):
+    """lerobot-eval's eval_policy (its vectorized PushT env, seeds start_seed + i): the same
+    success, sum and max reward per seed as policybench, for ACT with temporal ensembling."""
+    import torch
+    from lerobot.envs.configs import PushtEnv
+    from lerobot.envs.factory import make_env, make_env_pre_post_processors
+    from lerobot.scripts.lerobot_eval import eval_policy
+
+    model = LeRobotModel(ensembling_act)
+    env_config = PushtEnv(episode_length=60)
+    vector_env = make_env(env_config, n_envs=2)["pusht"][0]
+    env_pre, env_post = make_env_pre_post_processors(env_config, model._policy.config)
+    try:
+        with torch.no_grad():
+            info = eval_policy(
+                vector_env,
+                model._policy,
+                env_pre,
+                env_post,
+                model._pre,
+                model._post,
+                n_episodes=2,
+                start_seed=7,
+            )
+    finally:
+        vector_env.close()
+    theirs = [(e["success"], e["sum_reward"], e["max_reward"]) for e in info["per_episode"]]
+    world = World(PUSHT)
+    policy = build_policy(
+        f"lerobot:{ensembling_act}", PUSHT, PolicySettings(), lambda: world.action_space
+    )
+    ours = []
+    for rollout in PUSHT.rollouts(2, 7):
+        short = rollout.__class__(**{**vars(rollout), "timeout_s": 60 / PUSHT.control_hz})
+        record = run_rollout(short, world, policy).record()
+        ours.append(
+            (record[keys.OUTCOME] == "solved", record[keys.SUM_REWARD], record[keys.MAX_REWARD])
+        )
+    assert [o[0] for o in ours] == [t[0] for t in theirs]
+    np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)
