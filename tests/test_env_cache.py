@@ -124,8 +124,8 @@ def records(pytester: pytest.Pytester) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_a_bound_of_one_env_rebuilds_per_rollout_and_records_the_same_outcomes(bench):
-    bench.runpytest("--rollouts", "2").assert_outcomes(passed=4)
+def test_a_bound_of_one_env_rebuilds_per_rollout_and_records_the_outcomes_of_two(bench):
+    bench.runpytest("--rollouts", "2", "--max-envs-per-worker", "2").assert_outcomes(passed=4)
     unbounded = records(bench)
     assert [r["envs_built"] for r in unbounded] == [1, 2, 2, 2]
     bench.runpytest("--rollouts", "2", "--max-envs-per-worker", "1").assert_outcomes(passed=4)

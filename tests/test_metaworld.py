@@ -13,7 +13,9 @@ pytest.importorskip(
     "metaworld", reason="MetaWorld not installed: pip install 'policybench[metaworld]'"
 )
 
+from policybench import keys
 from policybench.harness import run_rollout
+from policybench.policy.base import SessionContext
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.record.episode import OutcomeKind
 from policybench.spec import Scene
@@ -80,3 +82,17 @@ def test_two_workers_give_the_same_outcomes_as_one_process(pytester, tmp_path, p
     assert len(serial) == 6
     assert all("reach-v3" in nodeid or "pick-place-v3" in nodeid for nodeid in serial)
     assert serial == parallel
+
+
+def test_an_expert_that_writes_into_its_observation_takes_a_read_only_one():
+    # A served observation arrives read-only (decoded without a copy); door-open's expert
+    # shifts the door position it reads in place.
+    world = World(MT10_STATE)
+    rollout = next(r for r in MT10_STATE.rollouts(1, 0) if r.scene.task == "door-open-v3")
+    obs = world.reset(rollout.scene)
+    state = obs[keys.STATE].copy()
+    state.flags.writeable = False
+    context = SessionContext(rollout.instruction, MT10_STATE.control_hz)
+    chunk = MT10_STATE.scripted().open(context)({**obs, keys.STATE: state})
+    assert chunk.actions.shape == (1, 4)
+    world.close()

@@ -151,3 +151,10 @@ def test_the_point_model_passes_its_own_preflight():
     eval = point_eval()
     found = preflight(World(eval), eval.rollouts(1, 0)[0], ChunkPolicy(GreedyPointModel()))
     assert found.verdict is Verdict.PASSED
+
+
+def test_the_preflight_uses_the_first_rollout_a_process_runs_and_builds_no_other_env(bench):
+    bench.makepyfile(greedy="from envs import GreedyPointModel\nMODEL = GreedyPointModel()\n")
+    result = bench.runpytest_subprocess("--rollouts", "2", "--policy=greedy:MODEL", "-k", "b/")
+    result.assert_outcomes(passed=2)
+    assert [r["envs_built"] for r in records(bench)] == [1, 1]  # task b's env only

@@ -147,3 +147,13 @@ def test_a_resume_under_another_protocol_is_refused_naming_what_differs(bench):
     assert "timeout_s is 0.6 in the run being resumed but 0.7 in this run" in other_timeout.stderr
     allowed = run(bench, "--resume", "latest", "--allow-protocol-mismatch")
     assert allowed.returncode == 0, allowed.stdout[-2000:]
+
+
+def test_resuming_a_finished_run_runs_nothing_and_succeeds(bench):
+    assert run(bench, "--rollouts", "1").returncode == 0
+    run_dir = (bench / "reports" / "latest").resolve()
+    before = outcomes(run_dir)
+    again = run(bench, "--rollouts", "1", "--resume", "latest")
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert f"carried over from the interrupted run: {len(before)} rollouts" in again.stdout
+    assert outcomes(run_dir) == before

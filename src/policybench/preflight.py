@@ -1,6 +1,7 @@
-"""Preflight: one observation of an Eval, from its first scene, through the policy's codec to its
-model before any rollout runs, and the answer checked against the env's action space (shape,
-dtype, finiteness, bounds, horizon), so that a broken contract fails an Eval in seconds."""
+"""Preflight: one observation of an Eval (from the first of its scenes a process runs) through
+the policy's codec to its model before any rollout runs, and the answer checked against the env's
+action space (shape, dtype, finiteness, bounds, horizon): a broken contract fails an Eval in
+seconds."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.rendering import render_problem
-from policybench.spec import Eval, Rollout
+from policybench.spec import Rollout
 from policybench.world import EnvCache, World
 
 EPISODE = pytest.StashKey[Episode]()
@@ -151,20 +151,21 @@ class Runner:
             )
         # An A/B run checks each arm's policy against the Eval.
         checked_as = eval.name if planned.arm is None else f"{eval.name}-{arm.label}"
-        checked = self._preflights.get(checked_as, lambda: self._preflight(eval, world, policy))
+        checked = self._preflights.get(checked_as, lambda: self._preflight(rollout, world, policy))
         if checked.failed:
             reason = f"preflight of {eval.name!r} failed, so none of its rollouts ran: "
             return error_episode(rollout, world, reason + str(checked.problem))
         return world, policy
 
-    def _preflight(self, eval: Eval, world: World, policy: Policy) -> Preflight:
-        """Asks the policy about the first observation of the Eval's first planned scene, once
-        the machine has shown it renders what the Eval's env needs."""
+    def _preflight(self, rollout: Rollout, world: World, policy: Policy) -> Preflight:
+        """Asks the policy about the first observation of `rollout` (the first of its Eval this
+        process runs: its env is built for the rollout anyway), once the machine has shown it
+        renders what the Eval's env needs."""
+        eval = world.eval
         unrenderable = render_problem(eval.renderer)
         if unrenderable is not None:
             return Preflight(eval.name, Verdict.FAILED, unrenderable)
-        first = eval.rollouts(self._settings.rollouts, self._settings.policy_settings.seed)[0]
-        return preflight(world, first, policy)
+        return preflight(world, rollout, policy)
 
     def _policy_for(self, planned: Planned, arm: Arm, world: World) -> Policy:
         eval = planned.eval

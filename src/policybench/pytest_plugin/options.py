@@ -34,7 +34,7 @@ from policybench.report.results import resolve_run
 from policybench.serve.client import Endpoint
 
 SETTINGS = pytest.StashKey["RunSettings"]()
-DEFAULT_MAX_ENVS = 2
+DEFAULT_MAX_ENVS = 1  # a LIBERO env alone is ~1.5 GB; task-affine scheduling keeps reuse high
 DEFAULT_RETRIES = 2
 # What the controller hands workers: the arms as it resolved them (lettered under --blind),
 # the shared server.

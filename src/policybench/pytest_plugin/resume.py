@@ -137,6 +137,15 @@ def _refuse(differences: list[str], run_dir: Path) -> None:
         )
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A resumed run with nothing left to run (every rollout carried over) is finished, not a
+    run that collected nothing."""
+    resumed = resumed_of(session.config)
+    if resumed is not None and resumed.carried and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     resumed = resumed_of(config)
     if resumed is None:

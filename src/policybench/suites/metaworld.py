@@ -235,7 +235,8 @@ class MetaWorldExpert:
         expert, fps = ENV_POLICY_MAP[task](), context.control_hz
 
         def predict(obs: Observation) -> Chunk:
-            return Chunk(expert.get_action(obs[keys.STATE])[None], fps)
+            # A copy: some experts write into the state, and a served one arrives read-only.
+            return Chunk(expert.get_action(np.array(obs[keys.STATE]))[None], fps)
 
         return predict
 
@@ -286,6 +287,10 @@ def mt10(
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
             "observation": "state" if camera is None else f"state+{camera}@{size}",
+            "placement": (
+                "seed s: at every reset MetaWorld's own placement sampler, randomization unfrozen"
+                " and seeded with env.seed(s) (seeded_rand_vec)"
+            ),
             "shadows": shadows,
         },
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
