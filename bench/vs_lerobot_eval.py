@@ -5,7 +5,8 @@ mean sum reward and wall time.
     python bench/vs_lerobot_eval.py [--env pusht|aloha|metaworld|libero]
                                     [--policy-type act|diffusion] [--episodes 20]
                                     [--seed 1000] [--checkpoint DIR]
-                                    [--batch-sizes 1,2,5,10] [--threads 1] [--policybench-runs all]
+                                    [--batch-sizes 1,2,5,10] [--threads 1]
+                                    [--policybench-runs n0,shared,per-worker,n0-onednn]
 
 Run it where LeRobot and the suite are installed (`tox -e lerobot` builds such an env). Suites,
 as both tools run them:
@@ -24,6 +25,9 @@ after the end (its mask keeps `done_index + 1`); the table flags runs where that
 Diffusion Policy samples: lerobot-eval draws its noise from torch's global generator, shared by
 the batch, policybench from a generator per rollout, so their sampled rollouts differ (equal
 answers for equal generator state are shown by tests/test_lerobot_history.py).
+policybench runs torch's native CPU kernels, lerobot-eval oneDNN's, whose results differ in the
+5th digit and depend on batch size and thread count; the `n0-onednn` run uses oneDNN too
+(`--policy-device=cpu-onednn`) and equals lerobot-eval's batch_size=1 run at the same --threads.
 Wall time is the whole command (start-up included) for both; lerobot-eval also renders the mp4s
 of up to 10 episodes, which it always does.
 """
@@ -197,6 +201,8 @@ RUNS = {
         "policybench -n 2 (model per worker)",
         ["-n", "2", "--policy-sharing=per-worker"],
     ),
+    # lerobot-eval's kernels: equal to its batch_size=1 run at the same --threads.
+    "n0-onednn": ("policybench -n 0 (cpu-onednn)", ["-n", "0", "--policy-device=cpu-onednn"]),
 }
 
 
@@ -232,14 +238,16 @@ def main() -> None:
         runs.append((name, policybench(suite, checkpoint, out, n, seed, extra, env)))
         print(f"ran {name}", file=sys.stderr)
 
-    reference = next(run for name, run in runs if name.startswith("policybench"))
+    # Compared with the first run: lerobot-eval's first batch size (policybench's first run when
+    # lerobot-eval was not run).
+    reference = runs[0][1]
     print(
         f"\n{args.env}, random-init {args.policy_type} {checkpoint}, {n} episodes, "
         f"seeds {seed}..{seed + n - 1}"
     )
     print(
         f"{'run':38} {'wall s':>7} {'eps/s':>6} {'success':>8} {'mean sum reward':>16} "
-        f"{'max |diff| vs 1st pb':>20} {'per-seed equal (1e-6)':>22}"
+        f"{'max |diff| vs 1st run':>21} {'per-seed equal (1e-6)':>22}"
     )
     for name, run in runs:
         pairs = list(zip(run["sum_reward"], reference["sum_reward"], strict=True))
@@ -250,7 +258,7 @@ def main() -> None:
         print(
             f"{name:38} {run['wall_s']:7.1f} {n / run['wall_s']:6.2f} "
             f"{sum(run['success']) / n:8.1%} {sum(run['sum_reward']) / n:16.6f} "
-            f"{diff:20.2e} {'yes' if equal else 'no':>22}"
+            f"{diff:21.2e} {'yes' if equal else 'no':>22}"
         )
     if any(any(run["success"]) for _, run in runs):
         print(

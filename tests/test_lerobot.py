@@ -31,6 +31,7 @@ from policybench.registry import (
 )
 from policybench.suites.pusht import LEROBOT, PUSHT, pusht
 from policybench.world import World
+from tests.lerobot_eval import lerobot_evals_episodes, policybenchs_episodes
 
 REPO = Path(__file__).resolve().parents[1]
 # Roughly PushT's scale: positions in [0, 512], images in [0, 1].
@@ -154,43 +155,7 @@ def test_an_eval_without_a_lerobot_codec_is_unavailable(checkpoint):
 def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
     """lerobot-eval's eval_policy (its vectorized PushT env, seeds start_seed + i) and policybench
     give each seed the same success, sum and max reward."""
-    import torch
-    from lerobot.envs.configs import PushtEnv
-    from lerobot.envs.factory import make_env, make_env_pre_post_processors
-    from lerobot.scripts.lerobot_eval import eval_policy
-
-    model = LeRobotModel(checkpoint)
-    env_config = PushtEnv()
-    vector_env = make_env(env_config, n_envs=2)["pusht"][0]
-    env_pre, env_post = make_env_pre_post_processors(env_config, model._policy.config)
-    try:
-        with torch.no_grad():
-            info = eval_policy(
-                vector_env,
-                model._policy,
-                env_pre,
-                env_post,
-                model._pre,
-                model._post,
-                n_episodes=2,
-                start_seed=7,
-            )
-    finally:
-        vector_env.close()
-    theirs = [(e["success"], e["sum_reward"], e["max_reward"]) for e in info["per_episode"]]
-
-    world = World(PUSHT)
-    policy = build_policy(
-        f"lerobot:{checkpoint}",
-        PUSHT,
-        PolicySettings(),
-        lambda: world.env_for("push-t").action_space,
-    )
-    ours = []
-    for rollout in PUSHT.rollouts(2, 7):
-        record = run_rollout(rollout, world, policy).record()
-        ours.append(
-            (record[keys.OUTCOME] == "solved", record[keys.SUM_REWARD], record[keys.MAX_REWARD])
-        )
+    theirs = lerobot_evals_episodes(checkpoint, 2, 7)
+    ours = policybenchs_episodes(checkpoint, 2, 7)
     assert [success for success, _, _ in ours] == [success for success, _, _ in theirs]
     np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)

@@ -18,7 +18,6 @@ pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[l
 pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 
 from policybench import keys
-from policybench.harness import run_rollout
 from policybench.policy.base import SessionContext
 from policybench.policy.lerobot import (
     LeRobotModel,
@@ -26,9 +25,8 @@ from policybench.policy.lerobot import (
     rollout_seed,
 )
 from policybench.policy.lerobot_checkpoints import save_random_checkpoint
-from policybench.registry import PolicySettings, build_policy
-from policybench.suites.pusht import LEROBOT, PUSHT
-from policybench.world import World
+from policybench.suites.pusht import LEROBOT
+from tests.lerobot_eval import lerobot_evals_episodes, policybenchs_episodes
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "observation.image"
@@ -176,40 +174,7 @@ def test_a_diffusion_rollout_is_the_same_in_process_and_on_the_shared_server(dif
 def test_an_ensembling_act_rollout_matches_lerobot_evals_own_loop(ensembling_act):
     """lerobot-eval's eval_policy (its vectorized PushT env, seeds start_seed + i): the same
     success, sum and max reward per seed as policybench, for ACT with temporal ensembling."""
-    import torch
-    from lerobot.envs.configs import PushtEnv
-    from lerobot.envs.factory import make_env, make_env_pre_post_processors
-    from lerobot.scripts.lerobot_eval import eval_policy
-
-    model = LeRobotModel(ensembling_act)
-    env_config = PushtEnv(episode_length=60)
-    vector_env = make_env(env_config, n_envs=2)["pusht"][0]
-    env_pre, env_post = make_env_pre_post_processors(env_config, model._policy.config)
-    try:
-        with torch.no_grad():
-            info = eval_policy(
-                vector_env,
-                model._policy,
-                env_pre,
-                env_post,
-                model._pre,
-                model._post,
-                n_episodes=2,
-                start_seed=7,
-            )
-    finally:
-        vector_env.close()
-    theirs = [(e["success"], e["sum_reward"], e["max_reward"]) for e in info["per_episode"]]
-    world = World(PUSHT)
-    policy = build_policy(
-        f"lerobot:{ensembling_act}", PUSHT, PolicySettings(), lambda: world.action_space
-    )
-    ours = []
-    for rollout in PUSHT.rollouts(2, 7):
-        short = rollout.__class__(**{**vars(rollout), "timeout_s": 60 / PUSHT.control_hz})
-        record = run_rollout(short, world, policy).record()
-        ours.append(
-            (record[keys.OUTCOME] == "solved", record[keys.SUM_REWARD], record[keys.MAX_REWARD])
-        )
+    theirs = lerobot_evals_episodes(ensembling_act, 2, 7, steps=60)
+    ours = policybenchs_episodes(ensembling_act, 2, 7, steps=60)
     assert [o[0] for o in ours] == [t[0] for t in theirs]
     np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)

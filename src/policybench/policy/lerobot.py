@@ -30,7 +30,12 @@ PREFIX = "lerobot:"  # the policy name's prefix: `lerobot:PATH`
 TASK = "task"  # LeRobot's key for the instruction in a batch (a `lerobot` codec's prompt key)
 ACTION = "action"  # LeRobot's action feature
 OBS_IMAGES = "observation.images"  # where select_action stacks a policy's cameras
-DEVICES = ("cpu", "cuda", "mps")
+# The CPU devices, by the kernels they run (see _use_cpu_kernels): `cpu-onednn` as lerobot-eval.
+CPU_KERNELS = {
+    "cpu": "native (oneDNN off), 1 intra-op thread unless OMP_NUM_THREADS is set",
+    "cpu-onednn": "oneDNN (as lerobot-eval), 1 intra-op thread unless OMP_NUM_THREADS is set",
+}
+DEVICES = (*CPU_KERNELS, "cuda", "mps")
 INSTALL = "pip install 'policybench[lerobot]'"
 
 
@@ -106,9 +111,11 @@ class LeRobotModel:
         self.device = device
         self.seed = seed
         self.name = f"{PREFIX}{checkpoint}"
-        if device == "cpu":
-            _use_cpu_kernels()
-        self._policy, self._pre, self._post = _load(checkpoint, device)
+        self._onednn = device == "cpu-onednn"
+        self._on_cpu = device in CPU_KERNELS
+        if self._on_cpu:
+            _use_cpu_kernels(self._onednn)
+        self._policy, self._pre, self._post = _load(checkpoint, "cpu" if self._on_cpu else device)
         config = self._policy.config
         self.policy_type: str = config.type
         self.chunk_size: int = int(getattr(config, "chunk_size", 1) or 1)
@@ -147,6 +154,8 @@ class LeRobotModel:
         import torch
 
         inputs = [as_lerobot_inputs(obs) for _, obs in requests]
+        if self._on_cpu:  # this model's kernels, whichever model of the process was loaded last
+            torch.backends.mkldnn.enabled = self._onednn
         if not self._checked:
             self._check(inputs[0])
         batch: dict[str, Any] = {
@@ -278,7 +287,7 @@ class LeRobotModel:
             "sampling": f"per rollout: torch generator seeded from seed {self.seed} and the "
             "rollout's first observation",
             "device": self.device,
-            "cpu_kernels": CPU_KERNELS if self.device == "cpu" else None,
+            "cpu_kernels": CPU_KERNELS.get(self.device),
             "lerobot": metadata.version("lerobot"),
         }
 
@@ -343,18 +352,20 @@ def _load(checkpoint: Path, device: str) -> tuple[Any, Any, Any]:
     return policy, pre, post
 
 
-CPU_KERNELS = "native (oneDNN off), 1 intra-op thread unless OMP_NUM_THREADS is set"
-
-
-def _use_cpu_kernels() -> None:
-    """On CPU: torch's native kernels rather than oneDNN's, whose results depend on the batch size
-    (a served model batches whatever rollouts arrive together, so its answers would depend on
-    timing; the native ones are batch-invariant, and faster at small batches), and one intra-op
+def _use_cpu_kernels(onednn: bool) -> None:
+    """On CPU: torch's native kernels rather than oneDNN's unless `onednn`, and one intra-op
     thread per process, as parallelism comes from `-n` workers (several threads per worker on a
-    shared machine are many times slower)."""
+    shared machine are many times slower).
+
+    oneDNN's convolutions give answers that depend on the batch size and the thread count (a
+    served model batches whatever rollouts arrive together, so they would depend on timing); the
+    native ones are batch-invariant, and faster at small batches. lerobot-eval runs oneDNN, so
+    its actions differ from native ones (MetaWorld reach-v3, a random-init ACT: 2e-7 in the
+    first chunk, 5.5e-5 after 40 steps as the rollouts drift apart); with the same kernels and
+    thread count they are bit-equal (tests/test_lerobot_parity.py)."""
     import torch
 
-    torch.backends.mkldnn.enabled = False
+    torch.backends.mkldnn.enabled = onednn
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
 

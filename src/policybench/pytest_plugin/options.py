@@ -83,7 +83,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--policy-device",
         default="cpu",
-        help="where a local model with weights (lerobot:PATH) runs: cpu (default), cuda or mps",
+        help="where a local model with weights (lerobot:PATH) runs: cpu (default), cpu-onednn "
+        "(lerobot-eval's CPU kernels), cuda or mps",
     )
     group.addoption("--rollouts", type=int, default=3, help="rollouts per task (default 3)")
     group.addoption("--seed", type=int, default=0, help="base seed of the rollout plan (default 0)")
