@@ -222,3 +222,32 @@ def test_envs_per_worker_refuses_recorders_that_see_one_rollout_at_a_time(
     result.stderr.fnmatch_lines(
         ["*--envs-per-worker 2 steps rollouts side by side*--record-video*"]
     )
+
+
+POINTS = """
+import policybench
+from envs import GreedyPointModel, point_eval
+
+POINT = point_eval("point", tasks={"a": "reach a", "b": "reach b"}, scripted=GreedyPointModel)
+
+
+@policybench.evaluate(POINT)
+def test_point(rollout, harness):
+    harness(rollout)
+"""
+
+
+def test_each_arm_of_an_ab_run_runs_its_rollouts_side_by_side(pytester: pytest.Pytester):
+    from tests.test_plugin import ENVS
+
+    pytester.makepyfile(envs=ENVS, test_point=POINTS)
+
+    def outcomes(*args: str) -> dict[str, tuple]:
+        pytester.runpytest("--rollouts", "3", "--policy", "scripted,random", *args)
+        path = pytester.path / "reports" / "latest" / "results.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        return {r["nodeid"]: (r["arm"], r["outcome"], r["steps"]) for r in records}
+
+    alone = outcomes()
+    assert len(alone) == 12 and {arm for arm, _, _ in alone.values()} == {"scripted", "random"}
+    assert outcomes("--envs-per-worker", "3") == alone

@@ -93,9 +93,9 @@ def group_of(item: pytest.Item, slots: int) -> list[Planned]:
         if (
             mate is None
             or mate.eval.name != planned.eval.name
-            or mate.arm != planned.arm
             or (distributed and task_scope(later.nodeid) != scope)
         ):
             break
-        group.append(mate)
+        if mate.arm == planned.arm:  # an A/B run's other arms make groups of their own
+            group.append(mate)
     return group
