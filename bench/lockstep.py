@@ -67,7 +67,8 @@ def run(checkpoint: Path, out: Path, rollouts: int, args: list[str], env: dict) 
     return {
         "command": " ".join(command[2:]),
         "wall_s": wall,
-        "outcomes": [(r["outcome"], r["steps"], r["sum_reward"]) for r in records],
+        "outcomes": [(r["outcome"], r["steps"]) for r in records],
+        "sum_rewards": [r["sum_reward"] for r in records],
     }
 
 
@@ -100,13 +101,19 @@ def main() -> None:
         f"\nPushT, random-init ACT ({args.size} size, n_action_steps {args.n_action_steps}), "
         f"{args.rollouts} rollouts, torch threads {args.threads}, wall time of the whole command"
     )
-    print("| run | wall s | rollouts/s | vs first row | outcomes equal to the first row |")
-    print("|---|---|---|---|---|")
+    print(
+        "| run | wall s | rollouts/s | vs first row | outcomes and steps equal to the first "
+        "row's | largest sum-reward difference |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, found in runs:
         rate = args.rollouts / found["wall_s"]
         ratio = reference["wall_s"] / found["wall_s"]
         same = "yes" if found["outcomes"] == reference["outcomes"] else "NO"
-        print(f"| {name} | {found['wall_s']:.1f} | {rate:.2f} | {ratio:.2f}x | {same} |")
+        pairs = zip(found["sum_rewards"], reference["sum_rewards"], strict=True)
+        worst = max(abs(a - b) for a, b in pairs)
+        wall = found["wall_s"]
+        print(f"| {name} | {wall:.1f} | {rate:.2f} | {ratio:.2f}x | {same} | {worst:.1e} |")
     print("\ncommands:")
     for name, found in runs:
         print(f"  {name}: {found['command']}")
