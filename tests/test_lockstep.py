@@ -207,8 +207,11 @@ def test_envs_per_worker_gives_the_outcomes_of_one_env_per_worker(pytester: pyte
     side_by_side = run_metaworld(pytester, "--envs-per-worker", "3")
     assert side_by_side == alone
     assert max(batch_sizes(pytester)) == 3
-    # Under xdist each task's rollouts go to one worker, which runs them side by side.
-    distributed = run_metaworld(pytester, "--envs-per-worker", "3", "-n", "2")
+    # Under xdist each task's rollouts go to one worker, which runs them side by side with its
+    # own copy of the model (a shared server would batch the workers' calls as they come).
+    distributed = run_metaworld(
+        pytester, "--envs-per-worker", "3", "-n", "2", "--policy-sharing=per-worker"
+    )
     assert distributed == alone
     assert max(batch_sizes(pytester)) == 3
 

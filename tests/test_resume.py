@@ -71,7 +71,13 @@ def interrupted(path: Path, how: signal.Signals, after: int, *args: str) -> None
     """Starts the run and sends `how` to its controller once `after` rollouts are recorded."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        pytest_command(*args), cwd=path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        pytest_command(*args),
+        cwd=path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # A run started in the background inherits an ignored SIGINT; a controller is not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     results = path / "reports" / "latest" / "results.jsonl"
     deadline = time.monotonic() + 120
