@@ -18,13 +18,14 @@ from policybench.world import World
 
 class PerRolloutBatched:
     """A batching model over a per-rollout one: `predict_batch` answers each request with the
-    source its rollout opened (a rollout is known by its context object), and counts batches."""
+    source its rollout opened (a rollout is known by its context object, kept alive so that its
+    id is not handed to a later rollout's), and counts batches."""
 
     def __init__(self, model) -> None:
         self.model = model
         self.name = model.name
         self.batch_sizes: list[int] = []
-        self._sources: dict[int, object] = {}
+        self._sources: dict[int, tuple[object, object]] = {}  # id -> (context, source)
 
     def open(self, context):
         return self.model.open(context)
@@ -33,10 +34,9 @@ class PerRolloutBatched:
         self.batch_sizes.append(len(requests))
         chunks = []
         for context, obs in requests:
-            source = self._sources.get(id(context))
-            if source is None:
-                source = self._sources[id(context)] = self.model.open(context)
-            chunks.append(source(obs))
+            if id(context) not in self._sources:
+                self._sources[id(context)] = (context, self.model.open(context))
+            chunks.append(self._sources[id(context)][1](obs))
         return chunks
 
     def describe(self):
@@ -170,10 +170,10 @@ class Batched:
         with open(f"batches-{os.getpid()}.txt", "a") as log:
             log.write(f"{len(requests)}\\n")
         chunks = []
-        for context, obs in requests:
+        for context, obs in requests:  # contexts kept alive: an id is never handed on
             if id(context) not in self.sources:
-                self.sources[id(context)] = self.model.open(context)
-            chunks.append(self.sources[id(context)](obs))
+                self.sources[id(context)] = (context, self.model.open(context))
+            chunks.append(self.sources[id(context)][1](obs))
         return chunks
 
     def describe(self):
