@@ -1,9 +1,14 @@
-"""Both sides of a PushT comparison with lerobot-eval: its own `eval_policy` loop (its vectorized
-env, seeds start_seed + i) and policybench's rollouts of the same seeds, each episode as
-(success, sum reward, max reward)."""
+"""PushT runs for the LeRobot tests: a whole `pytest benchmarks/test_pusht.py` run and its records,
+and both sides of a comparison with lerobot-eval: its own `eval_policy` loop (its vectorized env,
+seeds start_seed + i) and policybench's rollouts of the same seeds, each episode as (success,
+sum reward, max reward)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from policybench import keys
@@ -13,7 +18,31 @@ from policybench.registry import PolicySettings, build_policy
 from policybench.suites.pusht import PUSHT
 from policybench.world import World
 
+REPO = Path(__file__).resolve().parents[1]
 Episode = tuple[bool, float, float]
+
+
+def run_pusht(
+    report_dir: Path, *args: str, rollouts: int = 2, timeout_s: float = 300
+) -> list[dict]:
+    """The records of `pytest benchmarks/test_pusht.py` run with `args`, by node id."""
+    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    command += ["-q", "--rollouts", str(rollouts), "--report-dir", str(report_dir), *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda record: record[keys.NODEID])
+
+
+def outcomes(records: list[dict]) -> list[tuple]:
+    """What two runs of the same rollouts must agree on, per rollout."""
+    return [
+        (r[keys.NODEID], r[keys.OUTCOME], r[keys.STEPS], r[keys.SUM_REWARD], r[keys.MAX_REWARD])
+        for r in records
+    ]
 
 
 def lerobot_evals_episodes(checkpoint: Path, episodes: int, start_seed: int, steps: int = 300):

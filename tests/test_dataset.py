@@ -32,7 +32,8 @@ from policybench.registry import PolicySettings, build_policy
 from policybench.spec import seeded_per_task
 from policybench.suites.pusht import INSTRUCTION, LEROBOT, PUSHT, TASK
 from policybench.world import World
-from tests.test_lerobot import REPO, write_checkpoint
+from tests.lerobot_eval import REPO
+from tests.test_lerobot import write_checkpoint
 
 # Decoding videos with LeRobot's default (torchcodec) needs the system's FFmpeg libraries.
 VIDEO_BACKEND = "pyav"

@@ -6,10 +6,6 @@ do not match the suite fails with both feature lists. Runs in the `lerobot` tox 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +27,13 @@ from policybench.registry import (
 )
 from policybench.suites.pusht import LEROBOT, PUSHT, pusht
 from policybench.world import World
-from tests.lerobot_eval import lerobot_evals_episodes, policybenchs_episodes
+from tests.lerobot_eval import (
+    lerobot_evals_episodes,
+    outcomes,
+    policybenchs_episodes,
+    run_pusht,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 # Roughly PushT's scale: positions in [0, 512], images in [0, 1].
 PUSHT_STATS = {
     "observation.image": {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3},
@@ -52,23 +52,6 @@ def write_checkpoint(directory: Path, image_key: str = "observation.image") -> P
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("act-pusht"))
-
-
-def run_pusht(report_dir: Path, *args: str, rollouts: int = 2) -> list[dict]:
-    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
-    command += ["-q", "--rollouts", str(rollouts), "--report-dir", str(report_dir), *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
-    return sorted((json.loads(line) for line in lines), key=lambda record: record[keys.NODEID])
-
-
-def outcomes(records: list[dict]) -> list[tuple]:
-    return [
-        (r[keys.NODEID], r[keys.OUTCOME], r[keys.STEPS], r[keys.SUM_REWARD], r[keys.MAX_REWARD])
-        for r in records
-    ]
 
 
 @pytest.mark.slow

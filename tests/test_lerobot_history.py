@@ -5,10 +5,6 @@ other rollouts, in process or served. Runs in the `lerobot` tox env."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +22,13 @@ from policybench.policy.lerobot import (
 )
 from policybench.policy.lerobot_checkpoints import save_random_checkpoint
 from policybench.suites.pusht import LEROBOT
-from tests.lerobot_eval import lerobot_evals_episodes, policybenchs_episodes
+from tests.lerobot_eval import (
+    lerobot_evals_episodes,
+    outcomes,
+    policybenchs_episodes,
+    run_pusht,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 IMAGE = "observation.image"
 # Roughly PushT's scale: positions in [0, 512], images in [0, 1].
 POSITION = {"mean": [256.0] * 2, "std": [100.0] * 2, "min": [0.0] * 2, "max": [512.0] * 2}
@@ -144,29 +144,12 @@ def test_a_history_checkpoint_describes_how_it_is_played(diffusion):
     assert "seed 5" in described["sampling"]
 
 
-def run_pusht(report_dir: Path, *args: str) -> list[dict]:
-    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
-    command += ["-q", "--rollouts", "1", "--report-dir", str(report_dir), *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = (report_dir / "latest" / "results.jsonl").read_text().splitlines()
-    return sorted((json.loads(line) for line in lines), key=lambda record: record[keys.NODEID])
-
-
-def traces(records: list[dict]) -> list[tuple]:
-    return [
-        (r[keys.NODEID], r[keys.OUTCOME], r[keys.STEPS], r[keys.SUM_REWARD], r[keys.MAX_REWARD])
-        for r in records
-    ]
-
-
 @pytest.mark.slow
 def test_a_diffusion_rollout_is_the_same_in_process_and_on_the_shared_server(diffusion, tmp_path):
     policy = f"--policy=lerobot:{diffusion}"
-    in_process = run_pusht(tmp_path / "n0", policy, "-n", "0")
-    shared = run_pusht(tmp_path / "n2", policy, "-n", "2")
-    assert traces(shared) == traces(in_process)
+    in_process = run_pusht(tmp_path / "n0", policy, "-n", "0", rollouts=1, timeout_s=600)
+    shared = run_pusht(tmp_path / "n2", policy, "-n", "2", rollouts=1, timeout_s=600)
+    assert outcomes(shared) == outcomes(in_process)
     assert shared[0][keys.POLICY]["served"] == "shared"
     assert in_process[0][keys.MODEL_CALLS] == in_process[0][keys.STEPS], "one call per step"
 

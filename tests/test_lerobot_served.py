@@ -19,7 +19,8 @@ pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[l
 pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 
 from policybench import keys
-from tests.test_lerobot import outcomes, run_pusht, write_checkpoint
+from tests.lerobot_eval import outcomes, run_pusht
+from tests.test_lerobot import write_checkpoint
 from tests.test_remote import REPO, free_port
 
 SUITE_PYTHON = os.environ.get("POLICYBENCH_SUITE_PYTHON", sys.executable)

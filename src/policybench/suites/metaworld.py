@@ -190,16 +190,10 @@ def lerobot_codec(camera: str | None = None, size: int = 224) -> Codec:
     `observation.image` (480x480 for LeRobot's checkpoints), the first 4 state dimensions (hand
     position, gripper) as `observation.state`, the instruction as `task`; 4-d actions. Without a
     camera the image is missing, and a checkpoint that wants one names it."""
-    image: tuple[CodecStep, ...] = ()
-    if camera:
-        image = (
-            expect_size(keys.IMAGE, height=size, width=size),
-            rename({keys.IMAGE: "observation.image"}),
-        )
     return Codec(
         "lerobot",
         (
-            *image,
+            *_camera_image(camera, size, "observation.image"),
             first_dims(keys.STATE, count=4),
             rename({keys.STATE: "observation.state"}),
             keep("observation.image", "observation.state"),
@@ -248,22 +242,24 @@ def openpi_codec(camera: str | None = None, size: int = 224) -> Codec:
     """openpi's keys in the style of its LIBERO example: the 39-d state as `observation/state`,
     the camera image (as rendered, size x size) as `observation/image`, the instruction as the
     prompt; the first 4 action dimensions (end-effector delta, gripper) are played."""
-    image: tuple[CodecStep, ...] = ()
-    if camera:
-        image = (
-            expect_size(keys.IMAGE, height=size, width=size),
-            rename({keys.IMAGE: "observation/image"}),
-        )
     return Codec(
         "openpi",
         (
-            *image,
+            *_camera_image(camera, size, "observation/image"),
             concat(keys.STATE, into="observation/state"),
             keep("observation/image", "observation/state"),
             prompt(),
             action_dims(4),
         ),
     )
+
+
+def _camera_image(camera: str | None, size: int, into: str) -> tuple[CodecStep, ...]:
+    """A codec's steps for the camera image, checked at size x size and sent as `into`; none
+    for a state-only Eval."""
+    if not camera:
+        return ()
+    return (expect_size(keys.IMAGE, height=size, width=size), rename({keys.IMAGE: into}))
 
 
 def mt10(
