@@ -1,7 +1,7 @@
-"""LeRobot policies that remember their rollout between steps: Diffusion Policy (`n_obs_steps > 1`,
-sampling) and ACT with temporal ensembling answer, step by step, exactly what LeRobot's own
-`select_action` answers for the same observations and generator state, alone or batched with
-other rollouts, in process or served. Runs in the `lerobot` tox env."""
+"""LeRobot policies that remember their rollout between steps: Diffusion Policy and VQ-BeT
+(`n_obs_steps > 1`, sampling) and ACT with temporal ensembling answer, step by step, exactly what
+LeRobot's own `select_action` answers for the same observations and generator state, alone or
+batched with other rollouts, in process or served. Runs in the `lerobot` tox env."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ PUSHT_STATS = {
     "action": POSITION,
 }
 CONTEXT = SessionContext("push the T", 10.0)
+# A random-init VQ-BeT's Residual VQ is untrained (`discretized` False), which its select_action
+# warns about at every step; it still samples codes and decodes them as a trained one does.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:To evaluate in the environment, your VQ-BeT model:UserWarning"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +50,14 @@ def diffusion(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("diffusion-pusht")
     images = {IMAGE: (3, 96, 96)}
     return save_random_checkpoint(directory, images, 2, 2, PUSHT_STATS, policy_type="diffusion")
+
+
+@pytest.fixture(scope="module")
+def vqbet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("vqbet-pusht")
+    return save_random_checkpoint(
+        directory, {IMAGE: (3, 96, 96)}, 2, 2, PUSHT_STATS, policy_type="vqbet"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +106,13 @@ def lerobots_own(model: LeRobotModel, history: list[dict[str, np.ndarray]]) -> l
     return answers
 
 
-@pytest.mark.parametrize("checkpoint_name", ["diffusion", "ensembling_act"])
+@pytest.mark.parametrize("checkpoint_name", ["diffusion", "vqbet", "ensembling_act"])
 def test_each_step_answers_what_select_action_answers_for_the_same_history(
     checkpoint_name, request
 ):
     model = LeRobotModel(request.getfixturevalue(checkpoint_name))
-    history = observations(0, 19)  # past two of Diffusion Policy's 8-action queues
+    # Past two of Diffusion Policy's 8-action queues and three of VQ-BeT's 5-action ones.
+    history = observations(0, 19)
     source = model.open(CONTEXT)
     ours = [source(encoded).actions for encoded in history]
     assert all(actions.shape == (1, 2) for actions in ours), "one action per observation"
@@ -106,10 +120,10 @@ def test_each_step_answers_what_select_action_answers_for_the_same_history(
         np.testing.assert_array_equal(mine, theirs, err_msg=f"step {step}")
 
 
-@pytest.mark.parametrize("checkpoint_name", ["diffusion", "ensembling_act"])
+@pytest.mark.parametrize("checkpoint_name", ["diffusion", "vqbet", "ensembling_act"])
 def test_rollouts_batched_together_each_answer_what_they_answer_alone(checkpoint_name, request):
     """Three rollouts started at different steps share model calls; each one's actions (and
-    Diffusion Policy's noise) are what it gets when it runs alone."""
+    Diffusion Policy's noise, VQ-BeT's sampled codes) are what it gets when it runs alone."""
     model = LeRobotModel(request.getfixturevalue(checkpoint_name))
     histories = [observations(seed, 12) for seed in (1, 2, 3)]
     alone = []
@@ -128,8 +142,9 @@ def test_rollouts_batched_together_each_answer_what_they_answer_alone(checkpoint
         np.testing.assert_array_equal(np.stack(together[i]), np.stack(alone[i]))
 
 
-def test_a_finished_rollouts_memory_goes_with_its_context(diffusion):
-    model = LeRobotModel(diffusion)
+@pytest.mark.parametrize("checkpoint_name", ["diffusion", "vqbet"])
+def test_a_finished_rollouts_memory_goes_with_its_context(checkpoint_name, request):
+    model = LeRobotModel(request.getfixturevalue(checkpoint_name))
     context = SessionContext(CONTEXT.instruction, CONTEXT.control_hz)
     model.predict_batch([(context, observations(0, 1)[0])])
     assert len(model._memories) == 1
@@ -137,10 +152,17 @@ def test_a_finished_rollouts_memory_goes_with_its_context(diffusion):
     assert model._memories == {}
 
 
-def test_a_history_checkpoint_describes_how_it_is_played(diffusion):
-    described = LeRobotModel(diffusion, seed=5).describe()
-    assert described["policy_type"] == "diffusion"
-    assert described["n_obs_steps"] == 2 and described["actions_per_call"] == 1
+@pytest.mark.parametrize(
+    ("checkpoint_name", "n_obs_steps", "n_action_steps"), [("diffusion", 2, 8), ("vqbet", 3, 5)]
+)
+def test_a_history_checkpoint_describes_how_it_is_played(
+    checkpoint_name, n_obs_steps, n_action_steps, request
+):
+    """n_action_steps is what one generation queues: VQ-BeT's `action_chunk_size`."""
+    described = LeRobotModel(request.getfixturevalue(checkpoint_name), seed=5).describe()
+    assert described["policy_type"] == checkpoint_name
+    assert described["n_obs_steps"] == n_obs_steps and described["actions_per_call"] == 1
+    assert described["n_action_steps"] == n_action_steps
     assert "seed 5" in described["sampling"]
 
 

@@ -30,6 +30,21 @@ SMALL = {
         "spatial_softmax_num_keypoints": 16,
         "num_inference_steps": 10,
     },
+    "vqbet": {
+        "n_obs_steps": 3,
+        "n_action_pred_token": 3,
+        "action_chunk_size": 5,
+        "spatial_softmax_num_keypoints": 16,
+        "vqvae_n_embed": 8,
+        "vqvae_embedding_dim": 32,
+        "vqvae_enc_hidden_dim": 32,
+        "gpt_block_size": 16,
+        "gpt_input_dim": 32,
+        "gpt_output_dim": 32,
+        "gpt_n_layer": 1,
+        "gpt_n_head": 2,
+        "gpt_hidden_dim": 32,
+    },
 }
 
 
