@@ -260,6 +260,16 @@ def main() -> None:
             f"{sum(run['success']) / n:8.1%} {sum(run['sum_reward']) / n:16.6f} "
             f"{diff:21.2e} {'yes' if equal else 'no':>22}"
         )
+    walls = {
+        tool: min((run["wall_s"] for name, run in runs if name.startswith(tool)), default=None)
+        for tool in ("lerobot-eval", "policybench -n 2")
+    }
+    if None not in walls.values():
+        print(
+            f"speed: policybench -n 2's best wall / lerobot-eval's best = "
+            f"{walls['policybench -n 2']:.1f} / {walls['lerobot-eval']:.1f} s = "
+            f"{walls['policybench -n 2'] / walls['lerobot-eval']:.2f} (target <= 0.5)"
+        )
     if any(any(run["success"]) for _, run in runs):
         print(
             "note: an episode succeeded; lerobot-eval's batches > 1 may add one more step's reward"

@@ -326,3 +326,29 @@ def test_lerobot_protocol_stages_what_lerobots_own_env_stages(libero_ready):
         env.close()
     ours = staged_by_policybench(small(suite, LEROBOT), task_id(index), (3,))
     ours[3].assert_equals(theirs, "episode 3 as LeRobot's own env stages it (batch size 50)")
+
+
+@pytest.mark.parametrize("suite", ["libero_spatial", "libero_10", "libero_90"])
+def test_the_model_a_replay_compiles_places_every_body_where_the_full_model_does(
+    libero_ready, suite
+):
+    """A replay compiles the task's model without textures or visual-only geoms (it only needs
+    the body poses; the full model would add ~600 MB to the peak beside the live env's)."""
+    import mujoco
+    from libero.libero.envs import OffScreenRenderEnv
+
+    from policybench.suites.libero.replay import bodies_only
+
+    bddl, _ = libero_files(suite, 0)
+    env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=CAMERA, camera_widths=CAMERA)
+    try:
+        xml, processor = env.env.model.get_xml(), env.env._xml_processor
+    finally:
+        env.close()
+    xml = xml if processor is None else processor(xml)
+    full, reduced = (mujoco.MjModel.from_xml_string(x) for x in (xml, bodies_only(xml)))
+    assert reduced.ntex == 0 < full.ntex
+    assert reduced.nmeshvert < full.nmeshvert / 10
+    assert reduced.nbody == full.nbody
+    np.testing.assert_array_equal(reduced.body_pos, full.body_pos)
+    np.testing.assert_array_equal(reduced.body_quat, full.body_quat)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from policybench import keys
+from policybench import heap, keys
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -44,6 +44,7 @@ class EnvCache:
             raise ValueError(f"an env cache holds at least 1 env, got a capacity of {capacity}")
         self.capacity = capacity
         self._envs: OrderedDict[EnvKey, gym.Env] = OrderedDict()
+        heap.keep_large_buffers_apart()  # so that a closed env's memory leaves the process
         self.built = 0
         self.closed = 0
 
@@ -76,7 +77,10 @@ class EnvCache:
 
     def _close(self, env: gym.Env) -> None:
         self.closed += 1
-        env.close()
+        try:
+            env.close()
+        finally:
+            heap.trim()
 
 
 class World:

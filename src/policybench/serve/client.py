@@ -44,7 +44,9 @@ _DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 el
 DEFAULT_URL = "ws://localhost:8000"
 CLOSE_TIMEOUT_S = 2.0  # the longest a closing handshake may take
 HOW_TO_SERVE = "start one with `policybench serve --policy=NAME --port PORT`"
-MAX_BACKOFF_S = 2.0  # the longest pause between two tries to reach a server
+# The longest pause between two tries to reach a server: a refused connect costs nothing, and a
+# rollout waiting for a restarted server starts again within this of its return.
+MAX_BACKOFF_S = 0.5
 LOG = logging.getLogger("policybench.serve")
 
 

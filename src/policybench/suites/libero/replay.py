@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 
@@ -30,16 +31,37 @@ _FRESH_POSES: dict[str, BodyPoses] = {}
 
 def fresh_poses(env: Any, key: str) -> BodyPoses:
     """The body poses of `env`'s model as a hard reset compiles it (compiled once per `key`, the
-    task's file, in a process: a second or more)."""
+    task's file, in a process: a second or more). The copy compiled here has no textures and no
+    visual-only geoms: neither moves a body, and a LIBERO scene's textures (two of them 4096 x
+    4096) and visual meshes (a million vertices) would add about 600 MB to the process' peak
+    while the env's own model is live."""
     if key not in _FRESH_POSES:
         import mujoco
 
         xml = env.model.get_xml()
         if env._xml_processor is not None:  # as robosuite's _initialize_sim
             xml = env._xml_processor(xml)
-        model = mujoco.MjModel.from_xml_string(xml)
+        model = mujoco.MjModel.from_xml_string(bodies_only(xml))
         _FRESH_POSES[key] = BodyPoses(model.body_pos.copy(), model.body_quat.copy())
     return _FRESH_POSES[key]
+
+
+def bodies_only(xml: str) -> str:
+    """A MuJoCo model file reduced to what places its bodies: the same bodies and joints, with
+    the `<texture>` assets (and every material's reference to one) taken out and the compiler
+    told to discard visual-only geoms (`discardvisual`: contype and conaffinity both 0)."""
+    root = ElementTree.fromstring(xml)
+    for parent in root.iter():
+        for child in list(parent):
+            if child.tag == "texture" or (parent.tag == "material" and child.tag == "layer"):
+                parent.remove(child)
+        if parent.tag == "material":
+            parent.attrib.pop("texture", None)
+    compiler = root.find("compiler")
+    if compiler is None:
+        compiler = ElementTree.SubElement(root, "compiler")
+    compiler.set("discardvisual", "true")
+    return ElementTree.tostring(root, encoding="unicode")
 
 
 def replay_resets(env: Any, count: int, poses: BodyPoses) -> None:
