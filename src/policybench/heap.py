@@ -3,8 +3,8 @@
 glibc's malloc serves a large buffer from a mapping of its own, returned to the system when
 freed, but raises that threshold to the size of each such buffer freed (up to 32 MiB); from then
 on buffers of that size come from the heap, and what they leave there when freed stays in the
-process. A process that builds, closes and builds again big simulators (a LIBERO env holds about
-1 GB of models, textures and render buffers) then holds the fragments of each. A fixed threshold
+process. A process that builds, closes and builds again big simulators (a LIBERO env holds over
+a GB of models, textures and render buffers) then holds the fragments of each. A fixed threshold
 keeps large buffers in mappings of their own; `trim` returns the heap's free pages after a
 close. With another C library both do nothing.
 """
