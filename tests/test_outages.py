@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from policybench.serve import client
 from tests.test_remote import REPO, free_port, start_server
 
 BENCHMARK = """
@@ -103,3 +104,36 @@ def test_without_waiting_or_retrying_the_outage_is_an_error(
     assert records[0]["outcome"] == "error" and "retried" not in records[0]
     assert "dropped the connection" in records[0]["reason"]
     assert "cannot reach a policy server" in records[1]["reason"]  # the server is still down
+
+
+class FakeClock:
+    """The client's clock, advanced only by its own sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_a_waiting_rollout_reaches_a_returned_server_within_half_a_second(monkeypatch):
+    """The backoff between tries stops growing at 0.5 s: a server back 3.2 s after it went down
+    is reached by 3.7 s (a 2 s cap would try at 3.1 s, then only at 5.1 s)."""
+    clock = FakeClock()
+    monkeypatch.setattr(client, "time", clock)
+    back_at = 3.2
+
+    def connect_once():
+        if clock.now < back_at:
+            raise client._Unreachable("connection refused")
+        return "connected"
+
+    endpoint = client.Endpoint("ws://127.0.0.1:9", server_wait_s=120.0)
+    assert client.Outages().wait_for(endpoint, connect_once) == "connected"
+    assert back_at <= clock.now <= back_at + 0.5
