@@ -30,6 +30,7 @@ from typing import IO, Any
 import numpy as np
 
 from policybench.policy.base import Chunk, Observation, SessionContext
+from policybench.serve import event_loop
 from policybench.serve.server import PolicyServer, ServerConfig, fixed_model
 from policybench.serve.wire import ACTIONS, SERVER_TIMING, packb, unpackb
 
@@ -163,7 +164,7 @@ def policybench_server(args: argparse.Namespace) -> None:
         await serve_until_stdin_closes(server.start, "policybench")
         await server.close()
 
-    asyncio.run(run())
+    event_loop.run(run())  # as `policybench serve` runs it (uvloop's loop where installed)
 
 
 def reference_server(args: argparse.Namespace) -> None:

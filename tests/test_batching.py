@@ -17,6 +17,7 @@ from policybench import keys
 from policybench.policy.base import Chunk, SessionContext
 from policybench.serve.batcher import Batcher, Peer, Request, RolloutState
 from policybench.serve.client import Endpoint, RemoteModel
+from policybench.serve.model_thread import ModelThread
 from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from tests.served import EchoBatchModel, RecordingModel
 
@@ -179,15 +180,15 @@ def request(who: float) -> Request:
 def run(scenario) -> None:
     """Runs `scenario(batcher_for)` on a fresh event loop; `batcher_for(model, max_wait_s)`
     makes Batchers whose model thread is shut down afterwards."""
-    executor = ThreadPoolExecutor(1, thread_name_prefix="model")
+    model_thread = ModelThread("model")
 
     def batcher_for(model, max_wait_s: float) -> Batcher:
-        return Batcher(model, executor, max_batch=8, max_wait_s=max_wait_s)
+        return Batcher(model, model_thread, max_batch=8, max_wait_s=max_wait_s)
 
     try:
         asyncio.run(asyncio.wait_for(scenario(batcher_for), WAIT_S))
     finally:
-        executor.shutdown()
+        model_thread.shutdown()
 
 
 def just_answered(peer: Peer, turnaround_s: float = 0.02) -> None:

@@ -5,7 +5,6 @@ across connections."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from policybench.registry import (
     known_policies,
     served_model,
 )
+from policybench.serve import event_loop
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig
 from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES
 from policybench.suites import eval_named, registered_evals
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         max_frame_bytes=round(args.max_frame_mb * 2**20),
     )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
-        asyncio.run(_serve(PolicyServer(models, config, args.policy)))
+        event_loop.run(_serve(PolicyServer(models, config, args.policy)))
     return 0
 
 

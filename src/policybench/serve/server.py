@@ -19,7 +19,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -32,7 +31,9 @@ from websockets.http11 import Response
 from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
+from policybench.serve import event_loop
 from policybench.serve.batcher import BatchCounters, Batcher, Peer, Request, RolloutState
+from policybench.serve.model_thread import ModelThread
 from policybench.serve.wire import (
     ACTIONS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -107,7 +108,7 @@ class PolicyServer:
         self.name = name
         self._batchers: dict[int, Batcher] = {}
         # One thread runs every model call and build, off the event loop.
-        self._model_thread = ThreadPoolExecutor(1, thread_name_prefix="policybench-model")
+        self._model_thread = ModelThread()
         self.metadata = {
             "server": "policybench",
             keys.POLICY: name,
@@ -206,8 +207,7 @@ class PolicyServer:
         name, ref = headers.get(EVAL_HEADER), headers.get(EVAL_REF_HEADER)
         served = self._served.get((name, ref))
         if served is None:
-            loop = asyncio.get_running_loop()
-            served = await loop.run_in_executor(self._model_thread, self._model_for, name, ref)
+            served = await self._model_thread.call(self._model_for, name, ref)
             self._served[(name, ref)] = served
         codec = served.codec(headers.get(CODEC_HEADER, DEFAULT_CODEC))
         context = headers.get(CONTEXT_HEADER)
@@ -239,7 +239,7 @@ class PolicyServer:
     async def close(self) -> None:
         for batcher in self._batchers.values():
             batcher.close()
-        self._model_thread.shutdown(wait=False, cancel_futures=True)
+        self._model_thread.shutdown()
 
 
 def served_description(served: ServedModel) -> dict[str, Any]:
@@ -294,7 +294,7 @@ class ServerThread:
     def __init__(self, server: PolicyServer) -> None:
         self.server = server
         self.url = ""
-        self._loop = asyncio.new_event_loop()
+        self._loop = event_loop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._listening: Server | None = None
 
