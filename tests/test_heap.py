@@ -58,3 +58,28 @@ def test_with_the_threshold_fixed_freed_buffers_leave_the_process():
 def test_the_threshold_is_set_once_per_process_and_trim_is_harmless():
     assert heap.keep_large_buffers_apart() is heap.keep_large_buffers_apart()
     heap.trim()
+
+
+def test_release_gives_back_the_pages_inside_an_array_which_then_read_as_zeros():
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from policybench import heap
+
+        def rss_mb():
+            status = open("/proc/self/status").read()
+            return int(status.split("VmRSS:")[1].split()[0]) / 1024
+        buffer = np.ones(64 << 20, dtype=np.uint8)
+        inner = buffer[100 : len(buffer) - 100]  # not page-aligned at either end
+        before = rss_mb()
+        released = heap.release(inner)
+        print(released, before - rss_mb(), np.count_nonzero(buffer), np.count_nonzero(inner[:1]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    released, freed_mb, nonzero, first = (float(word) for word in done.stdout.split())
+    assert (64 << 20) - 2 * heap.PAGE_BYTES <= released < 64 << 20
+    assert freed_mb > 60
+    # What is left are the partial pages at either end, with their contents.
+    assert nonzero == (64 << 20) - released and first == 1

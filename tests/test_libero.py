@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,25 @@ def test_an_init_state_index_out_of_range_names_the_range(world):
 def test_a_reset_without_a_seed_says_to_pass_the_scenes_seed(world):
     with pytest.raises(ValueError, match=r"needs an int seed .* got None; .*seed=scene.seed"):
         world.env_for("task0").reset(options={"init_state": 0})
+
+
+def test_the_models_textures_are_given_back_once_rendered_and_frames_stay_the_same(world):
+    env = world.env_for("task0")
+    world.reset(Scene("task0", 0, {"init_state": 0}))
+    textures = env.libero.env.sim.model._model.tex_data
+    # Its pages read as zeros now (a compiled model's textures are about half non-zero here);
+    # only the partial pages at either end are kept.
+    assert textures.size > 1_000_000 and np.count_nonzero(textures) < 2 * mmap.PAGESIZE
+    first = [world.step(np.zeros(7)).obs[keys.IMAGE].copy() for _ in range(2)]
+    env._release_model_textures = lambda: None  # the same steps with the textures kept
+    try:
+        world.reset(Scene("task0", 0, {"init_state": 0}))
+        assert np.count_nonzero(env.libero.env.sim.model._model.tex_data) > textures.size // 10
+        kept = [world.step(np.zeros(7)).obs[keys.IMAGE] for _ in range(2)]
+    finally:
+        del env._release_model_textures
+    for released, with_textures in zip(first, kept, strict=True):
+        np.testing.assert_array_equal(released, with_textures)
 
 
 def test_agentview_comes_upside_down_and_the_openpi_codec_turns_it_upright(world):

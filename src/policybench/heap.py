@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
+
+import numpy as np
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
 MMAP_THRESHOLD = 128 * 1024  # glibc's own starting value, kept fixed
@@ -39,3 +42,25 @@ def trim() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+MADV_DONTNEED = 4  # madvise's advice number on Linux: the pages read as zeros from now on
+PAGE_BYTES = mmap.PAGESIZE
+
+
+def release(array: np.ndarray) -> int:
+    """Gives the memory pages lying wholly inside `array` back to the system, for a buffer that
+    will not be read again (its pages read as zeros afterwards); returns the bytes released. Only
+    for private, anonymous memory, as malloc's; without glibc's madvise it does nothing."""
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "madvise") or not array.flags.c_contiguous:
+        return 0
+    start = array.ctypes.data
+    first = -(-start // PAGE_BYTES) * PAGE_BYTES
+    end = (start + array.nbytes) // PAGE_BYTES * PAGE_BYTES
+    if end <= first:
+        return 0
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if libc.madvise(first, end - first, MADV_DONTNEED) != 0:
+        return 0
+    return end - first

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from policybench import keys
+from policybench import heap, keys
 from policybench.suites.libero.replay import fresh_poses, replay_resets
 from policybench.suites.libero.staging import INIT_STATE, OPENPI_STAGING, ResetPlan, Staging
 
@@ -189,6 +189,7 @@ class LiberoEnv(gym.Env):
         init = root / "init_files" / suite / f"{task}.pruned_init"
         self.init_states = load_init_states(init)
         self.staging = staging
+        self._camera_size = camera_size
         self._env = OffScreenRenderEnv(
             bddl_file_name=str(self.bddl_file),
             camera_heights=camera_size,
@@ -241,7 +242,22 @@ class LiberoEnv(gym.Env):
             self._env.reset()
         finally:
             np.random.set_state(outside)
-        return self._env.set_init_state(self.init_states[plan.init_state])
+        raw = self._env.set_init_state(self.init_states[plan.init_state])
+        self._release_model_textures()
+        return raw
+
+    def _release_model_textures(self) -> None:
+        """Gives back the memory of the model's own copy of its textures once the renderer holds
+        them (LIBERO-90 scenes: up to 214 MB). Each reset compiles a new model and makes a new
+        renderer from it; robosuite reads a model's textures again only to make a renderer with
+        a larger buffer, for an image larger than the one it has, and this env's cameras fit."""
+        sim = self._env.env.sim
+        context = getattr(sim, "_render_context_offscreen", None)
+        if context is not None and self._camera_size <= min(
+            context.con.offWidth, context.con.offHeight
+        ):
+            heap.release(sim.model._model.tex_data)
+        heap.trim()
 
     def step(self, action: np.ndarray):
         raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
