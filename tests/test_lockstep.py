@@ -13,6 +13,7 @@ import pytest
 from policybench.harness import run_rollout
 from policybench.lockstep import Lockstep
 from policybench.policy.chunk_player import ChunkPolicy
+from policybench.pytest_plugin.lockstep import group_scopes
 from policybench.world import World
 
 
@@ -254,3 +255,39 @@ def test_each_arm_of_an_ab_run_runs_its_rollouts_side_by_side(pytester: pytest.P
     alone = outcomes()
     assert len(alone) == 12 and {arm for arm, _, _ in alone.values()} == {"scripted", "random"}
     assert outcomes("--envs-per-worker", "3") == alone
+
+
+def test_under_xdist_a_group_is_k_rollouts_of_a_task_so_one_task_fills_every_worker():
+    ids = [f"t.py::test_x[a/seed={i}]" for i in range(5)] + ["t.py::test_x[b/seed=0]"]
+    scopes = group_scopes([*ids, "t.py::test_other"], slots=2)
+    assert [scopes[nodeid] for nodeid in ids] == [
+        "t.py::test_x[a#0",
+        "t.py::test_x[a#0",
+        "t.py::test_x[a#1",
+        "t.py::test_x[a#1",
+        "t.py::test_x[a#2",
+        "t.py::test_x[b#0",
+    ]
+    assert scopes["t.py::test_other"] == "t.py::test_other#0"
+
+
+ONE_TASK = BENCHMARK.replace('("reach-v3", "push-v3")', '("reach-v3",)')
+
+
+def test_an_eval_of_one_task_runs_side_by_side_on_every_worker(pytester: pytest.Pytester):
+    pytest.importorskip("metaworld")
+    pytester.makepyfile(test_metaworld=ONE_TASK, batched=BATCHED)
+    args = ("--rollouts", "4", "--policy=batched:MODEL", "--policy-sharing=per-worker")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=4)
+    alone = (pytester.path / "reports" / "latest" / "results.jsonl").read_text()
+    result = pytester.runpytest_subprocess(*args, "--envs-per-worker", "2", "-n", "2")
+    result.assert_outcomes(passed=4)
+    # Two groups of two, one on each worker (a scope per task put all four on one).
+    per_worker = [log.read_text().split() for log in pytester.path.glob("batches-*.txt")]
+    assert len(per_worker) == 2 and all(max(map(int, sizes)) == 2 for sizes in per_worker)
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    outcomes = [
+        {r["nodeid"]: (r["outcome"], r["steps"], r["sum_reward"]) for r in map(json.loads, text)}
+        for text in (alone.splitlines(), path.read_text().splitlines())
+    ]
+    assert outcomes[1] == outcomes[0]

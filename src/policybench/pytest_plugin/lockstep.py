@@ -3,12 +3,14 @@ model once per step for all of them (see policybench.lockstep). The first item o
 the group; its group-mates, later items the same process is sure to run, take their Episodes.
 
 Under xdist a process is sure to run an item only if the scheduler sends it a whole unit of
-work, so with K > 1 the items are scheduled by task (xdist's scope scheduling, one scope per
-task of a test function): a group is a run of one task's rollouts. Without xdist a group is the
-next K rollouts of the Eval, whatever their task."""
+work, so with K > 1 the items are scheduled by group (xdist's scope scheduling): a group is a run
+of K of one task's rollouts, in plan order, so an Eval of one task (PushT's) still fills every
+worker. Without xdist a group is the next K rollouts of the Eval, whatever their task."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -55,17 +57,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With K > 1 under xdist, each task's rollouts go to one worker (so that it can run them
+    """With K > 1 under xdist, each group's rollouts go to one worker (so that it can run them
     side by side); xdist's own choice otherwise."""
-    if slots_of(config) == 1 or is_worker(config):
+    slots = slots_of(config)
+    if slots == 1 or is_worker(config):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class TaskScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return task_scope(nodeid)
+    class GroupScheduling(LoadScopeScheduling):
+        scopes: dict[str, str] | None = None
 
-    return TaskScheduling(config, log)
+        def _split_scope(self, nodeid: str) -> str:
+            if self.scopes is None:  # the collection is known by the first call
+                self.scopes = group_scopes(self.collection or [], slots)
+            return self.scopes[nodeid]
+
+    return GroupScheduling(config, log)
+
+
+def group_scopes(nodeids: Sequence[str], slots: int) -> dict[str, str]:
+    """Each item's unit of work under xdist: runs of `slots` items of one task of a test
+    function, in collection order (`test_x[task/seed=3]` -> `test_x[task#1`)."""
+    seen: Counter[str] = Counter()
+    scopes = {}
+    for nodeid in nodeids:
+        task = task_scope(nodeid)
+        scopes[nodeid] = f"{task}#{seen[task] // slots}"
+        seen[task] += 1
+    return scopes
 
 
 def task_scope(nodeid: str) -> str:
@@ -77,14 +96,15 @@ def task_scope(nodeid: str) -> str:
 
 def group_of(item: pytest.Item, slots: int) -> list[Planned]:
     """The rollouts the item's group runs: the item's, then those of the next items this
-    process is sure to run (same Eval, same policy arm, and under xdist the same task), up to
-    `slots` of them."""
+    process is sure to run (same Eval, same policy arm, and under xdist the same unit of work),
+    up to `slots` of them."""
     planned = planned_of(item)
     if planned is None or slots == 1:
         return [] if planned is None else [planned]
     items = item.session.items
     distributed = is_worker(item.config)
-    scope = task_scope(item.nodeid)
+    scopes = _scopes_of(item.session, slots) if distributed else {}
+    scope = scopes.get(item.nodeid)
     group = [planned]
     for later in items[items.index(item) + 1 :]:
         if len(group) == slots:
@@ -93,9 +113,20 @@ def group_of(item: pytest.Item, slots: int) -> list[Planned]:
         if (
             mate is None
             or mate.eval.name != planned.eval.name
-            or (distributed and task_scope(later.nodeid) != scope)
+            or (distributed and scopes[later.nodeid] != scope)
         ):
             break
         if mate.arm == planned.arm:  # an A/B run's other arms make groups of their own
             group.append(mate)
     return group
+
+
+_SCOPES = pytest.StashKey[dict[str, str]]()
+
+
+def _scopes_of(session: pytest.Session, slots: int) -> dict[str, str]:
+    """The session's units of work, as the controller's scheduler made them (the same items in
+    the same order on every worker)."""
+    if _SCOPES not in session.stash:
+        session.stash[_SCOPES] = group_scopes([item.nodeid for item in session.items], slots)
+    return session.stash[_SCOPES]
