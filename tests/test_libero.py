@@ -199,6 +199,17 @@ def test_the_models_textures_are_given_back_once_rendered_and_frames_stay_the_sa
         np.testing.assert_array_equal(released, with_textures)
 
 
+def test_mujoco_lets_go_of_the_compiled_scene_after_a_reset(world, tmp_path):
+    import mujoco
+
+    world.reset(Scene("task0", 0, {"init_state": 0}))
+    model = world.env_for("task0").libero.env.sim.model._model
+    path = tmp_path / "last.xml"
+    mujoco.mj_saveLastXML(str(path), model)
+    # What MuJoCo kept of its last compile is the empty model compiled after the scene's.
+    assert "<worldbody/>" in path.read_text() and model.nbody > 10
+
+
 def test_agentview_comes_upside_down_and_the_openpi_codec_turns_it_upright(world):
     obs = world.reset(Scene("task0", 0, {"init_state": 0}))
     image = obs[keys.IMAGE]
