@@ -3,6 +3,7 @@ prompting, reads the fixed init states without torch, and stages a scene by a st
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -170,19 +171,24 @@ def forget_compiled_scene() -> None:
     mujoco.MjModel.from_xml_string("<mujoco/>")
 
 
-def _forget_compiled_scene_after_each_build(robosuite_env: Any) -> None:
-    """Forgets the scene each time `robosuite_env` compiles it (at every hard reset), before
-    the reset makes the renderer: the renderer's copy of the textures is then made without the
-    compiler's beside it. Afterwards `sim.model.get_xml()` (robosuite's, over
-    `mj_saveLastXML`) no longer describes the env's model; nothing policybench runs calls it."""
-    build = robosuite_env._initialize_sim
+@functools.cache
+def forget_compiled_scenes() -> None:
+    """Makes robosuite's envs let go of each scene as soon as they have compiled it (as they
+    start, and at every hard reset), before they make its renderer: the renderer's copy of the
+    textures is then made without the compiler's beside it. Once per process, for every robosuite
+    env in it. Afterwards robosuite's `sim.model.get_xml()` (over `mj_saveLastXML`) no longer
+    describes an env's model; nothing policybench runs calls it (robosuite's data-collection
+    wrapper, nvisii renderer and camera utilities do)."""
+    from robosuite.environments.base import MujocoEnv
 
-    def build_and_forget(*args: Any, **kwargs: Any) -> None:
-        build(*args, **kwargs)
+    build = MujocoEnv._initialize_sim
+
+    @functools.wraps(build)
+    def build_and_forget(self: Any, *args: Any, **kwargs: Any) -> None:
+        build(self, *args, **kwargs)
         forget_compiled_scene()
 
-    robosuite_env._initialize_sim = build_and_forget
-    forget_compiled_scene()  # the build LIBERO's env made as it started
+    MujocoEnv._initialize_sim = build_and_forget
 
 
 class LiberoEnv(gym.Env):
@@ -214,12 +220,12 @@ class LiberoEnv(gym.Env):
         self.init_states = load_init_states(init)
         self.staging = staging
         self._camera_size = camera_size
+        forget_compiled_scenes()
         self._env = OffScreenRenderEnv(
             bddl_file_name=str(self.bddl_file),
             camera_heights=camera_size,
             camera_widths=camera_size,
         )
-        _forget_compiled_scene_after_each_build(self._env.env)
         # The joint samplers one model build adds (LIBERO appends them again at every build).
         self._joint_samplers = tuple(self._env.env.object_property_initializers)
         self.language = self._env.language_instruction
