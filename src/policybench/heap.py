@@ -26,6 +26,8 @@ def _glibc() -> ctypes.CDLL | None:
     libc = ctypes.CDLL(None)  # the C library this process runs on
     if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
         return None
+    if hasattr(libc, "madvise"):
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     return libc
 
 
@@ -60,7 +62,6 @@ def release(array: np.ndarray) -> int:
     end = (start + array.nbytes) // PAGE_BYTES * PAGE_BYTES
     if end <= first:
         return 0
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     if libc.madvise(first, end - first, MADV_DONTNEED) != 0:
         return 0
     return end - first

@@ -275,6 +275,7 @@ class LiberoEnv(gym.Env):
             np.random.set_state(outside)
         raw = self._env.set_init_state(self.init_states[plan.init_state])
         self._release_model_textures()
+        heap.trim()  # what the reset's build and any replayed ones left free in the C heap
         return raw
 
     def _release_model_textures(self) -> None:
@@ -288,7 +289,6 @@ class LiberoEnv(gym.Env):
             context.con.offWidth, context.con.offHeight
         ):
             heap.release(sim.model._model.tex_data)
-        heap.trim()
 
     def step(self, action: np.ndarray):
         raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
