@@ -7,7 +7,8 @@ mean sum reward and wall time.
                                     [--seed 1000] [--checkpoint DIR]
                                     [--batch-sizes 1,2,5,10] [--async-batch-sizes 2]
                                     [--threads 1]
-                                    [--policybench-runs n0,shared,per-worker,lockstep,n0-onednn]
+                                    [--policybench-runs n0,shared,per-worker,lockstep,
+                                                        lockstep-onednn,n0-onednn]
 
 Run it where LeRobot and the suite are installed (`tox -e lerobot` builds such an env). Suites,
 as both tools run them:
@@ -220,6 +221,18 @@ RUNS = {
     "lockstep": (
         "policybench -n 2 (model per worker, 8 rollouts side by side)",
         ["-n", "2", "--policy-sharing=per-worker", "--envs-per-worker=8"],
+    ),
+    # ... with lerobot-eval's kernels, which batch better on CPU (2-3x per sample at batch 8 on
+    # this ACT) but answer a rollout by what it is batched with.
+    "lockstep-onednn": (
+        "policybench -n 2 (8 side by side, oneDNN)",
+        [
+            "-n",
+            "2",
+            "--policy-sharing=per-worker",
+            "--envs-per-worker=8",
+            "--policy-device=cpu-onednn",
+        ],
     ),
     # lerobot-eval's kernels: equal to its batch_size=1 run at the same --threads.
     "n0-onednn": ("policybench -n 0 (cpu-onednn)", ["-n", "0", "--policy-device=cpu-onednn"]),
