@@ -30,11 +30,12 @@ answers for equal generator state are shown by tests/test_lerobot_history.py).
 policybench runs torch's native CPU kernels, lerobot-eval oneDNN's, whose results differ in the
 5th digit and depend on batch size and thread count; the `n0-onednn` run uses oneDNN too
 (`--policy-device=cpu-onednn`) and equals lerobot-eval's batch_size=1 run at the same --threads.
-Wall time is the whole command (start-up included) for both; lerobot-eval also renders the mp4s
-of up to 10 episodes, which it always does. lerobot-eval steps a batch's envs in its one process
-(`--eval.use_async_envs=true`, a process per env, fails in LeRobot 0.4.4: its env check reads
-`AsyncVectorEnv.envs`); the last line is policybench -n 2's best wall time over lerobot-eval's
-best, the issue's speed target (<= 0.5).
+Wall time is the whole command (start-up included) for both; CPU time is its whole process
+tree's, user + system, so more than the wall where a tool keeps several cores busy. lerobot-eval
+also renders the mp4s of up to 10 episodes, which it always does. It steps a batch's envs in its
+one process (`--eval.use_async_envs=true`, a process per env, fails in LeRobot 0.4.4: its env
+check reads `AsyncVectorEnv.envs`); the last line is policybench -n 2's best wall time over
+lerobot-eval's best, the issue's speed target (<= 0.5).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -156,13 +158,20 @@ class RunFailed(Exception):
     """A tool's run exited with an error; the other runs go on and the table says so."""
 
 
-def timed(command: list[str], env: dict[str, str]) -> float:
-    started = time.perf_counter()
+def cpu_of_children() -> float:
+    """CPU seconds (user + system) of the waited-for child processes and their descendants."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The command's wall time and the CPU time of its whole process tree, in seconds."""
+    started, cpu = time.perf_counter(), cpu_of_children()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stdout[-3000:] + done.stderr[-3000:]).strip()
         raise RunFailed(f"{' '.join(command)} exited {done.returncode}:\n{tail}")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, cpu_of_children() - cpu
 
 
 def lerobot_eval(
@@ -181,11 +190,12 @@ def lerobot_eval(
         "--policy.use_amp=false",
         f"--output_dir={out}",
     ]
-    wall = timed(command, env)
+    wall, cpu = timed(command, env)
     metrics = json.loads((out / "eval_info.json").read_text())["per_task"][0]["metrics"]
     return {
         "command": " ".join(command),
         "wall_s": wall,
+        "cpu_s": cpu,
         "success": [bool(s) for s in metrics["successes"]],
         "sum_reward": metrics["sum_rewards"],
     }
@@ -198,12 +208,13 @@ def policybench(suite: Suite, checkpoint: Path, out: Path, n: int, seed: int, ar
     command = [sys.executable, "-m", "pytest", str(module), "-q", "-k", suite.select]
     command += ["-p", "no:cacheprovider", f"--policy=lerobot:{checkpoint}"]
     command += [f"--rollouts={n}", f"--seed={seed}", f"--report-dir={out}", *args]
-    wall = timed(command, env)
+    wall, cpu = timed(command, env)
     lines = (out / "latest" / "results.jsonl").read_text().splitlines()
     records = sorted((json.loads(line) for line in lines), key=lambda r: r["scene"]["seed"])
     return {
         "command": " ".join(command[2:]),
         "wall_s": wall,
+        "cpu_s": cpu,
         "success": [r["outcome"] == "solved" for r in records],
         "sum_reward": [r["sum_reward"] for r in records],
         "steps": [r["steps"] for r in records],
@@ -298,7 +309,8 @@ def main() -> None:
         f"seeds {seed}..{seed + n - 1}"
     )
     print(
-        f"{'run':38} {'wall s':>7} {'eps/s':>6} {'success':>8} {'mean sum reward':>16} "
+        f"{'run':38} {'wall s':>7} {'cpu s':>7} {'eps/s':>6} {'success':>8} "
+        f"{'mean sum reward':>16} "
         f"{'max |diff| vs 1st run':>21} {'per-seed equal (1e-6)':>22}"
     )
     for name, run in runs:
@@ -308,7 +320,7 @@ def main() -> None:
         close = all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6) for a, b in pairs)
         equal = run["success"] == reference["success"] and close
         print(
-            f"{name:38} {run['wall_s']:7.1f} {n / run['wall_s']:6.2f} "
+            f"{name:38} {run['wall_s']:7.1f} {run['cpu_s']:7.1f} {n / run['wall_s']:6.2f} "
             f"{sum(run['success']) / n:8.1%} {sum(run['sum_reward']) / n:16.6f} "
             f"{diff:21.2e} {'yes' if equal else 'no':>22}"
         )

@@ -5,7 +5,10 @@ real MetaWorld and PushT envs, also when the rollouts end at different steps."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -137,6 +140,36 @@ def test_a_failed_batch_is_an_error_of_each_rollout_in_it():
             and "out of memory on the accelerator" in episode.outcome.reason
         )
         assert episode.steps == 2
+
+
+def test_with_a_batching_model_one_slot_steps_at_a_time():
+    """The slots take turns, as one thread stepping K envs would: no two env steps overlap, even
+    where a step lets other threads run (a sleep here, C code or rendering in a simulator)."""
+    from tests.envs import GreedyPointModel, PointEnv, point_eval
+
+    steps: list[tuple[int, float, float]] = []  # (thread, start, end) of every env step
+
+    class SlowPointEnv(PointEnv):
+        def step(self, action):
+            start = time.perf_counter()
+            time.sleep(0.002)
+            steps.append((threading.get_ident(), start, time.perf_counter()))
+            return super().step(action)
+
+    eval = dataclasses.replace(
+        point_eval(tasks={"a": "reach a", "b": "reach b"}, timeout_s=1.0),
+        make_env=lambda task: SlowPointEnv(),
+    )
+    rollouts = with_timeouts(eval.rollouts(2, 0), (1.0, 0.5, 0.8, 1.0))
+    alone, together, batches = alone_and_side_by_side(
+        eval, rollouts, lambda: GreedyPointModel(horizon=3), slots=4
+    )
+    assert [comparable(e) for e in together] == [comparable(e) for e in alone]
+    assert max(batches) == 4
+    side_by_side = sorted(steps[sum(e.steps for e in alone) :], key=lambda step: step[1])
+    assert len({thread for thread, _, _ in side_by_side}) == 4
+    overlaps = [(a, b) for a, b in itertools.pairwise(side_by_side) if b[1] < a[2]]
+    assert not overlaps, f"{len(overlaps)} env steps ran while another slot's step was running"
 
 
 BENCHMARK = """

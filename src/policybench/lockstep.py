@@ -4,8 +4,10 @@ its own World and thread, asking a batching model once per step for all that nee
 Each rollout runs the ordinary harness, so its Episode is the one it would have alone; only the
 model calls meet. A barrier holds each call until every rollout still running is waiting on the
 model, then answers them all with one `predict_batch` (in slot order, so a batch's make-up never
-depends on thread timing). A model without `predict_batch` (a served one, say) is asked by each
-rollout on its own, the K calls in flight together."""
+depends on thread timing). With a batching model the slots also take turns: one slot's thread
+runs at a time, up to its next model call, as one thread stepping K envs would; threads that
+step Python envs at once only fight over the interpreter lock. A model without `predict_batch`
+(a served one, say) is asked by each rollout on its own, the K calls in flight together."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class Lockstep:
             world, policy_of_slot = self.worlds[slot], barrier.policy_of(slot)
 
             def run_one(rollout=rollout, world=world, policy=policy_of_slot, slot=slot) -> Episode:
+                barrier.enter(slot)
                 try:
                     return run_rollout(rollout, world, policy)
                 finally:
@@ -88,8 +91,10 @@ class _SlotThread:
 
 
 class _Barrier:
-    """Where the slots' model calls meet: with a batching model, the calls of every slot still
-    running go to the model together; otherwise each slot asks its own source."""
+    """Where the slots' model calls meet. With a batching model, the calls of every slot still
+    running go to the model together, and the slots take turns in slot order: a slot runs from
+    its answer (or its start) to its next call (or its end), then hands the turn on; the last to
+    call asks the model for all. Otherwise each slot asks its own source and runs freely."""
 
     def __init__(self, policy: Policy, live: int) -> None:
         self._policy = policy
@@ -98,37 +103,55 @@ class _Barrier:
         self._live = live
         self._waiting: dict[int, Request] = {}
         self._answers: dict[int, Chunk | Exception] = {}
+        self._ready = list(range(live))  # slots that may run, in the order they take turns
+        self._turn: int | None = None  # the slot running now
         self._lock = threading.Condition()
 
     def policy_of(self, slot: int) -> Policy:
         return _SlotPolicy(self._policy, self, slot) if self._batching else self._policy
 
+    def enter(self, slot: int) -> None:
+        """Blocks a slot's thread until its first turn."""
+        if not self._batching:
+            return
+        with self._lock:
+            if self._turn is None:
+                self._hand_on()
+            self._lock.wait_for(lambda: self._turn == slot)
+
     def ask(self, slot: int, rollout: RolloutState, obs: Observation) -> Chunk:
         with self._lock:
             self._waiting[slot] = Request(rollout, obs)
-            self._dispatch_if_all_wait()
-            while slot not in self._answers:
-                self._lock.wait()
+            self._hand_on()
+            self._lock.wait_for(lambda: self._turn == slot and slot in self._answers)
             answer = self._answers.pop(slot)
         if isinstance(answer, Exception):
             raise answer
         return answer
 
     def leave(self, slot: int) -> None:
+        if not self._batching:
+            return
         with self._lock:
             self._live -= 1
-            self._dispatch_if_all_wait()
+            self._hand_on()
 
-    def _dispatch_if_all_wait(self) -> None:
-        if not self._waiting or len(self._waiting) < self._live:
-            return
+    def _hand_on(self) -> None:
+        """The turn goes to the next slot that may run; when every slot still running waits on
+        the model, this thread asks it for all of them first."""
+        if not self._ready and self._waiting and len(self._waiting) == self._live:
+            self._dispatch()
+        self._turn = self._ready.pop(0) if self._ready else None
+        self._lock.notify_all()
+
+    def _dispatch(self) -> None:
         policy = self._policy
         assert isinstance(policy, ChunkPolicy)
         slots = sorted(self._waiting)
         requests = [self._waiting[slot] for slot in slots]
         self._waiting.clear()
         self._answers.update(zip(slots, infer(policy.model, policy.codec, requests), strict=True))
-        self._lock.notify_all()
+        self._ready.extend(slots)
 
 
 class _SlotPolicy:
