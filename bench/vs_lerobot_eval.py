@@ -206,7 +206,10 @@ def policybench(suite: Suite, checkpoint: Path, out: Path, n: int, seed: int, ar
     module = out / "test_vs_lerobot_eval.py"
     module.write_text(BENCHMARK.format(module=suite.module))
     command = [sys.executable, "-m", "pytest", str(module), "-q", "-k", suite.select]
-    command += ["-p", "no:cacheprovider", f"--policy=lerobot:{checkpoint}"]
+    # hypothesis (in the env for policybench's own tests, not a dependency of a run) loads its
+    # pytest plugin in every process: 0.9 s each here.
+    command += ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    command += [f"--policy=lerobot:{checkpoint}"]
     command += [f"--rollouts={n}", f"--seed={seed}", f"--report-dir={out}", *args]
     wall, cpu = timed(command, env)
     lines = (out / "latest" / "results.jsonl").read_text().splitlines()
