@@ -231,20 +231,21 @@ RUNS = {
         "policybench -n 2 (model per worker)",
         ["-n", "2", "--policy-sharing=per-worker"],
     ),
-    # Batched inference in each worker, as lerobot-eval batches its vector env's.
+    # Batched inference in each worker, as lerobot-eval batches its vector env's: K rollouts side
+    # by side, K = {slots} (up to 8, and no more than half the episodes, so both workers get some).
     "lockstep": (
-        "policybench -n 2 (model per worker, 8 rollouts side by side)",
-        ["-n", "2", "--policy-sharing=per-worker", "--envs-per-worker=8"],
+        "policybench -n 2 (K={slots} side by side)",
+        ["-n", "2", "--policy-sharing=per-worker", "--envs-per-worker={slots}"],
     ),
     # ... with lerobot-eval's kernels, which batch better on CPU (2-3x per sample at batch 8 on
     # this ACT) but answer a rollout by what it is batched with.
     "lockstep-onednn": (
-        "policybench -n 2 (8 side by side, oneDNN)",
+        "policybench -n 2 (K={slots} side by side, oneDNN)",
         [
             "-n",
             "2",
             "--policy-sharing=per-worker",
-            "--envs-per-worker=8",
+            "--envs-per-worker={slots}",
             "--policy-device=cpu-onednn",
         ],
     ),
@@ -297,8 +298,10 @@ def main() -> None:
         name = f"lerobot-eval batch_size={batch}{' async' if many else ''}"
         out = work / f"le-{batch}{'-async' if many else ''}"
         attempt(name, partial(lerobot_eval, suite, checkpoint, out, n, seed, batch, env, many))
+    slots = str(max(1, min(8, n // 2)))
     for run in args.policybench_runs.split(","):
         name, extra = RUNS[run]
+        name, extra = name.format(slots=slots), [arg.format(slots=slots) for arg in extra]
         out = work / f"pb-{run}"
         attempt(name, partial(policybench, suite, checkpoint, out, n, seed, extra, env))
 
@@ -312,7 +315,7 @@ def main() -> None:
         f"seeds {seed}..{seed + n - 1}"
     )
     print(
-        f"{'run':38} {'wall s':>7} {'cpu s':>7} {'eps/s':>6} {'success':>8} "
+        f"{'run':44} {'wall s':>7} {'cpu s':>7} {'eps/s':>6} {'success':>8} "
         f"{'mean sum reward':>16} "
         f"{'max |diff| vs 1st run':>21} {'per-seed equal (1e-6)':>22}"
     )
@@ -323,12 +326,12 @@ def main() -> None:
         close = all(math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6) for a, b in pairs)
         equal = run["success"] == reference["success"] and close
         print(
-            f"{name:38} {run['wall_s']:7.1f} {run['cpu_s']:7.1f} {n / run['wall_s']:6.2f} "
+            f"{name:44} {run['wall_s']:7.1f} {run['cpu_s']:7.1f} {n / run['wall_s']:6.2f} "
             f"{sum(run['success']) / n:8.1%} {sum(run['sum_reward']) / n:16.6f} "
             f"{diff:21.2e} {'yes' if equal else 'no':>22}"
         )
     for name, why in failed:
-        print(f"{name:38} failed: {why}")
+        print(f"{name:44} failed: {why}")
     walls = {
         tool: min((run["wall_s"] for name, run in runs if name.startswith(tool)), default=None)
         for tool in ("lerobot-eval", "policybench -n 2")
