@@ -142,3 +142,15 @@ def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
     ours = policybenchs_episodes(checkpoint, 2, 7)
     assert [success for success, _, _ in ours] == [success for success, _, _ in theirs]
     np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)
+
+
+def test_the_record_names_the_weights_loaded_even_if_the_file_changes_later(tmp_path):
+    import hashlib
+    import shutil
+
+    directory = shutil.copytree(write_checkpoint(tmp_path / "source"), tmp_path / "ckpt")
+    weights = directory / "model.safetensors"
+    loaded = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+    model = LeRobotModel(directory)
+    weights.write_bytes(b"overwritten by a training run that saves into the same directory")
+    assert model.describe()["weights_sha256"] == loaded

@@ -116,6 +116,10 @@ class LeRobotModel:
         if self._on_cpu:
             _use_cpu_kernels(self._onednn)
         self._policy, self._pre, self._post = _load(checkpoint, "cpu" if self._on_cpu else device)
+        # What every rollout's record names: read once, for the weights loaded (hashing a VLA's
+        # weights at each rollout would cost seconds).
+        self.weights_sha256 = _digest(checkpoint / "model.safetensors")
+        self.lerobot_version = metadata.version("lerobot")
         config = self._policy.config
         self.policy_type: str = config.type
         self.chunk_size: int = int(getattr(config, "chunk_size", 1) or 1)
@@ -278,7 +282,7 @@ class LeRobotModel:
             keys.POLICY_NAME: self.name,
             "policy_type": self.policy_type,
             "checkpoint": str(self.checkpoint),
-            "weights_sha256": _digest(self.checkpoint / "model.safetensors"),
+            "weights_sha256": self.weights_sha256,
             "chunk_size": self.chunk_size,
             "n_action_steps": self.n_action_steps,
             "n_obs_steps": self.n_obs_steps,
@@ -288,7 +292,7 @@ class LeRobotModel:
             "rollout's first observation",
             "device": self.device,
             "cpu_kernels": CPU_KERNELS.get(self.device),
-            "lerobot": metadata.version("lerobot"),
+            "lerobot": self.lerobot_version,
         }
 
 
