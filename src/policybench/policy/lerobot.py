@@ -363,7 +363,10 @@ def _use_cpu_kernels(onednn: bool) -> None:
 
     oneDNN's convolutions give answers that depend on the batch size and the thread count (a
     served model batches whatever rollouts arrive together, so they would depend on timing); the
-    native ones are batch-invariant, and faster at small batches. lerobot-eval runs oneDNN, so
+    native ones are batch-invariant, at a cost in speed (a random-init ACT on PushT, one thread:
+    47.6 ms a sample at batch 1 and 34.1 at batch 8, against oneDNN's 40.2 and 15.1; so
+    `cpu-onednn` is the fast choice where a batch's make-up is fixed, as with --envs-per-worker
+    and a model per worker). lerobot-eval runs oneDNN, so
     its actions differ from native ones (MetaWorld reach-v3, a random-init ACT: 2e-7 in the
     first chunk, 5.5e-5 after 40 steps as the rollouts drift apart); with the same kernels and
     thread count they are bit-equal (tests/test_lerobot_parity.py)."""
