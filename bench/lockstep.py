@@ -3,7 +3,7 @@
 `-n 0`, against `-n 2` with a model per worker; and whether every run's outcomes equal K = 1's.
 
     python bench/lockstep.py [--rollouts 16] [--slots 1,4,8] [--size small|default]
-                             [--n-action-steps 10] [--threads 1]
+                             [--n-action-steps 10] [--threads 1] [--policy-device cpu]
 
 Run it where LeRobot is installed (`tox -e lerobot` builds such an env). `--size default` is
 LeRobot's own ACT (ResNet-18, 512 wide; random weights), `small` the tests' one.
@@ -79,7 +79,14 @@ def main() -> None:
     parser.add_argument("--size", choices=("small", "default"), default="default")
     parser.add_argument("--n-action-steps", type=int, default=10)
     parser.add_argument("--threads", default="1", help="torch threads (OMP_NUM_THREADS)")
+    parser.add_argument(
+        "--policy-device",
+        default="cpu",
+        help="every run's --policy-device: cpu (native kernels, answers independent of the "
+        "batch) or cpu-onednn (lerobot-eval's, faster at batch > 1)",
+    )
     args = parser.parse_args()
+    device = [f"--policy-device={args.policy_device}"]
     work = Path(tempfile.mkdtemp(prefix="bench-lockstep-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": args.threads}
     env["PYTHONPATH"] = str(REPO)
@@ -88,18 +95,19 @@ def main() -> None:
     runs: list[tuple[str, dict]] = []
     for slots in (int(k) for k in args.slots.split(",")):
         name = f"-n 0 --envs-per-worker {slots}"
-        extra = ["-n", "0", f"--envs-per-worker={slots}"]
+        extra = ["-n", "0", f"--envs-per-worker={slots}", *device]
         runs.append((name, run(checkpoint, work / f"k{slots}", args.rollouts, extra, env)))
         print(f"ran {name}", file=sys.stderr)
     name = "-n 2 (a model per worker)"
-    extra = ["-n", "2", "--policy-sharing=per-worker"]
+    extra = ["-n", "2", "--policy-sharing=per-worker", *device]
     runs.append((name, run(checkpoint, work / "n2", args.rollouts, extra, env)))
     print(f"ran {name}", file=sys.stderr)
 
     reference = runs[0][1]
     print(
         f"\nPushT, random-init ACT ({args.size} size, n_action_steps {args.n_action_steps}), "
-        f"{args.rollouts} rollouts, torch threads {args.threads}, wall time of the whole command"
+        f"{args.rollouts} rollouts, torch threads {args.threads}, {args.policy_device}, wall "
+        "time of the whole command"
     )
     print(
         "| run | wall s | rollouts/s | vs first row | outcomes and steps equal to the first "
