@@ -261,6 +261,15 @@ def test_envs_per_worker_refuses_recorders_that_see_one_rollout_at_a_time(
     )
 
 
+def test_envs_per_worker_refuses_measured_latency_which_would_count_the_other_slots(
+    pytester: pytest.Pytester,
+):
+    pytester.makepyfile(test_metaworld=BENCHMARK)
+    result = pytester.runpytest("--envs-per-worker", "2", "--inference-latency", "Measured")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--envs-per-worker 2*--inference-latency measured*fixed*"])
+
+
 POINTS = """
 import policybench
 from envs import GreedyPointModel, point_eval
