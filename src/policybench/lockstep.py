@@ -104,7 +104,8 @@ class _Barrier:
         self._waiting: dict[int, Request] = {}
         self._answers: dict[int, Chunk | Exception] = {}
         self._ready = list(range(live))  # slots that may run, in the order they take turns
-        self._turn: int | None = None  # the slot running now
+        # The slot running now: the first, from the start (None once every slot has left).
+        self._turn = self._ready.pop(0) if batching and live else None
         self._lock = threading.Condition()
 
     def policy_of(self, slot: int) -> Policy:
@@ -115,8 +116,6 @@ class _Barrier:
         if not self._batching:
             return
         with self._lock:
-            if self._turn is None:
-                self._hand_on()
             self._lock.wait_for(lambda: self._turn == slot)
 
     def ask(self, slot: int, rollout: RolloutState, obs: Observation) -> Chunk:
