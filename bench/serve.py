@@ -212,15 +212,21 @@ def client(args: argparse.Namespace) -> None:
                 connection.recv()
             print("ready", flush=True)
             sys.stdin.readline()
-            latencies_ms, batch_sizes = [], []
+            latencies_ms, batch_sizes, infer_ms = [], [], []
             started = time.perf_counter()
             while (now := time.perf_counter()) - started < args.seconds:
                 connection.send(frame)
-                answer = unpackb(connection.recv())
+                timing = unpackb(connection.recv())[SERVER_TIMING]
                 latencies_ms.append(round((time.perf_counter() - now) * 1e3, 3))
-                batch_sizes.append(answer[SERVER_TIMING].get("batch_size", 1))
+                batch_sizes.append(timing.get("batch_size", 1))
+                infer_ms.append(round(timing["infer_ms"], 3))
             elapsed = time.perf_counter() - started
-        result = {"latencies_ms": latencies_ms, "batch_sizes": batch_sizes, "elapsed_s": elapsed}
+        result = {
+            "latencies_ms": latencies_ms,
+            "batch_sizes": batch_sizes,
+            "infer_ms": infer_ms,
+            "elapsed_s": elapsed,
+        }
         print(json.dumps(result), flush=True)
 
 
@@ -257,6 +263,8 @@ class Measured:
     p99_ms: float
     mean_batch: float  # requests per model call, as the server's answers report their batch size
     cpu_ms: float  # the server process's CPU time per inference, all its threads
+    busy: float  # the share of the run the model was in a call, as the server times its calls
+    busy_rate: float  # inferences per second of those calls: the model's speed inside the server
 
 
 def cpu_s(pid: int) -> float:
@@ -282,12 +290,21 @@ def measure(clients: list[Process], server: Process, url: str) -> Measured:
     cpu = cpu_s(server.pid) - cpu_before
     latencies = sorted(ms for result in results for ms in result["latencies_ms"])
     sizes = [size for result in results for size in result["batch_sizes"]]
+    # A call answering b requests reports its time in each of its b answers.
+    calls_s = sum(
+        ms / size / 1e3
+        for result in results
+        for ms, size in zip(result["infer_ms"], result["batch_sizes"], strict=True)
+    )
+    elapsed_s = max(result["elapsed_s"] for result in results)
     return Measured(
         rate=sum(len(result["latencies_ms"]) / result["elapsed_s"] for result in results),
         p50_ms=statistics.median(latencies),
         p99_ms=latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))],
         mean_batch=len(sizes) / sum(1 / size for size in sizes),
         cpu_ms=cpu * 1e3 / len(latencies),
+        busy=calls_s / elapsed_s,
+        busy_rate=len(latencies) / calls_s,
     )
 
 
@@ -358,6 +375,25 @@ def report(
             f"| {ours.rate:.0f} | {ours.p50_ms:.1f} / {ours.p99_ms:.1f} | {ours.cpu_ms:.2f} "
             f"| {ours.mean_batch:.2f} | {ours.rate / ref.rate:.2f}x "
             f"| {ours.rate / at_batch(alone, ours.mean_batch):.2f} |"
+        )
+    best = max(alone.values(), key=lambda a: a.rate)
+    lines += [
+        "",
+        "Where policybench's model time goes: its share of the run in a model call, and its speed "
+        "in those calls against the model alone at that batch (their product is the last column "
+        "above). A server keeping the model busy at its best batch, at its speed alone, would "
+        f"serve {best.rate:.0f} inf/s: the last column is that, against the reference.",
+        "",
+        "| clients | model busy | inf/s while busy | alone at that batch | speed vs alone "
+        "| ceiling vs reference |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for count, measured in rows.items():
+        ref, ours = measured["reference"], measured["policybench"]
+        direct = at_batch(alone, ours.mean_batch)
+        lines.append(
+            f"| {count} | {ours.busy:.2f} | {ours.busy_rate:.0f} | {direct:.0f} "
+            f"| {ours.busy_rate / direct:.2f} | {best.rate / ref.rate:.2f}x |"
         )
     lines.append("")
     if 1 in rows:
