@@ -261,13 +261,52 @@ def test_envs_per_worker_refuses_recorders_that_see_one_rollout_at_a_time(
     )
 
 
-def test_envs_per_worker_refuses_measured_latency_which_would_count_the_other_slots(
-    pytester: pytest.Pytester,
-):
-    pytester.makepyfile(test_metaworld=BENCHMARK)
-    result = pytester.runpytest("--envs-per-worker", "2", "--inference-latency", "Measured")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--envs-per-worker 2*--inference-latency measured*fixed*"])
+def test_measured_latency_charges_a_rollout_its_batch_forward_not_the_other_slots_turns():
+    """With `--inference-latency measured`, each call is charged the time its batch's forward
+    took; the other slots' turns, which a slot also waits through, are not charged to it."""
+    from policybench.policy.latency import InferenceLatency, LatencyMode
+    from tests.envs import GreedyPointModel, PointEnv, point_eval
+
+    step_s, forward_s = 0.010, 0.020
+
+    class SlowPointEnv(PointEnv):
+        def step(self, action):
+            time.sleep(step_s)
+            return super().step(action)
+
+    class SlowForward(PerRolloutBatched):
+        def predict_batch(self, requests):
+            time.sleep(forward_s)
+            return super().predict_batch(requests)
+
+    eval = dataclasses.replace(
+        point_eval(tasks={"a": "reach a", "b": "reach b"}, timeout_s=1.0),
+        make_env=lambda task: SlowPointEnv(),
+    )
+    model = SlowForward(GreedyPointModel(horizon=3))
+    policy = ChunkPolicy(model, latency=InferenceLatency(LatencyMode.MEASURED))
+    lockstep = Lockstep(eval, 4)
+    try:
+        episodes = lockstep.run(eval.rollouts(2, 0), policy)
+    finally:
+        lockstep.close()
+    assert max(model.batch_sizes) == 4
+    charged_s = [call.wall_ns / 1e9 for episode in episodes for call in episode.calls]
+    assert len(charged_s) >= 4 * 3
+    # Each slot steps its env 3 times between calls, so a slot waiting on a batch of 4 also waits
+    # about 3 * 3 * step_s (90 ms) for the others' turns; a forward is 20 ms.
+    assert min(charged_s) >= forward_s
+    assert max(charged_s) < forward_s + step_s, f"charged {max(charged_s) * 1e3:.1f} ms"
+    for episode in episodes:
+        assert all(c.arrives_ns - c.asked_ns == c.wall_ns for c in episode.calls)
+
+
+def test_envs_per_worker_runs_with_measured_latency(pytester: pytest.Pytester):
+    from tests.test_plugin import ENVS
+
+    pytester.makepyfile(envs=ENVS, test_point=POINTS)
+    args = ("--rollouts", "2", "--inference-latency", "measured", "--envs-per-worker", "2")
+    pytester.runpytest(*args).assert_outcomes(passed=4)
 
 
 POINTS = """

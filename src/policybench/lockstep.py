@@ -7,12 +7,18 @@ model, then answers them all with one `predict_batch` (in slot order, so a batch
 depends on thread timing). With a batching model the slots also take turns: one slot's thread
 runs at a time, up to its next model call, as one thread stepping K envs would; threads that
 step Python envs at once only fight over the interpreter lock. A model without `predict_batch`
-(a served one, say) is asked by each rollout on its own, the K calls in flight together."""
+(a served one, say) is asked by each rollout on its own, the K calls in flight together.
+
+A slot's wall clock, as its ChunkPlayer reads it to time a model call, stands still while the
+slot waits for the other slots' turns: a call is timed at its batch's forward, as it would be on
+a machine running the K rollouts for real, so `--inference-latency measured` charges each
+rollout what the model took and not the other rollouts' steps."""
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,6 +109,8 @@ class _Barrier:
         self._live = live
         self._waiting: dict[int, Request] = {}
         self._answers: dict[int, Chunk | Exception] = {}
+        self._forward_ns: dict[int, int] = {}  # each answered slot's batch: its forward's time
+        self._paused_ns = [0] * live  # each slot's time waiting for other slots' turns
         self._ready = list(range(live))  # slots that may run, in the order they take turns
         # The slot running now: the first, from the start (None once every slot has left).
         self._turn = self._ready.pop(0) if batching and live else None
@@ -118,12 +126,20 @@ class _Barrier:
         with self._lock:
             self._lock.wait_for(lambda: self._turn == slot)
 
+    def clock_of(self, slot: int) -> Callable[[], int]:
+        """The slot's wall clock in ns: it stands still while the slot waits for other turns."""
+        paused = self._paused_ns
+        return lambda: time.perf_counter_ns() - paused[slot]
+
     def ask(self, slot: int, rollout: RolloutState, obs: Observation) -> Chunk:
+        asked_ns = time.perf_counter_ns()
         with self._lock:
             self._waiting[slot] = Request(rollout, obs)
             self._hand_on()
             self._lock.wait_for(lambda: self._turn == slot and slot in self._answers)
             answer = self._answers.pop(slot)
+            forward_ns = self._forward_ns.pop(slot)
+        self._paused_ns[slot] += time.perf_counter_ns() - asked_ns - forward_ns
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -149,7 +165,11 @@ class _Barrier:
         slots = sorted(self._waiting)
         requests = [self._waiting[slot] for slot in slots]
         self._waiting.clear()
-        self._answers.update(zip(slots, infer(policy.model, policy.codec, requests), strict=True))
+        started_ns = time.perf_counter_ns()
+        answers = infer(policy.model, policy.codec, requests)
+        forward_ns = time.perf_counter_ns() - started_ns
+        self._answers.update(zip(slots, answers, strict=True))
+        self._forward_ns.update((slot, forward_ns) for slot in slots)
         self._ready.extend(slots)
 
 
@@ -169,6 +189,7 @@ class _SlotPolicy:
             replan_every=policy.replan_every,
             latency=policy.latency,
             anchor=policy.anchor,
+            wall_clock_ns=self._barrier.clock_of(self._slot),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 
-from policybench.policy.latency import LatencyMode
 from policybench.pytest_plugin.collection import Planned, planned_of
-from policybench.pytest_plugin.options import settings_of
 from policybench.pytest_plugin.workers import is_worker
 
 OPTION = "envs_per_worker"
@@ -55,14 +53,6 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"--envs-per-worker {slots} steps rollouts side by side, and {recorder} records "
                 "one rollout at a time; run the recording with --envs-per-worker 1"
             )
-    if settings_of(config).policy_settings.latency.mode is LatencyMode.MEASURED:
-        # A rollout's call waits for the batch, and for the other slots' turns before it.
-        raise pytest.UsageError(
-            f"--envs-per-worker {slots} steps rollouts side by side, and --inference-latency "
-            "measured charges each rollout the wall time it waited for its chunk, which then "
-            "includes the other rollouts' steps; measure latency with --envs-per-worker 1, or "
-            "charge a fixed latency (e.g. --inference-latency 0.1)"
-        )
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
