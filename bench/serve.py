@@ -379,21 +379,22 @@ def report(
     best = max(alone.values(), key=lambda a: a.rate)
     lines += [
         "",
-        "Where policybench's model time goes: its share of the run in a model call, and its speed "
-        "in those calls against the model alone at that batch (their product is the last column "
-        "above). A server keeping the model busy at its best batch, at its speed alone, would "
-        f"serve {best.rate:.0f} inf/s: the last column is that, against the reference.",
+        "Where the model's time goes, in each server: its share of the run in a model call, as the "
+        "server times its calls, and its speed in those calls against the model alone at the "
+        "batch it ran (for policybench, their product is the last column above). A server "
+        f"keeping the model busy at its best batch, at its speed alone, would serve "
+        f"{best.rate:.0f} inf/s: the last column is that, against the reference.",
         "",
-        "| clients | model busy | inf/s while busy | alone at that batch | speed vs alone "
-        "| ceiling vs reference |",
+        "| clients | reference: model busy | speed vs alone | policybench: model busy "
+        "| speed vs alone | ceiling vs reference |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for count, measured in rows.items():
         ref, ours = measured["reference"], measured["policybench"]
-        direct = at_batch(alone, ours.mean_batch)
         lines.append(
-            f"| {count} | {ours.busy:.2f} | {ours.busy_rate:.0f} | {direct:.0f} "
-            f"| {ours.busy_rate / direct:.2f} | {best.rate / ref.rate:.2f}x |"
+            f"| {count} | {ref.busy:.2f} | {ref.busy_rate / alone[1].rate:.2f} | {ours.busy:.2f} "
+            f"| {ours.busy_rate / at_batch(alone, ours.mean_batch):.2f} "
+            f"| {best.rate / ref.rate:.2f}x |"
         )
     lines.append("")
     if 1 in rows:
