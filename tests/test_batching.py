@@ -15,7 +15,7 @@ import pytest
 
 from policybench import keys
 from policybench.policy.base import Chunk, SessionContext
-from policybench.serve.batcher import Batcher, Peer, Request, RolloutState
+from policybench.serve.batcher import Batcher, CallCost, Peer, Request, RolloutState
 from policybench.serve.client import Endpoint, RemoteModel
 from policybench.serve.model_thread import ModelThread
 from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
@@ -233,6 +233,42 @@ def test_a_window_ends_when_the_peer_it_waits_for_disconnects():
         batcher.disconnect(second)
         assert (await waiting).batch_size == 1
         assert (batcher.counters.windows, batcher.counters.batches) == (1, 1)
+
+    run(scenario)
+
+
+def test_a_calls_fixed_cost_is_fitted_to_the_calls_seen():
+    cost = CallCost()
+    assert cost.fixed_s() is None  # no call seen
+    for _ in range(5):
+        cost.add(4, 0.012)
+    assert cost.fixed_s() is None  # calls of one size cannot tell fixed from per request
+    for size in [1, 8, 3, 6, 2, 7, 5, 4] * 3:
+        cost.add(size, 0.004 + 0.002 * size)
+    assert cost.fixed_s() == pytest.approx(0.004)
+    for size in [1, 8, 3, 6, 2, 7, 5, 4] * 20:  # the model changes: the newer calls win
+        cost.add(size, 0.001 + 0.003 * size)
+    assert cost.fixed_s() == pytest.approx(0.001, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("fixed_s", "per_request_s", "window_s"),
+    [(0.0, 0.005, 0.0), (0.05, 0.001, 0.05)],
+    ids=["cost-per-request-only", "fixed-cost"],
+)
+def test_a_window_lasts_no_longer_than_the_fixed_part_of_a_call(fixed_s, per_request_s, window_s):
+    # A request that joins another's call spares the model a call of its own; waiting longer
+    # than that call's fixed part idles the model for more than it saves.
+    async def scenario(batcher_for):
+        batcher = batcher_for(EchoBatchModel(), max_wait_s=WAIT_S)
+        for size in range(1, 9):  # the calls seen so far
+            batcher.call_cost.add(size, fixed_s + per_request_s * size)
+        first, second = batcher.connect(), batcher.connect()
+        just_answered(second, turnaround_s=0.01)
+        answer = await batcher.submit(first, request(1.0))
+        assert answer.batch_size == 1
+        assert batcher.counters.windows == (1 if window_s else 0)
+        assert window_s * 1e3 - 5 <= answer.queue_ms < window_s * 1e3 + 500
 
     run(scenario)
 

@@ -17,6 +17,7 @@ from policybench.policy.codec import IDENTITY, Codec
 from policybench.serve.model_thread import ModelThread
 
 TURNAROUND_SMOOTHING = 0.25  # weight of a peer's newest answer-to-request gap in its estimates
+MIN_SIZE_VARIANCE = 0.1  # of the sizes of the calls seen, for their fixed cost to be fitted
 
 
 @runtime_checkable
@@ -92,6 +93,40 @@ class Peer:
 
 
 @dataclass
+class CallCost:
+    """A model call's time as a fixed part and a part per request, fitted to the calls seen by
+    least squares, each call's weight decaying by `decay` as newer ones come (so a model that
+    warms up or a machine that gets busier is followed)."""
+
+    decay: float = 0.95
+    _weight: float = 0.0  # the decayed sums of 1, size, seconds, size^2 and size * seconds
+    _size: float = 0.0
+    _seconds: float = 0.0
+    _size2: float = 0.0
+    _size_seconds: float = 0.0
+
+    def add(self, size: int, seconds: float) -> None:
+        keep = self.decay
+        self._weight = keep * self._weight + 1
+        self._size = keep * self._size + size
+        self._seconds = keep * self._seconds + seconds
+        self._size2 = keep * self._size2 + size * size
+        self._size_seconds = keep * self._size_seconds + size * seconds
+
+    def fixed_s(self) -> float | None:
+        """The fixed part of a call, or None while the calls seen cannot tell it (too few of
+        other sizes than the usual one)."""
+        if self._weight == 0:
+            return None
+        mean_size = self._size / self._weight
+        size_variance = self._size2 / self._weight - mean_size**2
+        if size_variance < MIN_SIZE_VARIANCE:
+            return None
+        covariance = self._size_seconds / self._weight - mean_size * self._seconds / self._weight
+        return self._seconds / self._weight - covariance / size_variance * mean_size
+
+
+@dataclass
 class BatchCounters:
     """What a Batcher has done: requests received, model calls, requests sent to the model, and
     windows (model calls held back, the model being free, to wait for more requests)."""
@@ -113,9 +148,12 @@ class Batcher:
     """Answers requests with model calls on `model_thread`, one call at a
     time, each taking the requests waiting (at most `max_batch`). When the model is free, waiting
     requests go at once unless the model has `predict_batch` and another peer is expected to ask
-    within `max_wait_s`: then they wait for it (a window), at most `max_wait_s` from when the
-    model became free or the first request came, whichever was later. A lone client never waits,
-    nor do peers that ask rarely.
+    within the window: then they wait for it. A window runs from when the model became free or
+    the first request came, whichever was later, for `max_wait_s`, and no longer than the fixed
+    part of a model call once the calls seen tell it: a request that joins a call spares the
+    model a call of its own, and the window must not idle the model longer than that call's
+    fixed part. A lone client never waits, nor do peers that ask rarely, nor anyone when the
+    model's calls cost only per request.
 
     An exception fails only the call it happened in (for a model without `predict_batch`, only
     the request). The model sees each request's env observation through `codec`, and its actions
@@ -139,6 +177,7 @@ class Batcher:
         self.max_wait_s = max_wait_s
         self.model_thread = model_thread
         self.counters = BatchCounters()
+        self.call_cost = CallCost()
         self._batched = isinstance(model, BatchedModel)  # only then can waiting pay off
         self._peers: set[Peer] = set()
         self._waiting: list[_Waiting] = []
@@ -171,7 +210,7 @@ class Batcher:
             # A window opens when the model is free and a request waits, whichever comes last.
             now = time.perf_counter()
             opened = max(self._waiting[0].request.queued_at, self._free_since)
-            deadline = opened + self.max_wait_s
+            deadline = opened + self._window_s()
             if now < deadline and any(peer.expected(now, deadline) for peer in self._peers):
                 if self._window is None:
                     self.counters.windows += 1
@@ -179,6 +218,10 @@ class Batcher:
                     self._window = loop.call_later(deadline - now, self._dispatch)
                 return
         self._dispatch()
+
+    def _window_s(self) -> float:
+        fixed_s = self.call_cost.fixed_s()
+        return self.max_wait_s if fixed_s is None else min(self.max_wait_s, max(0.0, fixed_s))
 
     def _dispatch(self) -> None:
         if self._window is not None:
@@ -209,6 +252,8 @@ class Batcher:
             return
         error = running.exception()  # the model thread was shut down
         results = running.result() if error is None else [error] * len(batch)
+        if not any(isinstance(result, BaseException) for result in results):
+            self.call_cost.add(len(batch), now - started)
         for waiting, result in zip(batch, results, strict=True):
             waiting.peer.answered(now)
             future = waiting.future

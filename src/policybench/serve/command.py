@@ -56,7 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-wait-ms",
         type=float,
         default=2.0,
-        help="how long a batch waits for more requests after its first (default 2 ms)",
+        help="how long a batch waits for more requests after its first, at most (default 2 ms; "
+        "never longer than the fixed part of a model call, fitted to the calls seen)",
     )
     parser.add_argument(
         "--api-key",
