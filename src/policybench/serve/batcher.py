@@ -99,11 +99,12 @@ class CallCost:
     warms up or a machine that gets busier is followed)."""
 
     decay: float = 0.95
-    _weight: float = 0.0  # the decayed sums of 1, size, seconds, size^2 and size * seconds
-    _size: float = 0.0
-    _seconds: float = 0.0
-    _size2: float = 0.0
-    _size_seconds: float = 0.0
+    # The decayed sums of 1, size, seconds, size^2 and size * seconds over the calls seen.
+    _weight: float = field(default=0.0, init=False)
+    _size: float = field(default=0.0, init=False)
+    _seconds: float = field(default=0.0, init=False)
+    _size2: float = field(default=0.0, init=False)
+    _size_seconds: float = field(default=0.0, init=False)
 
     def add(self, size: int, seconds: float) -> None:
         keep = self.decay
