@@ -153,8 +153,9 @@ class Batcher:
     the first request came, whichever was later, for `max_wait_s`, and no longer than the fixed
     part of a model call once the calls seen tell it: a request that joins a call spares the
     model a call of its own, and the window must not idle the model longer than that call's
-    fixed part. A lone client never waits, nor do peers that ask rarely, nor anyone when the
-    model's calls cost only per request.
+    fixed part. A lone client never waits, nor do peers that ask rarely; for a model whose calls
+    cost only per request, a window is no longer than a call's own overhead (the hand-off to the
+    model's thread and back).
 
     An exception fails only the call it happened in (for a model without `predict_batch`, only
     the request). The model sees each request's env observation through `codec`, and its actions
