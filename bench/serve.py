@@ -6,8 +6,9 @@ two and a half minutes). At 1, 2, 4, 8 and 16 clients, each client a process of 
 fast as it can, it measures both servers and, in turn with them, the model alone at each batch
 size; it prints markdown tables and the command that made them. Ratios are taken within one run,
 as the machine is noisy. `--width 0` serves a model that answers at once, leaving the cost of
-serving itself. `python bench/serve.py --role kill` kills the server under 8 clients and times
-the recovery.
+serving itself. `--server-cpus 0` pins both servers to CPU 0 (the clients and the model alone
+stay unpinned), as `taskset -c 0 policybench serve` would. `python bench/serve.py --role kill`
+kills the server under 8 clients and times the recovery.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ class ZeroModel:
 
 
 def model(args: argparse.Namespace) -> PatchTransformer | ZeroModel:
+    if args.server_cpus and args.role in ("policybench", "reference"):
+        # Before any thread starts, so that the server's threads (and torch's) inherit it.
+        os.sched_setaffinity(0, args.server_cpus)
     if args.width == 0:
         return ZeroModel()
     import torch
@@ -237,6 +241,8 @@ def spawn(role: str, args: argparse.Namespace, *extra: str) -> Process:
     command = [sys.executable, __file__, "--role", role, "--seconds", str(args.seconds)]
     command += ["--threads", str(args.threads), "--width", str(args.width), *extra]
     command += ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
+    if args.server_cpus:
+        command += ["--server-cpus", ",".join(map(str, sorted(args.server_cpus)))]
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -352,7 +358,9 @@ def report(
     lines = [
         f"$ {command(args)}",
         f"model: {served}; policybench serve: max batch {args.max_batch}, window "
-        f"{args.max_wait_ms:g} ms; {os.cpu_count()} CPUs, load average "
+        f"{args.max_wait_ms:g} ms; "
+        + (f"servers pinned to CPUs {sorted(args.server_cpus)}; " if args.server_cpus else "")
+        + f"{os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} at the end; each cell the best of {args.repeats} runs of "
         f"{args.seconds:g} s (the model alone: of {len(rows)} runs of {args.direct_seconds:g} s), "
         "the servers and the model alone taking turns",
@@ -420,6 +428,11 @@ def command(args: argparse.Namespace) -> str:
         f"--width={args.width}",
         f"--max-batch={args.max_batch}",
         f"--max-wait-ms={args.max_wait_ms:g}",
+        *(
+            [f"--server-cpus={','.join(map(str, sorted(args.server_cpus)))}"]
+            if args.server_cpus
+            else []
+        ),
     ]
     return shlex.join(["python", "bench/serve.py", *flags])
 
@@ -529,6 +542,13 @@ if __name__ == "__main__":
     )
     parser.add_argument("--max-batch", type=int, default=defaults.max_batch)
     parser.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms)
+    parser.add_argument(
+        "--server-cpus",
+        type=lambda text: {int(n) for n in text.split(",")},
+        default=set(),
+        help="pin both servers' processes to these CPUs, comma-separated (Linux; default: none, "
+        "the clients and the model alone are never pinned)",
+    )
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
