@@ -241,8 +241,7 @@ def spawn(role: str, args: argparse.Namespace, *extra: str) -> Process:
     command = [sys.executable, __file__, "--role", role, "--seconds", str(args.seconds)]
     command += ["--threads", str(args.threads), "--width", str(args.width), *extra]
     command += ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
-    if args.server_cpus:
-        command += ["--server-cpus", ",".join(map(str, sorted(args.server_cpus)))]
+    command += server_cpus_flag(args)
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
@@ -417,6 +416,13 @@ def report(
     return "\n".join(lines)
 
 
+def server_cpus_flag(args: argparse.Namespace) -> list[str]:
+    """`--server-cpus=...` as given, or nothing when the servers are not pinned."""
+    if not args.server_cpus:
+        return []
+    return [f"--server-cpus={','.join(map(str, sorted(args.server_cpus)))}"]
+
+
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run, every setting spelled out."""
     flags = [
@@ -428,11 +434,7 @@ def command(args: argparse.Namespace) -> str:
         f"--width={args.width}",
         f"--max-batch={args.max_batch}",
         f"--max-wait-ms={args.max_wait_ms:g}",
-        *(
-            [f"--server-cpus={','.join(map(str, sorted(args.server_cpus)))}"]
-            if args.server_cpus
-            else []
-        ),
+        *server_cpus_flag(args),
     ]
     return shlex.join(["python", "bench/serve.py", *flags])
 

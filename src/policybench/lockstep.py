@@ -108,8 +108,8 @@ class _Barrier:
         self._batching = batching
         self._live = live
         self._waiting: dict[int, Request] = {}
-        self._answers: dict[int, Chunk | Exception] = {}
-        self._forward_ns: dict[int, int] = {}  # each answered slot's batch: its forward's time
+        # Each answered slot's chunk (or the exception in its place) and its batch's forward time.
+        self._answers: dict[int, tuple[Chunk | Exception, int]] = {}
         self._paused_ns = [0] * live  # each slot's time waiting for other slots' turns
         self._ready = list(range(live))  # slots that may run, in the order they take turns
         # The slot running now: the first, from the start (None once every slot has left).
@@ -137,8 +137,7 @@ class _Barrier:
             self._waiting[slot] = Request(rollout, obs)
             self._hand_on()
             self._lock.wait_for(lambda: self._turn == slot and slot in self._answers)
-            answer = self._answers.pop(slot)
-            forward_ns = self._forward_ns.pop(slot)
+            answer, forward_ns = self._answers.pop(slot)
         self._paused_ns[slot] += time.perf_counter_ns() - asked_ns - forward_ns
         if isinstance(answer, Exception):
             raise answer
@@ -168,8 +167,9 @@ class _Barrier:
         started_ns = time.perf_counter_ns()
         answers = infer(policy.model, policy.codec, requests)
         forward_ns = time.perf_counter_ns() - started_ns
-        self._answers.update(zip(slots, answers, strict=True))
-        self._forward_ns.update((slot, forward_ns) for slot in slots)
+        self._answers.update(
+            (slot, (answer, forward_ns)) for slot, answer in zip(slots, answers, strict=True)
+        )
         self._ready.extend(slots)
 
 

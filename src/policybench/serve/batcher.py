@@ -247,7 +247,7 @@ class Batcher:
     def _finish(self, batch: list[_Waiting], started: float, running: asyncio.Future) -> None:
         self._running = False
         now = self._free_since = time.perf_counter()
-        infer_ms = (now - started) * 1e3
+        call_s = now - started
         if running.cancelled():  # the server is closing
             for waiting in batch:
                 waiting.future.cancel()
@@ -255,7 +255,7 @@ class Batcher:
         error = running.exception()  # the model thread was shut down
         results = running.result() if error is None else [error] * len(batch)
         if not any(isinstance(result, BaseException) for result in results):
-            self.call_cost.add(len(batch), now - started)
+            self.call_cost.add(len(batch), call_s)
         for waiting, result in zip(batch, results, strict=True):
             waiting.peer.answered(now)
             future = waiting.future
@@ -265,7 +265,7 @@ class Batcher:
                 future.set_exception(result)
             else:
                 queue_ms = (started - waiting.request.queued_at) * 1e3
-                future.set_result(Answer(result, queue_ms, infer_ms, len(batch)))
+                future.set_result(Answer(result, queue_ms, call_s * 1e3, len(batch)))
         self._consider()
 
     def close(self) -> None:
