@@ -106,6 +106,7 @@ def run_rollout(
             wall_s=time.perf_counter() - started,
             success_step=success_step,
             calls=() if session is None else tuple(session.calls),
+            success_reported=world.success_reported,
         )
 
     try:

@@ -37,6 +37,9 @@ STEPS = "steps"
 SIM_S = "sim_s"
 WALL_S = "wall_s"
 SUCCESS_STEP = "success_step"
+# Whether the env said whether the task was achieved (a success key in its step info) at least
+# once in the rollout; None when the rollout took no step.
+SUCCESS_REPORTED = "success_reported"
 MODEL_CALLS = "model_calls"
 INFER_MS_MEAN = "infer_ms_mean"
 INFER_MS_MAX = "infer_ms_max"

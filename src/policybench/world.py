@@ -93,6 +93,9 @@ class World:
         self._env: gym.Env | None = None
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
+        # Whether the env's step info has carried a success key since the last reset: an env
+        # that never reports one reads as never solved, which the report points out.
+        self.success_reported = False
 
     def env_for(self, task: str) -> gym.Env:
         """The live env of `task`, built on first use (or after the cache closed it)."""
@@ -102,6 +105,7 @@ class World:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
         env = self._env = self.env_for(scene.task)
         self._task = scene.task
+        self.success_reported = False
         obs, _ = env.reset(seed=scene.seed, options=dict(scene.fields) or None)
         return as_observation(obs)
 
@@ -109,7 +113,9 @@ class World:
         assert self._env is not None, "World.step before World.reset"
         obs, reward, terminated, truncated, info = self._env.step(action)
         obs = {keys.STATE: obs} if type(obs) is np.ndarray else as_observation(obs)
-        return Transition(obs, float(reward), success_of(info), terminated, truncated)
+        success = success_of(info)
+        self.success_reported = self.success_reported or success is not None
+        return Transition(obs, float(reward), bool(success), terminated, truncated)
 
     @property
     def action_space(self) -> gym.spaces.Box:
@@ -148,11 +154,12 @@ def as_observation(obs: Any) -> Observation:
     return {keys.STATE: obs}
 
 
-def success_of(info: Mapping[str, Any]) -> bool:
+def success_of(info: Mapping[str, Any]) -> bool | None:
+    """What the env's step info says of success; None when it says nothing."""
     for key in SUCCESS_INFO_KEYS:
         if key in info:
             return bool(info[key])
-    return False
+    return None
 
 
 def _version(distribution: str) -> str:

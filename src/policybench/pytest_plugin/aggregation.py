@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from policybench import keys
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, settings_of
@@ -23,7 +22,7 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.fingerprint import fingerprint
-from policybench.report.arms import Sealer, arm_in_id, blinded_command
+from policybench.report.arms import Sealer, blinded_command
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
@@ -72,21 +71,10 @@ class Aggregator:
                 self.run_info.write(self.run_dir)
                 if self.settings.blinding is not None:
                     self.settings.blinding.write(self.run_dir, self.command)
-            record = self._arm_named(record)
             if self.sealer is not None:
                 record = self.sealer.seal(record)
             self.records.append(record)
             self.writer.write(record)
-
-    def _arm_named(self, record: dict[str, Any]) -> dict[str, Any]:
-        """An A/B run's record with its arm, also when the controller made it (a rollout whose
-        worker crashed): from its item id."""
-        if not self.settings.ab or keys.ARM in record:
-            return record
-        named = {**record, keys.ARM: arm_in_id(str(record.get(keys.NODEID)))}
-        if self.settings.assignment is not None:
-            named[keys.ASSIGNMENT] = self.settings.assignment.as_record()
-        return named
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -14,16 +14,14 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.harness import planned_statics
-from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.options import settings_of
-from policybench.pytest_plugin.outcomes import RECORD, record_of
+from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of, rollout_record
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.watchdog import hang_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind
 
-PLANNED = "policybench_planned"  # the setup report's user property: the rollout's statics
+PLANNED = "policybench_planned"  # the setup report's user property: its planned_record
 VMSTAT = Path("/proc/vmstat")  # Linux: `oom_kill N` counts the OOM killer's kills since boot
 EXIT_WAIT_S = 5.0
 RERUN = "rerun"  # the outcome of the report of a crashed attempt that runs again
@@ -34,10 +32,9 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, pytest.TestReport]:
     report: pytest.TestReport = yield
-    planned = planned_of(item)
-    if call.when == "setup" and planned is not None:
-        statics = planned_statics(planned.rollout, planned.eval)
-        report.user_properties.append((PLANNED, statics))
+    planned = planned_record(item) if call.when == "setup" else None
+    if planned is not None:
+        report.user_properties.append((PLANNED, planned))
     return report
 
 
@@ -60,7 +57,7 @@ class CrashWatch:
     def __init__(self, retries: int, run_dir: Path) -> None:
         self.retries = retries
         self.run_dir = run_dir
-        self.planned: dict[str, dict[str, Any]] = {}
+        self.planned: dict[str, dict[str, Any]] = {}  # nodeid -> its planned_record
         self.crashes: dict[str, list[str]] = {}  # nodeid -> why each crashed attempt ended
         self.oom_kills_at_start = oom_kills()
 
@@ -91,21 +88,12 @@ class CrashWatch:
             sched.mark_test_pending(crashitem)
             report.outcome = RERUN
             return
-        statics = self.planned.get(crashitem)
-        if statics is None:  # it crashed before its setup was reported: nothing is known of it
+        planned = self.planned.get(crashitem)
+        if planned is None:  # it crashed before its setup was reported: nothing is known of it
             return
-        episode = Episode(
-            statics={**statics, keys.POLICY: None},
-            trace=(),
-            outcome=Outcome(OutcomeKind.ERROR, reason),
-            sim_s=0.0,
-            wall_s=0.0,
-            success_step=None,
-        )
-        record = {**episode.record(), keys.NODEID: crashitem, keys.WORKER: worker_id}
-        if crashed:
-            record[keys.RETRIED] = list(crashed)
-        report.user_properties.append((RECORD, record))
+        crash = Episode({}, (), Outcome(OutcomeKind.ERROR, reason), 0.0, 0.0, None)
+        added = {keys.WORKER: worker_id, **({keys.RETRIED: list(crashed)} if crashed else {})}
+        report.user_properties.append((RECORD, rollout_record(planned, crash, added)))
 
     def cause(self, worker: Any) -> str:
         """How the worker process ended, and whether the kernel ran out of memory meanwhile."""

@@ -1,23 +1,26 @@
 """Outcome reporting and the rollout's record: a solved rollout passes, an unsolved one gets its
 own status (`u`, UNSOLVED) without failing the run, an error is an error with its reason.
 
-Each rollout's record is built here, once, from its Episode, its arm (in an A/B run) and what
-recorders added with `add_to_record`, and travels to the controller on the call report (under
-xdist too). With `--junitxml`, the testcase carries the outcome, reason, steps and sum reward as
-properties.
+Each rollout's record is built by `rollout_record`, the one builder of records: from what its
+plan says (`planned_record`: statics, arm, item id), its Episode and what the run added (the
+process, retries, recorders' `add_to_record`). A rollout whose worker crashed gets its record
+from the same builder on the controller. Records travel to the controller on the call report
+(under xdist too). With `--junitxml`, the testcase carries the outcome, reason, steps and sum
+reward as properties.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import pytest
 
 from policybench import keys
+from policybench.harness import planned_statics
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, RECORD_FIELDS, RolloutError
-from policybench.record.episode import OutcomeKind
+from policybench.record.episode import Episode, OutcomeKind
 
 RECORD = "policybench"  # name of the call report's user property that carries the record
 JUNIT_FIELDS = (keys.OUTCOME, keys.REASON, keys.STEPS, keys.SUM_REWARD)
@@ -31,14 +34,9 @@ def pytest_runtest_makereport(
     if call.when != "call":
         return report
     episode = item.stash.get(EPISODE, None)
-    if episode is not None:
-        planned = planned_of(item)
-        record = {
-            **episode.record(),
-            **(planned.record_fields() if planned is not None else {}),
-            **item.stash.get(RECORD_FIELDS, {}),
-            keys.NODEID: item.nodeid,
-        }
+    planned = planned_record(item)
+    if episode is not None and planned is not None:
+        record = rollout_record(planned, episode, item.stash.get(RECORD_FIELDS, {}))
         report.user_properties.append((RECORD, record))
         # The item's own properties reach --junitxml (pytest's record_property way).
         item.user_properties += [(f"policybench.{name}", record[name]) for name in JUNIT_FIELDS]
@@ -46,6 +44,43 @@ def pytest_runtest_makereport(
         outcome = call.excinfo.value.outcome
         report.longrepr = f"{outcome.reason}\n\n{outcome.details}".rstrip()
     return report
+
+
+# What every record holds, None where the rollout never said (a worker that crashed first).
+REPORTED_BY_THE_RUN = (
+    keys.POLICY,
+    keys.PACKAGES,
+    keys.WORKER,
+    keys.PEAK_RSS_MB,
+    keys.ENVS_BUILT,
+)
+
+
+def planned_record(item: pytest.Item) -> dict[str, Any] | None:
+    """What a rollout's record says before it runs: its plan's statics, its arm in an A/B run,
+    its item id; None for an item that is not a rollout."""
+    planned = planned_of(item)
+    if planned is None:
+        return None
+    return {
+        **planned_statics(planned.rollout, planned.eval),
+        **planned.record_fields(),
+        keys.NODEID: item.nodeid,
+    }
+
+
+def rollout_record(
+    planned: Mapping[str, Any], episode: Episode, added: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One rollout's record, as results.jsonl holds it: `planned` (see planned_record), what
+    its Episode found and what the run `added` (the process that ran it, earlier attempts,
+    recorders' fields). Every record has the same fields, whichever way it was made."""
+    return {
+        **dict.fromkeys(REPORTED_BY_THE_RUN),
+        **episode.record(),
+        **planned,
+        **added,
+    }
 
 
 CRASHED = "???"  # the phase of xdist's report of an item whose worker crashed

@@ -50,6 +50,7 @@ class Episode:
     wall_s: float
     success_step: int | None
     calls: tuple[ModelCall, ...] = ()  # every model call the session made
+    success_reported: bool = False  # the env's step info carried a success key (see World)
 
     @property
     def steps(self) -> int:
@@ -64,6 +65,7 @@ class Episode:
             keys.REASON: self.outcome.reason,
             keys.STEPS: self.steps,
             keys.SUCCESS_STEP: self.success_step,
+            keys.SUCCESS_REPORTED: self.success_reported if self.trace else None,
             keys.SIM_S: self.sim_s,
             keys.WALL_S: round(self.wall_s, 6),
             keys.MODEL_CALLS: len(walls),

@@ -28,12 +28,6 @@ KEPT = (keys.INFERENCE_LATENCY, keys.CHUNK_ANCHOR, "replan_every")
 _ARM_AT_END = re.compile(rf"/{ARM_IN_ID}=([A-Za-z0-9_.-]+)\]$")
 
 
-def arm_in_id(nodeid: str) -> str | None:
-    """The arm an A/B run's item id ends with; None for any other id."""
-    found = _ARM_AT_END.search(nodeid)
-    return None if found is None else found[1]
-
-
 def arm_order(records: Iterable[Mapping[str, Any]], listed: Sequence[str] = ()) -> tuple[str, ...]:
     """The arms the records ran under: those `listed` (the run's order) first, then the rest
     sorted; empty for a one-policy run."""
