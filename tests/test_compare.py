@@ -247,8 +247,10 @@ def test_a_protocol_difference_is_named_and_refused_unless_allowed(tmp_path, cap
     command = ["report", "compare", str(tmp_path / "A"), str(tmp_path / "B")]
     with pytest.raises(SystemExit, match="ran different protocols") as refused:
         policybench_main(command)
-    assert 'eval e: eval_settings.camera is "front" in A but "wrist" in B' in str(refused.value)
-    assert "--allow-protocol-change" in str(refused.value)
+    # An Eval's settings are compared over its rollouts; B ran task u with the front camera.
+    message = str(refused.value)
+    assert 'eval e: eval_settings.camera is "front" in A but "front", "wrist" in B' in message
+    assert "--allow-protocol-change" in message
     assert not (tmp_path / "B" / "compare-A.txt").exists()
     assert policybench_main([*command, "--allow-protocol-change"]) == 0
     out = capsys.readouterr().out
@@ -316,15 +318,25 @@ def test_baseline_with_another_protocol_fails_the_regression_gate(pytester):
     envs = (Path(__file__).parent / "envs.py").read_text()
     pytester.makepyfile(envs=envs, test_point=benchmark("GreedyPointModel", timeout_s=2.0))
     assert pytester.runpytest("--rollouts", "2").ret == 0
+    baseline = (pytester.path / "reports" / "latest").resolve().name
     pytester.makepyfile(test_point=benchmark("GreedyPointModel", timeout_s=3.0))
     result = pytester.runpytest("--rollouts", "2", "--baseline", "latest", "--fail-on-regression")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
             "PROTOCOL DIFFERS: eval point: timeout_s is 2.0 in * but 3.0 in *",
-            "FAIL protocol differs from the baseline's: eval point: timeout_s is 2.0 in * but 3.0 "
-            "in *; rerun the baseline with this run's settings*",
+            "FAIL --fail-on-regression: protocol differs from the baseline's: eval point: "
+            "timeout_s is 2.0 in * but 3.0 in *; rerun the baseline with this run's settings, or "
+            "pass --allow-protocol-change to judge regressions anyway",
         ]
     )
     run_dir = (pytester.path / "reports" / "latest").resolve()
     assert 'id="protocol-differences"' in (run_dir / "index.html").read_text()
+    allowed = pytester.runpytest(
+        "--rollouts", "2", "--baseline", baseline, "--fail-on-regression",
+        "--allow-protocol-change",
+    )  # fmt: skip
+    assert allowed.ret == pytest.ExitCode.OK
+    allowed.stdout.fnmatch_lines(
+        ["PROTOCOL DIFFERS: eval point: timeout_s is 2.0 in * but 3.0 in *"]
+    )

@@ -102,15 +102,15 @@ def test_merge_refuses_parts_of_different_protocols_naming_the_fields(tmp_path, 
     message = str(refused.value)
     assert "eval point: timeout_s is 2.0 in one but 3.0 in other" in message
     assert 'eval point: policy.name is "greedy" in one but "greedy", "other" in other' in message
-    assert "--allow-protocol-mismatch" in message
+    assert "--allow-protocol-change" in message
     assert not out.exists()
 
-    assert merge(one, other, "--out", out, "--allow-protocol-mismatch") == 0
+    assert merge(one, other, "--out", out, "--allow-protocol-change") == 0
     run = json.loads((out / "run.json").read_text())
-    allowed = run["settings"]["merge"]["protocol_mismatches_allowed"]
+    allowed = run["settings"]["merge"]["protocol_changes_allowed"]
     assert any("timeout_s is 2.0 in one but 3.0 in other" in line for line in allowed)
-    assert "protocol mismatch allowed: eval point: timeout_s" in (out / "index.html").read_text()
-    assert "note: protocol mismatch allowed: eval point: timeout_s" in capsys.readouterr().out
+    assert "protocol change allowed: eval point: timeout_s" in (out / "index.html").read_text()
+    assert "note: protocol change allowed: eval point: timeout_s" in capsys.readouterr().out
 
 
 def test_merge_drops_exact_duplicates_keeps_a_final_outcome_over_an_error_and_names_conflicts(

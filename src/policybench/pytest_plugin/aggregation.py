@@ -21,7 +21,7 @@ from policybench.pytest_plugin.resume import compact, latest_per_rollout, resume
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
-from policybench.record.fingerprint import fingerprint
+from policybench.record.protocol import Protocol
 from policybench.report.arms import Sealer, blinded_command
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
@@ -97,10 +97,9 @@ class Aggregator:
         if self.baseline is not None:
             comparison = self._compare(notes)
             if self.gate_settings.fail_on_regression:
-                breaches += gates.regression_breaches(comparison)
-        self.run_info = dataclasses.replace(
-            self.run_info, fingerprint=fingerprint(self.records, protocol_settings(self.settings))
-        )
+                breaches += gates.regression_breaches(comparison, self.gate_settings)
+        protocol = Protocol.of(self.records, self.run_info.settings)
+        self.run_info = dataclasses.replace(self.run_info, fingerprint=protocol.as_json())
         self.run_info.write(self.run_dir)
         summary.write(self.run_dir, self.run_info)
         if comparison is not None:
@@ -122,11 +121,16 @@ class Aggregator:
         assert self.baseline is not None
         baseline = read_results(self.baseline / RESULTS)
         notes += [f"baseline {problem}" for problem in baseline.problems]
+        baseline_run = RunInfo.load(self.baseline)
         return compare_runs(
             baseline.records,
             self.records,
             (self.baseline.name, self.run_dir.name),
             self.gate_settings.alpha,
+            protocols=(
+                Protocol.of(baseline.records, baseline_run.settings if baseline_run else None),
+                Protocol.of(self.records, self.run_info.settings),
+            ),
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -16,7 +16,8 @@ import pytest
 
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
-from policybench.report.compare import ALPHA, Comparison
+from policybench.record.protocol import OVERRIDE
+from policybench.report.compare import ALPHA, Comparison, nothing_compared
 from policybench.report.summary import Row, Summary
 
 DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
@@ -65,17 +66,12 @@ class GateSettings:
     baseline: str | None
     fail_on_regression: bool
     alpha: float
+    allow_protocol_change: bool = False  # judge regressions against another protocol's baseline
 
 
 def read_gate_settings(config: pytest.Config) -> GateSettings:
-    overall = config.getoption("success_fail_under")
-    if overall is not None and not 0.0 <= overall <= 1.0:
-        raise pytest.UsageError(
-            f"--success-fail-under takes a success rate in [0, 1] (e.g. 0.8), got {overall}"
-        )
+    overall = config.getoption("success_fail_under")  # options.refusals checked both
     alpha = config.getoption("regression_alpha")
-    if not 0.0 < alpha < 1.0:
-        raise pytest.UsageError(f"--regression-alpha must lie in (0, 1), got {alpha}")
     floors_file = config.getoption("success_floors")
     baseline = config.getoption("baseline")
     if config.getoption("fail_on_regression") and baseline is None:
@@ -86,6 +82,7 @@ def read_gate_settings(config: pytest.Config) -> GateSettings:
         baseline=baseline,
         fail_on_regression=config.getoption("fail_on_regression"),
         alpha=alpha,
+        allow_protocol_change=config.getoption("allow_protocol_change"),
     )
 
 
@@ -205,28 +202,28 @@ class NothingFinished:
 
 
 @dataclass(frozen=True)
-class ProtocolBreach:
-    """The baseline ran another protocol: its regressions cannot be judged."""
+class Refusal:
+    """A regression gate that cannot be judged: the baseline ran another protocol, or shares
+    no task with this run."""
 
-    difference: str
+    why: str
 
     def line(self) -> str:
-        return (
-            f"FAIL protocol differs from the baseline's: {self.difference}; rerun the baseline "
-            "with this run's settings (or compare with `policybench report compare "
-            "--allow-protocol-change`)"
-        )
+        return f"FAIL --fail-on-regression: {self.why}"
 
 
-def regression_breaches(
-    comparison: Comparison,
-) -> list[Breach | ProtocolBreach | NothingFinished]:
-    breaches: list[Breach | ProtocolBreach | NothingFinished] = [
-        ProtocolBreach(line) for line in comparison.protocol_lines()
-    ]
+def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[Breach | Refusal]:
+    breaches: list[Breach | Refusal] = []
+    if not settings.allow_protocol_change:
+        breaches += [
+            Refusal(
+                f"protocol differs from the baseline's: {line}; rerun the baseline with this "
+                f"run's settings, or pass {OVERRIDE} to judge regressions anyway"
+            )
+            for line in comparison.protocol_lines()
+        ]
     if not comparison.tasks:
-        why = f"baseline {comparison.before} shares no task with this run"
-        breaches.append(NothingFinished("regression", "--fail-on-regression", why))
+        breaches.append(Refusal(nothing_compared(comparison)))
     for row in comparison.regressions:
         assert row.after.rate is not None and row.before.rate is not None
         interval = row.after.interval()

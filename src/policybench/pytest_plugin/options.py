@@ -166,8 +166,8 @@ class RunSettings:
 
 
 def protocol_settings(settings: RunSettings) -> dict[str, Any]:
-    """The run settings that change what a rollout measures: two runs that differ here are not
-    the same protocol (a resumed run must agree with the run it continues)."""
+    """The run settings that say which policy ran and how it was played (run.json keeps them;
+    record.protocol says which of them make the protocol)."""
     policy = settings.policy_settings
     return {
         keys.POLICY: settings.policy,

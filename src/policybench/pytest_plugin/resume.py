@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from argparse import SUPPRESS
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from policybench.pytest_plugin.options import protocol_settings, settings_of
 from policybench.pytest_plugin.rundir import RUN_DIR
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.episode import OutcomeKind
-from policybench.report.pairing import protocol_differences
+from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo
 
@@ -39,9 +40,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "latest): its solved and unsolved rollouts are kept, the rest run, in the same run dir",
     )
     group.addoption(
-        "--allow-protocol-mismatch",
+        OVERRIDE,
         action="store_true",
-        help="with --resume: continue a run whose protocol differs (the report says so)",
+        help="with --resume: continue a run whose protocol or policy differs; with --baseline: "
+        "judge regressions against a baseline whose protocol differs (the report lists how)",
+    )
+    group.addoption(
+        FORMER_OVERRIDE, dest="allow_protocol_change", action="store_true", help=SUPPRESS
     )
 
 
@@ -68,8 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--resume: {error}") from None
     results = read_results(run_dir / RESULTS)
     info = RunInfo.load(run_dir)
-    if info is not None and not config.getoption("allow_protocol_mismatch"):
-        _refuse(_setting_differences(info.settings, protocol_settings(settings)), run_dir)
+    if info is not None and not config.getoption("allow_protocol_change"):
+        before, now = Protocol.of((), info.settings), Protocol.of((), protocol_settings(settings))
+        _refuse(before.differences(now), run_dir)
     carried = final_records(results.records)
     config.stash[RESUMED] = Resumed(run_dir, carried, results.records, results.problems)
     config.stash[RUN_DIR] = run_dir
@@ -96,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     resumed = resumed_of(config)
     carried = set(resumed.carried if resumed else from_controller(config, CARRIED) or ())
-    if not config.getoption("allow_protocol_mismatch"):
+    if not config.getoption("allow_protocol_change"):
         _check_evals(config, items, resumed)
     done = [item for item in items if item.nodeid in carried]
     if done:
@@ -114,26 +120,16 @@ def _check_evals(config: pytest.Config, items: list[pytest.Item], resumed: Resum
         run_dir, before = resumed.run_dir, resumed.all_records
     planned = [planned_of(item) for item in items]
     now = [planned_statics(p.rollout, p.eval) for p in planned if p is not None]
-    differences = protocol_differences(before, now)
-    _refuse([d.line("the run being resumed", "this run") for d in differences], run_dir)
+    _refuse(Protocol.of(before).differences(Protocol.of(now)), run_dir)
 
 
-def _setting_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    return [
-        f"{name} is {json.dumps(before.get(name))} in the run being resumed but "
-        f"{json.dumps(value)} in this run"
-        for name, value in now.items()
-        if name in before and before[name] != value
-    ]
-
-
-def _refuse(differences: list[str], run_dir: Path) -> None:
-    if differences:
+def _refuse(differences: Iterable[Difference], run_dir: Path) -> None:
+    lines = [d.line("the run being resumed", "this run") for d in differences]
+    if lines:
         raise pytest.UsageError(
             f"--resume {run_dir}: the protocol differs, so its rollouts cannot be carried over:"
-            + "".join(f"\n  {line}" for line in differences)
-            + "\nrun with the settings it was started with, start a new run, or pass "
-            "--allow-protocol-mismatch"
+            + "".join(f"\n  {line}" for line in lines)
+            + f"\nrun with the settings it was started with, start a new run, or pass {OVERRIDE}"
         )
 
 

@@ -7,10 +7,13 @@ import argparse
 import dataclasses
 import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report.arms import ARMS, UNBLINDED, Unsealed, unblind_lines
-from policybench.report.compare import ALPHA, compare_runs
+from policybench.report.compare import ALPHA, compare_runs, nothing_compared
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
@@ -43,11 +46,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=Adjustment.BH.value,
         help="adjust p-values across tasks by Benjamini-Hochberg (bh, the default) or Holm",
     )
-    compare.add_argument(
-        "--allow-protocol-change",
-        action="store_true",
-        help="compare runs whose protocol (Eval settings, timeouts, package versions) differs; "
-        "the differences are listed with the comparison",
+    _allow_protocol_change(
+        compare, "compare runs whose protocol differs; the differences are listed with it"
     )
     compare.add_argument(
         "--out", type=Path, default=None, help="where compare.txt/json go (default: AFTER's dir)"
@@ -69,11 +69,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--out", type=Path, required=True, help="the merged run's directory (new, or a merge's)"
     )
     merge.add_argument("--report-dir", type=Path, default=Path("reports"))
-    merge.add_argument(
-        "--allow-protocol-mismatch",
-        action="store_true",
-        help="merge parts whose protocol (Eval settings, policy, timeouts, versions) differs; "
-        "the report lists the differences",
+    _allow_protocol_change(
+        merge, "merge parts whose protocol or policy differs; the report lists the differences"
     )
     merge.set_defaults(func=run_merge)
 
@@ -85,6 +82,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     unblind.add_argument("run", help="a run directory, its results.jsonl, or a run id")
     unblind.add_argument("--report-dir", type=Path, default=Path("reports"))
     unblind.set_defaults(func=run_unblind)
+
+
+def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:
+    """The override of a protocol check, spelled as the pytest option is; its former name is
+    accepted, unlisted."""
+    parser.add_argument(OVERRIDE, action="store_true", help=help)
+    parser.add_argument(
+        FORMER_OVERRIDE,
+        dest="allow_protocol_change",
+        action="store_true",
+        help=argparse.SUPPRESS,
+    )
 
 
 def run_html(args: argparse.Namespace) -> int:
@@ -106,19 +115,26 @@ def run_compare(args: argparse.Namespace) -> int:
     runs = [read_results(run_dir / RESULTS) for run_dir in (before, after)]
     for run_dir, results in zip((before, after), runs, strict=True):
         _warn([f"{run_dir.name}: {problem}" for problem in results.problems])
+    protocols = [
+        _protocol(run_dir, results.records)
+        for run_dir, results in zip((before, after), runs, strict=True)
+    ]
     comparison = compare_runs(
         runs[0].records,
         runs[1].records,
         (before.name, after.name),
         args.alpha,
         Adjustment(args.adjust),
+        protocols=(protocols[0], protocols[1]),
     )
+    if not comparison.tasks:
+        sys.exit(f"policybench report compare: {nothing_compared(comparison)}")
     if comparison.protocol and not args.allow_protocol_change:
         differences = "\n".join(f"  {line}" for line in comparison.protocol_lines())
         sys.exit(
             f"policybench report compare: {before.name} and {after.name} ran different "
             f"protocols, so their success rates measure different things:\n{differences}\n"
-            "Rerun one of them with the other's settings, or pass --allow-protocol-change to "
+            f"Rerun one of them with the other's settings, or pass {OVERRIDE} to "
             "compare anyway (the differences are then listed with the comparison)."
         )
     out = args.out or after
@@ -131,10 +147,10 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     run_dirs = [_run_dir(run, args.report_dir) for run in args.runs]
-    flags = ["--allow-protocol-mismatch"] if args.allow_protocol_mismatch else []
+    flags = [OVERRIDE] if args.allow_protocol_change else []
     command = ["policybench", "report", "merge", *args.runs, "--out", str(args.out), *flags]
     try:
-        done = merge_runs(run_dirs, args.out, args.allow_protocol_mismatch, shlex.join(command))
+        done = merge_runs(run_dirs, args.out, args.allow_protocol_change, shlex.join(command))
     except MergeRefused as error:
         sys.exit(f"policybench report merge: {error}")
     for part in done.parts:
@@ -147,7 +163,7 @@ def run_merge(args: argparse.Namespace) -> int:
         print(
             f"  {row.eval}: {tally.solved}/{tally.rollouts} solved ({rate}), {tally.errors} errors"
         )
-    for line in [*(f"protocol mismatch allowed: {m}" for m in done.mismatches), *merged.notes()]:
+    for line in [*(f"protocol change allowed: {m}" for m in done.changes), *merged.notes()]:
         print(f"note: {line}")
     print(f"report: {done.index}")
     if merged.conflicts or merged.missing:
@@ -185,6 +201,12 @@ def run_unblind(args: argparse.Namespace) -> int:
         print("\n".join(versus.lines()))
     print(f"report: {index}")
     return 0
+
+
+def _protocol(run_dir: Path, records: Sequence[Mapping[str, Any]]) -> Protocol:
+    """A run's protocol from its records and run.json (from the records alone without one)."""
+    run = RunInfo.load(run_dir)
+    return Protocol.of(records, None if run is None else run.settings)
 
 
 def _arms(run: RunInfo | None) -> list[str]:

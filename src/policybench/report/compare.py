@@ -12,6 +12,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.record.protocol import Difference, Protocol
 from policybench.report.paired import (
     CONFIDENCE,
     Adjustment,
@@ -22,7 +23,7 @@ from policybench.report.paired import (
     paired_interval,
     unpaired_interval,
 )
-from policybench.report.pairing import ProtocolDifference, match, protocol_differences
+from policybench.report.pairing import match
 from policybench.report.stats import Tally, group, tally_of
 
 ALPHA = 0.05
@@ -104,7 +105,7 @@ class Comparison:
     evals: tuple[TaskComparison, ...]  # each Eval's shared tasks pooled
     only_before: tuple[tuple[str, str], ...]  # (eval, task) run only in `before`
     only_after: tuple[tuple[str, str], ...]
-    protocol: tuple[ProtocolDifference, ...]  # empty when both ran the same protocol
+    protocol: tuple[Difference, ...]  # empty when both ran the same protocol (policy aside)
     alpha: float
     adjustment: Adjustment = Adjustment.BH
     confidence: float = CONFIDENCE
@@ -139,10 +140,7 @@ class Comparison:
             "evals": [row.as_json() for row in self.evals],
             "only_before": [list(pair) for pair in self.only_before],
             "only_after": [list(pair) for pair in self.only_after],
-            "protocol": [
-                {keys.EVAL: d.eval, "field": d.field, "before": d.before, "after": d.after}
-                for d in self.protocol
-            ],
+            "protocol": [difference.as_json() for difference in self.protocol],
         }
 
     def write(self, directory: Path, stem: str = "compare") -> tuple[Path, Path]:
@@ -159,9 +157,11 @@ def compare_runs(
     alpha: float = ALPHA,
     adjustment: Adjustment = Adjustment.BH,
     confidence: float = CONFIDENCE,
+    protocols: tuple[Protocol, Protocol] | None = None,
 ) -> Comparison:
     """Compares the tasks both runs ran, each and pooled per Eval; lists the ones only one of
-    them ran and every protocol field that differs."""
+    them ran and every protocol field that differs (of `protocols`, the runs' own with their
+    settings; by default read from the records alone)."""
     tasks_before = group(before, keys.EVAL, keys.TASK)
     tasks_after = group(after, keys.EVAL, keys.TASK)
     shared = sorted(tasks_before.keys() & tasks_after.keys())
@@ -185,11 +185,35 @@ def compare_runs(
         evals=tuple(pooled),
         only_before=tuple(sorted(tasks_before.keys() - tasks_after.keys())),
         only_after=tuple(sorted(tasks_after.keys() - tasks_before.keys())),
-        protocol=protocol_differences(before, after),
+        protocol=_protocol(before, after, protocols),
         alpha=alpha,
         adjustment=adjustment,
         confidence=confidence,
     )
+
+
+def nothing_compared(comparison: Comparison) -> str:
+    """Why a comparison of runs that share no task compared nothing, and what to do."""
+
+    def ran(tasks: tuple[tuple[str, str], ...]) -> str:
+        named = ", ".join(f"{eval}/{task}" for eval, task in tasks[:4]) or "no task"
+        return named + (f" and {len(tasks) - 4} more" if len(tasks) > 4 else "")
+
+    return (
+        f"{comparison.before} and {comparison.after} share no task, so nothing was compared "
+        f"({comparison.before} ran {ran(comparison.only_before)}; {comparison.after} ran "
+        f"{ran(comparison.only_after)}); compare runs of the same Evals and tasks"
+    )
+
+
+def _protocol(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    protocols: tuple[Protocol, Protocol] | None,
+) -> tuple[Difference, ...]:
+    """What differs between the runs' protocols, the policy aside: that is what is compared."""
+    was, now = protocols or (Protocol.of(before), Protocol.of(after))
+    return was.differences(now, policy=False)
 
 
 def _compared(

@@ -14,9 +14,9 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
-from policybench.report.arms import ARMS, ASSIGN, BLINDING
+from policybench.record.protocol import OVERRIDE, Protocol
+from policybench.report.arms import ARMS
 from policybench.report.html import INDEX, ROLLOUTS, Findings, write_html
-from policybench.report.pairing import protocol_differences
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 
@@ -24,20 +24,6 @@ Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
 PARTS, MERGE = "merged_from", "merge"
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
-# Run settings every part of one run shares (the others, such as -n or video, may differ).
-SHARED_SETTINGS = (
-    keys.POLICY,
-    ARMS,
-    ASSIGN,
-    BLINDING,
-    "base_seed",
-    "rollouts_per_task",
-    keys.INFERENCE_LATENCY,
-    keys.CHUNK_ANCHOR,
-    "replan_every",
-)
-# Where a served policy answered, not what it is: shards may each have their own server.
-WHERE_SERVED = {"url", "served"}
 # The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
 # with its label, e.g. 20261101-120000-shard2of4.
 SHARD = "shard"
@@ -82,79 +68,43 @@ class MergeResult:
     parts: tuple[Part, ...]
     merged: Merged
     summary: Summary
-    mismatches: tuple[str, ...]  # protocol differences the merge was allowed to ignore
+    changes: tuple[str, ...]  # protocol differences the merge was allowed to ignore
     index: Path
 
 
 def merge_runs(
-    run_dirs: Sequence[Path], out: Path, allow_protocol_mismatch: bool, command: str
+    run_dirs: Sequence[Path], out: Path, allow_protocol_change: bool, command: str
 ) -> MergeResult:
     """Merges the runs in `run_dirs` (in that order) into `out`; raises MergeRefused when
-    their protocols differ (unless allowed) or `out` is not free for it."""
+    their protocols or policies differ (unless allowed) or `out` is not free for it."""
     parts = tuple(read_part(run_dir) for run_dir in dict.fromkeys(run_dirs))
-    mismatches = protocol_mismatches(parts)
-    if mismatches and not allow_protocol_mismatch:
-        lines = "\n".join(f"  {line}" for line in mismatches)
+    changes = protocol_changes(parts)
+    if changes and not allow_protocol_change:
+        lines = "\n".join(f"  {line}" for line in changes)
         raise MergeRefused(
             f"the parts ran different protocols, so together they measure nothing:\n{lines}\n"
-            "Merge only parts of one run (same command, settings and versions), or pass "
-            "--allow-protocol-mismatch to merge anyway (the report then lists the differences)."
+            f"Merge only parts of one run (same command, settings and versions), or pass "
+            f"{OVERRIDE} to merge anyway (the report then lists the differences)."
         )
     merged = merge_records(parts)
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
     listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
     summary = Summary.of(merged.records, problems, listed or ())
-    index = write_merged(out, parts, merged, summary, mismatches, command)
-    return MergeResult(parts, merged, summary, mismatches, index)
+    index = write_merged(out, parts, merged, summary, changes, command)
+    return MergeResult(parts, merged, summary, changes, index)
 
 
-def protocol_mismatches(parts: Sequence[Part]) -> tuple[str, ...]:
-    """Why the parts did not run one protocol: per pair, the rollouts' protocol fields, the
-    policy's description, each Eval's plan size and the shared run settings that differ."""
+def protocol_changes(parts: Sequence[Part]) -> tuple[str, ...]:
+    """Why the parts did not run one protocol under one policy: per pair, what differs."""
+    protocols = [
+        Protocol.of(part.records, None if part.run is None else part.run.settings) for part in parts
+    ]
     lines: dict[str, None] = {}  # in order, once each
     for i, one in enumerate(parts):
-        for other in parts[i + 1 :]:
-            for line in _pair_mismatches(one, other):
-                lines[line] = None
+        for j, other in enumerate(parts[i + 1 :], start=i + 1):
+            for difference in protocols[i].differences(protocols[j]):
+                lines[difference.line(one.name, other.name)] = None
     return tuple(lines)
-
-
-def _pair_mismatches(one: Part, other: Part) -> list[str]:
-    names = (one.name, other.name)
-    lines = [d.line(*names) for d in protocol_differences(one.records, other.records)]
-    for eval, field, left, right in _differences(_policies(one), _policies(other)):
-        lines.append(f"eval {eval}: {field} is {left} in {names[0]} but {right} in {names[1]}")
-    if one.run is not None and other.run is not None:
-        for name in SHARED_SETTINGS:
-            left, right = one.run.settings.get(name), other.run.settings.get(name)
-            if left != right:
-                lines.append(f"{name} is {left!r} in {names[0]} but {right!r} in {names[1]}")
-    return lines
-
-
-def _policies(part: Part) -> dict[str, dict[str, set[str]]]:
-    """Per Eval: each policy-description field (and the plan size) and the values it took."""
-    found: dict[str, dict[str, set[str]]] = {}
-    for record in part.records:
-        fields = found.setdefault(record[keys.EVAL], {})
-        described = record.get(keys.POLICY) or {}
-        for name, value in described.items():
-            if name not in WHERE_SERVED:
-                fields.setdefault(f"{keys.POLICY}.{name}", set()).add(_json(value))
-        if keys.ROLLOUT_COUNT in record:
-            fields.setdefault(keys.ROLLOUT_COUNT, set()).add(_json(record[keys.ROLLOUT_COUNT]))
-    return found
-
-
-def _differences(
-    one: Mapping[str, Mapping[str, set[str]]], other: Mapping[str, Mapping[str, set[str]]]
-) -> list[tuple[str, str, str, str]]:
-    return [
-        (eval, name, ", ".join(sorted(left)), ", ".join(sorted(right)))
-        for eval in sorted(one.keys() & other.keys())
-        for name in sorted(one[eval].keys() & other[eval].keys())
-        if (left := one[eval][name]) != (right := other[eval][name])
-    ]
 
 
 @dataclass(frozen=True)
@@ -314,7 +264,7 @@ def write_merged(
     parts: Sequence[Part],
     merged: Merged,
     summary: Summary,
-    mismatches: Sequence[str],
+    changes: Sequence[str],
     command: str,
 ) -> Path:
     """Writes the merged run into `out` (new, or an earlier merge's); returns its index.html."""
@@ -323,10 +273,10 @@ def write_merged(
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
             _link_video(record, source, out)
-    run = merged_run_info(out, parts, merged, mismatches, command)
+    run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
     summary.write(out, run)
-    notes = [f"protocol mismatch allowed: {line}" for line in mismatches] + merged.notes()
+    notes = [f"protocol change allowed: {line}" for line in changes] + merged.notes()
     return write_html(out, Findings(summary, merged.records, run, notes=tuple(notes)))
 
 
@@ -361,7 +311,7 @@ def _link_video(record: Record, source: Path, out: Path) -> None:
 
 
 def merged_run_info(
-    out: Path, parts: Sequence[Part], merged: Merged, mismatches: Sequence[str], command: str
+    out: Path, parts: Sequence[Part], merged: Merged, changes: Sequence[str], command: str
 ) -> RunInfo:
     """The first part's run.json (the shared settings, versions and revision) naming the merged
     run, with its parts and what merging found."""
@@ -383,7 +333,7 @@ def merged_run_info(
         "errors_superseded": list(merged.superseded),
         "conflicts": list(merged.conflicts),
         "missing": list(merged.missing),
-        "protocol_mismatches_allowed": list(mismatches),
+        "protocol_changes_allowed": list(changes),
     }
     return replace(
         base,

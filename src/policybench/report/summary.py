@@ -41,7 +41,7 @@ class RunInfo:
     policybench: str
     git_revision: str
     settings: Mapping[str, Any] = field(default_factory=dict)
-    fingerprint: Mapping[str, Any] = field(default_factory=dict)  # see record.fingerprint
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)  # record.protocol's as_json
 
     @classmethod
     def now(cls, run_id: str, args: Sequence[str], cwd: Path, settings: Mapping[str, Any]):
