@@ -288,6 +288,9 @@ def mt10(
                 " and seeded with env.seed(s) (seeded_rand_vec)"
             ),
             "shadows": shadows,
+            # The task's goal position is in the state (state[36:39]), as in MetaWorld's MT
+            # benchmarks (partially_observable=False); its ML benchmarks hide it.
+            "goal_observable": True,
         },
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
     )
@@ -320,6 +323,7 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
             "max_steps": MAX_STEPS,
             "shadows": shadows,
             "success_check": "MetaWorld info['success'] (LeRobot's is_success)",
+            "goal_observable": True,  # MT1's train tasks show the goal in state[36:39]
         },
         codecs={"lerobot": lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE)},
     )
