@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from policybench.record.protocol import Protocol
 from policybench.report.arms import Sealer, blinded_command
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
+from policybench.report.merge import SELECTED
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 
@@ -75,6 +77,21 @@ class Aggregator:
                 record = self.sealer.seal(record)
             self.records.append(record)
             self.writer.write(record)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._selected(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self._selected(ids)
+
+    def _selected(self, nodeids: Iterable[str]) -> None:
+        """run.json names the items this run selected (and those a resume carried over): merge
+        counts only these as missing when no part ran them."""
+        resumed = resumed_of(self.config)
+        selected = sorted({*nodeids, *(resumed.carried if resumed else ())})
+        settings = {**self.run_info.settings, SELECTED: selected}
+        self.run_info = dataclasses.replace(self.run_info, settings=settings)
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -23,6 +23,8 @@ from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
 PARTS, MERGE = "merged_from", "merge"
+# The run setting naming the rollouts a run selected (its items after -k, --suite and --shard).
+SELECTED = "selected"
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
 # The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
 # with its label, e.g. 20261101-120000-shard2of4.
@@ -177,7 +179,7 @@ def merge_records(parts: Sequence[Part]) -> Merged:
         repeats,
         tuple(superseded),
         tuple(conflicts),
-        missing_rollouts(records) + absent_shards(parts),
+        missing_rollouts(records, parts) + absent_shards(parts),
     )
 
 
@@ -203,7 +205,31 @@ def _function(record: Record) -> str:
     return str(record.get(keys.NODEID) or "").split("[", 1)[0]
 
 
-def missing_rollouts(records: Sequence[Record]) -> tuple[str, ...]:
+def missing_rollouts(records: Sequence[Record], parts: Sequence[Part]) -> tuple[str, ...]:
+    """The rollouts the parts selected that no record ran (a rollout `-k` left out is not
+    missing), of the test functions that recorded rollouts (a selection may hold other tests);
+    for parts that did not record their selection, the plan's."""
+    selections = [(part.run.settings if part.run else {}).get(SELECTED) for part in parts]
+    if not parts or not all(isinstance(selection, list) for selection in selections):
+        return unplanned_rollouts(records)
+    selected = {nodeid for selection in selections for nodeid in selection}
+    ran = {record.get(keys.NODEID) for record in records}
+    per_function: dict[str, list[str]] = {_function(record): [] for record in records}
+    for nodeid in sorted(selected):
+        per_function.get(nodeid.split("[", 1)[0], []).append(nodeid)
+    lines = []
+    for function, nodeids in per_function.items():
+        absent = [nodeid[len(function) :] for nodeid in nodeids if nodeid not in ran]
+        if absent:
+            named = ", ".join(absent[:6]) + (f" and {len(absent) - 6} more" if absent[6:] else "")
+            lines.append(
+                f"{function}: {len(absent)} of {len(nodeids)} selected rollouts ran in no part "
+                f"({named})"
+            )
+    return tuple(lines)
+
+
+def unplanned_rollouts(records: Sequence[Record]) -> tuple[str, ...]:
     """Per Eval (and test function declaring it): the plan indices that no record ran, from
     the plan size (rollout_count) each record carries."""
     planned: dict[tuple[str, str, str], int] = {}
