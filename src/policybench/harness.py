@@ -23,12 +23,14 @@ from policybench.policy.base import (
     Observation,
     Policy,
     SessionContext,
+    release,
 )
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.spec import Eval, Rollout
 from policybench.world import World
 
 ENV_RESET, ENV_STEP, POLICY, RECORDER = "env reset", "env step", "policy", "recorder"
+SESSION_CLOSE, POLICY_DESCRIBE = "session close", "policy describe"
 
 
 class ActionError(ValueError):
@@ -84,7 +86,7 @@ def run_rollout(
             f"{eval.name!r}; run it on a World of its own Eval"
         )
     started = time.perf_counter()
-    statics = statics_of(rollout, eval, policy, world)
+    statics = statics_of(rollout, eval, None, world)  # the policy is described at the end
     trace: list[TraceStep] = []
     success_step: int | None = None
     period_ns = eval.control_period_ns
@@ -96,8 +98,21 @@ def run_rollout(
     def finish(
         kind: OutcomeKind, reason: str, details: str = "", transient: bool = False
     ) -> Episode:
-        # Described again at the end: a served policy knows its model once connected.
-        statics[keys.POLICY] = policy.describe()
+        # The session ends, then the policy is described (a served one knows its model once
+        # connected): either may raise, which is the rollout's error unless it had one already.
+        for what, end in (
+            (SESSION_CLOSE, lambda: session is None or release(session)),
+            (POLICY_DESCRIBE, lambda: statics.update({keys.POLICY: policy.describe()})),
+        ):
+            try:
+                end()
+            except Exception as error:
+                said = f"{what} raised {type(error).__name__}: {error}"
+                if kind is OutcomeKind.ERROR:
+                    details += f"\n\nthen {said}\n{traceback.format_exc()}"
+                else:
+                    kind, reason, details = OutcomeKind.ERROR, said, traceback.format_exc()
+                    transient = isinstance(error, InfrastructureError)
         return Episode(
             statics=statics,
             trace=tuple(trace),

@@ -48,7 +48,9 @@ class Lockstep:
         return len(self._slots)
 
     def run(self, rollouts: Sequence[Rollout], policy: Policy) -> list[Episode]:
-        """The Episodes of `rollouts` (at most `slots` of them), run side by side."""
+        """The Episodes of `rollouts` (at most `slots` of them), run side by side. The harness
+        turns whatever a policy, codec or env raises into an error Episode; anything else a slot
+        raises is raised here once every slot is done."""
         if len(rollouts) > self.slots:
             raise ValueError(f"{len(rollouts)} rollouts for {self.slots} lockstep slots")
         barrier = _Barrier(policy, len(rollouts))
@@ -64,7 +66,11 @@ class Lockstep:
                     barrier.leave(slot)
 
             done.append(self._slots[slot].submit(run_one))
-        return [answer.get() for answer in done]
+        episodes = [answer.get() for answer in done]
+        for episode in episodes:
+            if isinstance(episode, Exception):
+                raise episode
+        return episodes
 
     def close(self) -> None:
         for slot in self._slots:
@@ -93,7 +99,10 @@ class _SlotThread:
     def _serve(self) -> None:
         while (job := self._work.get()) is not None:
             work, answer = job
-            answer.put(work())  # the harness never raises: an error is an Episode
+            try:
+                answer.put(work())
+            except Exception as error:  # raised again on the caller's thread, not lost with ours
+                answer.put(error)
 
 
 class _Barrier:

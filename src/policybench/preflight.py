@@ -22,6 +22,7 @@ from policybench.policy.base import (
     Policy,
     SessionContext,
     Step,
+    release,
 )
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.spec import Rollout
@@ -110,13 +111,21 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         if isinstance(policy, ChunkPolicy):
             shown = policy.codec.encode(obs, rollout.instruction)
             sent = {name: describe_value(value) for name, value in shown.items()}
-            chunk = policy.model.open(context)(shown)
+            source = policy.model.open(context)
+            try:
+                chunk = source(shown)
+            finally:
+                release(source)
             if not isinstance(chunk, Chunk):
                 raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
             received = describe_value(chunk.actions)
             actions = policy.codec.actions(chunk.actions)
         else:
-            answer = policy.new_session(context)(obs, 0)
+            session = policy.new_session(context)
+            try:
+                answer = session(obs, 0)
+            finally:
+                release(session)
             if isinstance(answer, EndEpisode) or not isinstance(answer, Step):
                 raise TypeError(f"a session's first answer must be a Step, got {answer!r}")
             actions = np.empty((0, *space.shape)) if answer.commands is None else answer.commands
@@ -124,6 +133,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         latency_ms = (time.perf_counter() - started) * 1e3
         for action in actions:
             check_action(action, space.shape, policy.name)
+        described = policy.describe()
     except InfrastructureError as error:  # says nothing of the contract: the rollouts find out
         problem = f"{type(error).__name__}: {error}"
         return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, sent), shown)
@@ -143,7 +153,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
         notes=_out_of_bounds(actions, space.low, space.high),
-        policy=policy.describe(),
+        policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
     )
     return Shown(passed, shown)

@@ -140,7 +140,6 @@ def run(args: argparse.Namespace) -> int:
         except (LookupError, ValueError) as error:
             raise SystemExit(f"policybench probe: {error}") from None
         found, shown = shown_preflight(world, rollout, policy)
-        _close(policy)
         space = world.action_space if shown else None  # None: the env could not be reset
         print(report(found, shown, policy, space))
         for path in write_files(found, shown, space, eval.control_hz, out):
@@ -193,12 +192,6 @@ def _first_rollout(eval: Eval, task: str | None, seed: int) -> Rollout:
     raise SystemExit(
         f"policybench probe: eval {eval.name!r} has no task {task!r}; its tasks: {', '.join(tasks)}"
     )
-
-
-def _close(policy: Policy) -> None:
-    """Closes a served model's connection now rather than when the process ends."""
-    if isinstance(policy, ChunkPolicy) and isinstance(policy.model, RemoteModel):
-        policy.model.close()
 
 
 def report(

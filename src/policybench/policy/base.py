@@ -58,7 +58,11 @@ class ModelCall(NamedTuple):
 class Session(Protocol):
     """Answers what to command at `time_ns`, and accounts for every model call it made in
     `calls` (empty for a session that calls no model): the Episode records them. A session
-    that wraps another passes its inner session's calls on."""
+    that wraps another passes its inner session's calls on.
+
+    A session that holds something for its rollout (a server connection) lets it go in a
+    `close()` method, which the harness calls once when the rollout ends, however it ends (see
+    `release`); a session that holds nothing needs none."""
 
     calls: Sequence[ModelCall]
 
@@ -97,14 +101,25 @@ class Chunk:
 
 
 ChunkSource = Callable[[Observation], Chunk]
-"""One rollout's worth of a model: observation in, chunk out."""
+"""One rollout's worth of a model: observation in, chunk out. A source that holds something for
+its rollout (a server connection) has a `close()`, called when the rollout's session ends."""
 
 
 class Model(Protocol):
-    """Predicts action chunks. `open` starts one rollout (a model may keep per-rollout state)."""
+    """Predicts action chunks. `open` starts one rollout (a model may keep per-rollout state):
+    what it holds for the rollout belongs to the source it returns, not to the model, so that
+    rollouts side by side never share it."""
 
     name: str
 
     def open(self, context: SessionContext) -> ChunkSource: ...
 
     def describe(self) -> dict[str, Any]: ...
+
+
+def release(part: Session | ChunkSource) -> None:
+    """Lets go of what a session or chunk source holds for its rollout (a server connection):
+    calls its `close()`, if it has one."""
+    close = getattr(part, "close", None)
+    if close is not None:
+        close()

@@ -21,6 +21,7 @@ from policybench.policy.base import (
     Observation,
     SessionContext,
     Step,
+    release,
 )
 from policybench.policy.codec import IDENTITY, Codec
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
@@ -70,6 +71,10 @@ class ChunkPlayer:
         ):
             self._ask(obs, time_ns)
         return Step(self._play_due(time_ns), self._next_call_ns(time_ns))
+
+    def close(self) -> None:
+        """Ends the rollout's source (a served model's connection closes)."""
+        release(self._source)
 
     def _ask(self, obs: Observation, time_ns: int) -> None:
         started = self._wall_clock_ns()
@@ -153,14 +158,20 @@ class ChunkPolicy:
 
 def coded(source: ChunkSource, codec: Codec, context: SessionContext) -> ChunkSource:
     """`source` seen through `codec`: it gets encoded observations, its chunks play decoded."""
-    if not codec.steps:
-        return source
-    instruction = context.instruction
+    return _Coded(source, codec, context.instruction) if codec.steps else source
 
-    def predict(obs: Observation) -> Chunk:
-        chunk = source(codec.encode(obs, instruction))
+
+@dataclass(frozen=True)
+class _Coded:
+    source: ChunkSource
+    codec: Codec
+    instruction: str
+
+    def __call__(self, obs: Observation) -> Chunk:
+        chunk = self.source(self.codec.encode(obs, self.instruction))
         if not isinstance(chunk, Chunk):
             raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
-        return Chunk(codec.actions(chunk.actions), chunk.fps)
+        return Chunk(self.codec.actions(chunk.actions), chunk.fps)
 
-    return predict
+    def close(self) -> None:
+        release(self.source)

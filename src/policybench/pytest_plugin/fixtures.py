@@ -182,6 +182,13 @@ class Runner:
             self._policies[(eval.name, arm.label)] = policy
         return policy
 
+    def failed(self, planned: Planned, error: Exception) -> Episode:
+        """The error Episode of a rollout that running raised `error` for (being handled)."""
+        eval, rollout = planned.eval, planned.rollout
+        reason = f"running {rollout.id!r} raised {type(error).__name__}: {error}"
+        world = self._worlds.get(eval.name) or World(eval, self.envs)
+        return error_episode(rollout, world, reason, traceback.format_exc())
+
     def process_record(self) -> dict[str, Any]:
         """What a rollout's record says of the process that ran it."""
         return {
@@ -227,9 +234,12 @@ def harness(
         observers = request.node.stash.get(OBSERVERS, [])
         group = group_of(request.node, policybench_runner.slots)
         with watched(request.config, planned.rollout, policybench_runner.worker, len(group)):
-            episode, retried = policybench_runner.run(
-                planned, FanOut(observers) if observers else None, group
-            )
+            try:
+                episode, retried = policybench_runner.run(
+                    planned, FanOut(observers) if observers else None, group
+                )
+            except Exception as error:  # raised outside a rollout (a recorder restarting, say)
+                episode, retried = policybench_runner.failed(planned, error), []
         request.node.stash[EPISODE] = episode
         add_to_record(request.node, policybench_runner.process_record())
         if retried:

@@ -112,36 +112,11 @@ class RemoteModel:
         self.metadata: dict[str, Any] | None = None
         self._shared = shared  # the run's own shared server, on a port that changes every run
         self._eval_headers = {EVAL_HEADER: eval_name, EVAL_REF_HEADER: eval_ref}
-        self._connection: ClientConnection | None = None
 
     def open(self, context: SessionContext) -> ChunkSource:
-        self.close()  # the previous rollout's connection
-        connection = self._connection = self._connect(context)
-        endpoint = self.endpoint
-
-        def predict(obs: Observation) -> Chunk:
-            frame = packb(obs)
-            try:
-                connection.send(frame)
-                answer = connection.recv(timeout=endpoint.infer_timeout_s)
-            except TimeoutError:
-                _drop(connection)
-                raise RemoteTimeout(
-                    f"policy server {endpoint.url} did not answer within "
-                    f"{endpoint.infer_timeout_s:g} s (--infer-timeout); the connection was closed "
-                    "and the next rollout reconnects"
-                ) from None
-            except websockets.ConnectionClosed as closed:
-                raise RemoteDown(
-                    f"policy server {endpoint.url} dropped the connection mid-rollout ({closed}); "
-                    "the next rollout reconnects"
-                ) from None
-            if isinstance(answer, str):
-                _drop(connection)
-                raise RemotePolicyError(_server_error(endpoint.url, answer))
-            return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), context.control_hz)
-
-        return predict
+        """The rollout's own connection to the server (closed when its session ends): rollouts
+        run side by side each hold one."""
+        return _Connection(self._connect(context), self.endpoint, context.control_hz)
 
     def _connect(self, context: SessionContext) -> ClientConnection:
         endpoint = self.endpoint
@@ -193,11 +168,6 @@ class RemoteModel:
         ) as error:
             raise _Unreachable(f"{type(error).__name__}: {error}") from None
 
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
     def describe(self) -> dict[str, Any]:
         """Name and where it is served; once connected to a policybench server, also the served
         model's own description."""
@@ -210,50 +180,105 @@ class RemoteModel:
         }
 
 
+class _Connection:
+    """One rollout's connection: sends each observation, answers the server's chunk."""
+
+    def __init__(self, connection: ClientConnection, endpoint: Endpoint, fps: float) -> None:
+        self._connection, self._endpoint, self._fps = connection, endpoint, fps
+
+    def __call__(self, obs: Observation) -> Chunk:
+        connection, endpoint = self._connection, self._endpoint
+        frame = packb(obs)
+        try:
+            connection.send(frame)
+            answer = connection.recv(timeout=endpoint.infer_timeout_s)
+        except TimeoutError:
+            _drop(connection)
+            raise RemoteTimeout(
+                f"policy server {endpoint.url} did not answer within "
+                f"{endpoint.infer_timeout_s:g} s (--infer-timeout); the connection was closed "
+                "and the next rollout reconnects"
+            ) from None
+        except websockets.ConnectionClosed as closed:
+            raise RemoteDown(
+                f"policy server {endpoint.url} dropped the connection mid-rollout ({closed}); "
+                "the next rollout reconnects"
+            ) from None
+        if isinstance(answer, str):
+            _drop(connection)
+            raise RemotePolicyError(_server_error(endpoint.url, answer))
+        return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), self._fps)
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 class Outages:
     """Waits for unreachable servers, with backoff, up to the endpoint's `server_wait_s`; says
-    so once per outage (not once per rollout) and when the server is back."""
+    so once per outage (not once per rollout) and when the server is back. Once a wait has run
+    its full length for a URL, later waits for it try once and fail at once with the same
+    reason, until a try reaches it. Each wait runs inside `paused()`, so a clock bounding a
+    rollout's wall time (a hang watchdog) can stand still while a server is awaited."""
 
     def __init__(self) -> None:
         self._down_since: dict[str, float] = {}
+        self._absent: dict[str, str] = {}  # URL -> why the last full wait for it gave up
+        self.paused: Callable[[], contextlib.AbstractContextManager[object]] = (
+            contextlib.nullcontext
+        )
 
     def wait_for(
         self, endpoint: Endpoint, connect_once: Callable[[], ClientConnection]
     ) -> ClientConnection:
-        url, started, delay = endpoint.url, time.monotonic(), 0.1
-        while True:
+        url = endpoint.url
+        try:
+            connection = connect_once()
+        except _Unreachable as error:
+            if url in self._absent:
+                raise RemoteDown(self._absent[url]) from None
+            with self.paused():
+                connection = self._wait(endpoint, connect_once, error)
+        self._absent.pop(url, None)
+        down_since = self._down_since.pop(url, None)
+        if down_since is not None:
+            LOG.warning(
+                "policy server %s reachable again after %.1f s", url, time.monotonic() - down_since
+            )
+        return connection
+
+    def _wait(
+        self,
+        endpoint: Endpoint,
+        connect_once: Callable[[], ClientConnection],
+        error: _Unreachable,
+    ) -> ClientConnection:
+        url, wait_s, started, delay = endpoint.url, endpoint.server_wait_s, time.monotonic(), 0.1
+        if url not in self._down_since:
+            self._down_since[url] = started
+            LOG.warning(
+                "policy server %s unreachable (%s); waiting up to %g s for it", url, error, wait_s
+            )
+        while (waited := time.monotonic() - started) < wait_s:
+            time.sleep(min(delay, wait_s - waited))
+            delay = min(delay * 2, MAX_BACKOFF_S)
             try:
-                connection = connect_once()
-            except _Unreachable as error:
-                waited = time.monotonic() - started
-                if waited >= endpoint.server_wait_s:
-                    raise RemoteDown(
-                        f"cannot reach a policy server at {url} ({error}; waited "
-                        f"{waited:.0f} s of --server-wait {endpoint.server_wait_s:g}); "
-                        f"{HOW_TO_SERVE}, or point --policy-url at a running one"
-                    ) from None
-                if url not in self._down_since:
-                    self._down_since[url] = time.monotonic()
-                    LOG.warning(
-                        "policy server %s unreachable (%s); waiting up to %g s for it",
-                        url,
-                        error,
-                        endpoint.server_wait_s,
-                    )
-                time.sleep(min(delay, endpoint.server_wait_s - waited))
-                delay = min(delay * 2, MAX_BACKOFF_S)
-                continue
-            down_since = self._down_since.pop(url, None)
-            if down_since is not None:
-                LOG.warning(
-                    "policy server %s reachable again after %.1f s",
-                    url,
-                    time.monotonic() - down_since,
-                )
-            return connection
+                return connect_once()
+            except _Unreachable as again:
+                error = again
+        self._absent[url] = (
+            f"cannot reach a policy server at {url} after {waited:.0f} s (--server-wait "
+            f"{wait_s:g}; last try: {error}); {HOW_TO_SERVE}, or point --policy-url at a "
+            "running one"
+        )
+        raise RemoteDown(self._absent[url])
 
 
 _OUTAGES = Outages()  # one per process: an outage is logged once, whichever rollout meets it
+
+
+def pause_while_waiting(paused: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
+    """Runs every wait of this process for an unreachable server inside `paused()`."""
+    _OUTAGES.paused = paused
 
 
 def _drop(connection: ClientConnection) -> None:

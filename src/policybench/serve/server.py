@@ -143,6 +143,8 @@ class PolicyServer:
     async def _handle(self, connection: ServerConnection) -> None:
         try:
             served, codec, context = await self._bind(connection)
+            # The model's own description (checkpoint, weights) goes into each record.
+            metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
         except Exception as error:
             await _fail(connection, f"cannot serve this connection: {error}", 1008)
             return
@@ -151,8 +153,6 @@ class PolicyServer:
         try:
             # A client that goes away (a worker ending, a killed process) ends this quietly.
             with contextlib.suppress(websockets.ConnectionClosed):
-                # The model's own description (checkpoint, weights) goes into each record.
-                metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
                 await connection.send(packb(metadata))
                 await self._answer_each(connection, batcher, peer, served, codec, context)
         finally:
