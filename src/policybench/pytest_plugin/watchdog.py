@@ -1,27 +1,46 @@
 """Nothing hangs forever: a wall-clock watchdog per rollout (`--rollout-wall-timeout`). A rollout
-that runs past it (an env or a policy call that never returns, even inside C code) has every
-thread's stack dumped to the run directory's `hangs/<worker>.txt` and its process ended; under
-xdist the worker is replaced and the rollout is an error (run again with `--retry-errors`)
-naming where it hung; without xdist the run stops there (`hangs/main.txt` says where), to be
-continued with `--resume`."""
+that runs past it (an env or a policy call that never returns) has every thread's stack dumped
+to the run directory's `hangs/<worker>.txt`. Under xdist its worker is ended and replaced and the
+rollout is an error (run again with `--retry-errors`) naming where it hung. Without xdist the
+hung call is interrupted, the rollout is an error, and the run stops there with its summary and
+report written and the `--resume` command printed; a call that cannot be interrupted (C code
+holding the interpreter) ends the process a grace period later. Waiting for an unreachable
+policy server is not a hang: the watchdog's clock stands still meanwhile (`--server-wait`
+bounds that wait)."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import faulthandler
 import os
+import shlex
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import IO
 
 import pytest
 
 from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.serve import client
 from policybench.spec import Rollout
 
 HANGS = "hangs"
 FIRED = "Timeout ("  # how faulthandler's dump begins when the limit passed
 PACKAGE = "policybench"
 BASE_S, PER_SIM_S = 120.0, 30.0  # default limit: 2 minutes plus 30 wall seconds per sim second
+GRACE_S = 10.0  # without xdist: how long an interrupted call has to give way before the exit
+MAIN = "main"  # the worker name of a run without xdist
+HUNG = pytest.StashKey[list[str]]()  # without xdist: what the run says when a rollout hung
+
+
+class RolloutHung(Exception):
+    """Raised in a run without xdist where its rollout was running when the limit passed; the
+    message says where it hung."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,7 +50,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="S",
         help="end a rollout that runs longer than S wall seconds, with a stack dump (default: "
-        f"{BASE_S:g} s plus {PER_SIM_S:g} s per simulated second of its timeout; 0: never)",
+        f"{BASE_S:g} s plus {PER_SIM_S:g} s per simulated second of its timeout; 0: never); "
+        "time spent waiting for an unreachable policy server (--server-wait) does not count",
     )
 
 
@@ -40,13 +60,76 @@ def limit_s(config: pytest.Config, rollout: Rollout) -> float | None:
     given = config.getoption("rollout_wall_timeout")
     if given is None:
         return BASE_S + PER_SIM_S * rollout.timeout_s
-    if given < 0:
-        raise pytest.UsageError(f"--rollout-wall-timeout must be >= 0 seconds, got {given}")
     return given or None
 
 
 def hang_file(run_dir: Path, worker: str) -> Path:
     return run_dir / HANGS / f"{worker}.txt"
+
+
+class _Deadline:
+    """A limit that runs while the rollout runs and stands still while one or more of its
+    threads wait for a policy server. It ends the process (`faulthandler`, from a thread of its
+    own) `backstop_s` after the limit; with `interrupt`, it also calls `interrupt` on the main
+    thread (SIGALRM) at the limit."""
+
+    def __init__(self, limit_s: float, file: IO[str], backstop_s: float, interrupt: bool) -> None:
+        self._left_s, self._file, self._backstop_s = limit_s, file, backstop_s
+        self._interrupt = interrupt
+        self._pauses = 0
+        self._closed = False
+        self._lock = threading.Lock()
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._closed:  # a server wait that outlived its rollout's block ended
+            return
+        self._armed_at = time.monotonic()
+        left_s = max(self._left_s, 1e-3)
+        faulthandler.dump_traceback_later(left_s + self._backstop_s, exit=True, file=self._file)
+        if self._interrupt:
+            signal.setitimer(signal.ITIMER_REAL, left_s)
+
+    def close(self) -> None:
+        with self._lock:
+            self._disarm()
+            self._closed = True
+
+    def _disarm(self) -> None:
+        if self._interrupt:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        self._left_s -= time.monotonic() - self._armed_at
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        with self._lock:
+            self._pauses += 1
+            if self._pauses == 1:
+                self._disarm()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pauses -= 1
+                if self._pauses == 0:
+                    self._arm()
+
+
+_running: _Deadline | None = None  # the deadline of the rollout this process runs
+
+
+@contextlib.contextmanager
+def _paused() -> Iterator[None]:
+    deadline = _running
+    if deadline is None:
+        yield
+        return
+    with deadline.paused():
+        yield
+
+
+client.pause_while_waiting(_paused)
 
 
 @contextlib.contextmanager
@@ -55,26 +138,81 @@ def watched(
 ) -> Iterator[None]:
     """Runs the block under the rollout's watchdog (its limit times `rollouts`, when the block
     runs that many such rollouts side by side)."""
+    global _running
     limit = limit_s(config, rollout)
     if limit is None:
         yield
         return
     limit *= rollouts
-    path = hang_file(run_dir_of(config), worker)
+    run_dir = run_dir_of(config)
+    path = hang_file(run_dir, worker)
     path.parent.mkdir(parents=True, exist_ok=True)
+    interrupt = worker == MAIN and threading.current_thread() is threading.main_thread()
+    fired = False
+
+    def expired(signum: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        fired = True
+        file.write(f"{FIRED}{datetime.timedelta(seconds=round(limit))})!\n")
+        faulthandler.dump_traceback(file, all_threads=True)
+        file.flush()
+        raise RolloutHung(hang_of(run_dir, worker))
+
     with path.open("a") as file:
         file.write(f"rollout {rollout.eval} {rollout.id}: no end within {limit:g} s\n")
         file.flush()
-        faulthandler.dump_traceback_later(limit, exit=True, file=file)
+        previous = signal.signal(signal.SIGALRM, expired) if interrupt else None
+        _running = _Deadline(limit, file, GRACE_S if interrupt else 0.0, interrupt)
         try:
             yield
         finally:
-            faulthandler.cancel_dump_traceback_later()
-    path.unlink(missing_ok=True)  # finished in time: nothing to tell
+            _running.close()
+            _running = None
+            if previous is not None:
+                signal.signal(signal.SIGALRM, previous)
+    if fired:
+        config.stash[HUNG] = _stopped_by(config, rollout, limit, path)
+    else:
+        path.unlink(missing_ok=True)  # finished in time: nothing to tell
+
+
+def _stopped_by(config: pytest.Config, rollout: Rollout, limit: float, path: Path) -> list[str]:
+    """What a run without xdist says when one of its rollouts hung: which, where its stack is,
+    and how to continue."""
+    args = list(config.invocation_params.args)
+    kept = [arg for i, arg in enumerate(args) if not _is_resume(args, i)]
+    resume = shlex.join(["pytest", *kept, "--resume", str(run_dir_of(config))])
+    return [
+        f"rollout {rollout.id} of {rollout.eval} did not end within {limit:g} s "
+        "(--rollout-wall-timeout), so the run stopped there",
+        f"the stack of every thread: {path}",
+        f"continue the run with: {resume}",
+    ]
+
+
+def _is_resume(args: list[str], i: int) -> bool:
+    """Whether args[i] is `--resume`, its value, or `--resume=RUN`."""
+    arg = args[i]
+    return arg == "--resume" or arg.startswith("--resume=") or (i > 0 and args[i - 1] == "--resume")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    done = yield
+    if HUNG in item.config.stash:  # its record is written; nothing more runs
+        item.session.shouldstop = item.config.stash[HUNG][0]
+    return done
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    hung = terminalreporter.config.stash.get(HUNG, None)
+    if hung is not None:
+        for line in hung:
+            terminalreporter.write_line(line, red=True, bold=True)
 
 
 def hang_of(run_dir: Path, worker: str) -> str | None:
-    """What a worker's watchdog left when it ended the worker: the limit and where it hung."""
+    """What a worker's watchdog left when the limit passed: the limit and where it hung."""
     path = hang_file(run_dir, worker)
     if not path.is_file():
         return None
@@ -84,7 +222,9 @@ def hang_of(run_dir: Path, worker: str) -> str | None:
     header = text.splitlines()[0]
     rollout_thread = next((t for t in text.split("\n\n") if "in run_rollout" in t), "")
     frames = [
-        line.strip() for line in rollout_thread.splitlines() if line.strip().startswith("File")
+        line.strip()
+        for line in rollout_thread.splitlines()
+        if line.strip().startswith("File") and __file__ not in line  # not the watchdog's own
     ]
     if not frames:
         return f"{header.split(': ', 1)[-1]} (--rollout-wall-timeout); stack: {path}"
