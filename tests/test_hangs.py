@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import threading
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from policybench import keys
+from policybench.policy.base import InfrastructureError, SessionContext
+from policybench.serve.client import Endpoint, RemoteDown, RemoteModel, RemotePolicyError
+from policybench.serve.command import MODEL_HUNG
 from tests.test_plugin import ENVS
 from tests.test_remote import REPO, free_port
 
@@ -101,3 +109,74 @@ def test_a_hang_without_xdist_says_which_rollout_where_and_how_to_resume(
     assert record["outcome"] == "error" and "no end within 2 s" in record["reason"]
     assert "hung at File" in record["reason"] and "test_point.py" in record["reason"]
     assert (where / "summary.json").is_file() and (where / "index.html").is_file()
+
+
+HANGING_MODEL = """
+import itertools, time
+from envs import GreedyPointModel, point_eval
+from policybench import keys
+
+POINT3 = point_eval("point3", tasks={"a": "reach a", "b": "reach b", "c": "reach c"})
+
+
+class HangsOnB:
+    # Solves the point task, but its second call on task b never returns.
+    name = "hangs-on-b"
+
+    def open(self, context):
+        greedy, calls = GreedyPointModel().open(context), itertools.count()
+
+        def predict(obs):
+            if context.instruction == "reach b" and next(calls) >= 1:
+                time.sleep(3600)
+            return greedy(obs)
+
+        return predict
+
+    def describe(self):
+        return {keys.POLICY_NAME: self.name}
+
+
+HANGS_ON_B = HangsOnB()
+"""
+
+
+def test_a_served_call_past_the_call_timeout_fails_its_task_only_and_ends_the_server(
+    tmp_path: Path,
+):
+    (tmp_path / "envs.py").write_text(ENVS)
+    (tmp_path / "hanging.py").write_text(HANGING_MODEL)
+    port = free_port()
+    command = [sys.executable, "-m", "policybench.cli", "serve", "--policy=hanging:HANGS_ON_B"]
+    command += ["--eval=hanging:POINT3", "--call-timeout=2", f"--port={port}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [tmp_path, REPO / "src", REPO]))}
+    server = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        assert "serving" in server.stdout.readline()
+        errors: dict[str, Exception] = {}
+
+        def rollout(instruction: str) -> None:
+            model = RemoteModel(Endpoint(f"ws://127.0.0.1:{port}"), eval_name="point3")
+            source = model.open(SessionContext(instruction, 10.0))
+            try:
+                for _ in range(5):
+                    source({keys.STATE: np.array([0.0, 1.0])})
+            except Exception as error:
+                errors[instruction] = error
+
+        threads = [threading.Thread(target=rollout, args=(f"reach {t}",)) for t in "abc"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert server.wait(30) == MODEL_HUNG
+    finally:
+        server.kill()
+    hung = errors.pop("reach b")
+    assert isinstance(hung, RemotePolicyError) and not isinstance(hung, InfrastructureError)
+    assert "model call did not return within 2 s" in str(hung) and "'reach b'" in str(hung)
+    # The others' calls waited behind the stuck one: their server went away, to be run again.
+    assert all(isinstance(error, RemoteDown) for error in errors.values()), errors
+    assert "exiting with status 75" in server.stdout.read()

@@ -45,6 +45,12 @@ class Request:
     rollout: RolloutState
     obs: Observation
     queued_at: float = field(default_factory=time.perf_counter)
+    in_model: bool = False  # the model is working on it (set and cleared on the model's thread)
+
+
+class ModelCallHung(RuntimeError):
+    """A model call ran past the server's call timeout; its message names the limit and the
+    tasks (instructions) of the requests the model was working on."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +164,9 @@ class Batcher:
     model's thread and back).
 
     An exception fails only the call it happened in (for a model without `predict_batch`, only
-    the request). The model sees each request's env observation through `codec`, and its actions
-    are played back through it. Used from one event loop."""
+    the request); a call that runs past `call_timeout_s` fails the requests the model is working
+    on with ModelCallHung. The model sees each request's env observation through `codec`, and
+    its actions are played back through it. Used from one event loop."""
 
     def __init__(
         self,
@@ -168,6 +175,7 @@ class Batcher:
         max_batch: int = 8,
         max_wait_s: float = 0.002,
         codec: Codec = IDENTITY,
+        call_timeout_s: float | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -178,6 +186,7 @@ class Batcher:
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.model_thread = model_thread
+        self.call_timeout_s = call_timeout_s
         self.counters = BatchCounters()
         self.call_cost = CallCost()
         self._batched = isinstance(model, BatchedModel)  # only then can waiting pay off
@@ -242,9 +251,35 @@ class Batcher:
         except RuntimeError as error:  # the model thread is shut down: the server is closing
             running = asyncio.get_running_loop().create_future()
             running.set_exception(error)
-        running.add_done_callback(functools.partial(self._finish, batch, started))
+        expiry = None
+        if self.call_timeout_s is not None:
+            loop = asyncio.get_running_loop()
+            expiry = loop.call_later(self.call_timeout_s, self._expire, batch)
+        running.add_done_callback(functools.partial(self._finish, batch, started, expiry))
 
-    def _finish(self, batch: list[_Waiting], started: float, running: asyncio.Future) -> None:
+    def _expire(self, batch: list[_Waiting]) -> None:
+        """The call runs past the timeout: the requests the model is working on fail with
+        ModelCallHung; the others of the call, not begun or done, wait on with the model's
+        thread (a server meeting ModelCallHung exits, so their clients run them elsewhere)."""
+        hung = [waiting for waiting in batch if waiting.request.in_model] or batch
+        tasks = sorted({waiting.request.rollout.context.instruction for waiting in hung})
+        error = ModelCallHung(
+            f"model call did not return within {self.call_timeout_s:g} s (the server's call "
+            f"timeout) on task {', '.join(map(repr, tasks))}"
+        )
+        for waiting in hung:
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
+
+    def _finish(
+        self,
+        batch: list[_Waiting],
+        started: float,
+        expiry: asyncio.TimerHandle | None,
+        running: asyncio.Future,
+    ) -> None:
+        if expiry is not None:
+            expiry.cancel()
         self._running = False
         now = self._free_since = time.perf_counter()
         call_s = now - started
@@ -285,6 +320,8 @@ def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk
     env observation through `codec`; its actions come back through it."""
     # What isinstance(model, BatchedModel) checks, without its cost at every call (tens of us).
     if hasattr(model, "predict_batch"):
+        for request in requests:
+            request.in_model = True
         try:
             chunks = model.predict_batch(
                 [
@@ -300,8 +337,12 @@ def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk
             return [Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks]
         except Exception as error:
             return [error] * len(requests)
+        finally:
+            for request in requests:
+                request.in_model = False
     results: list[Chunk | Exception] = []
     for request in requests:
+        request.in_model = True
         try:
             rollout = request.rollout
             if rollout.source is None:
@@ -309,6 +350,8 @@ def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk
             results.append(_checked(rollout.source(request.obs)))
         except Exception as error:
             results.append(error)
+        finally:
+            request.in_model = False
     return results
 
 

@@ -5,6 +5,7 @@ across connections."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 API_KEY_VARIABLE = "POLICYBENCH_API_KEY"
 READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
+MODEL_HUNG = 75  # the exit status once a model call ran past --call-timeout (EX_TEMPFAIL)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -70,6 +72,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_FRAME_BYTES / 2**20,
         help="largest frame accepted, in MiB (default 64)",
     )
+    parser.add_argument(
+        "--call-timeout",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="answer the requests of a model call still running after S seconds with an error "
+        f"naming their task, then exit with status {MODEL_HUNG} (the model's thread is stuck), "
+        "for whoever started the server to restart it (default 0: no limit)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of seeded policies (default 0)")
     parser.add_argument(
         "--policy-device", default="cpu", help="where a model with weights runs (default cpu)"
@@ -86,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"cannot serve policy {args.policy!r} ({error})") from None
     if args.policy == OPENPI:
         raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
-    if args.max_batch < 1 or args.max_wait_ms < 0:
-        raise SystemExit("--max-batch must be >= 1 and --max-wait-ms >= 0")
+    if args.max_batch < 1 or args.max_wait_ms < 0 or args.call_timeout < 0:
+        raise SystemExit("--max-batch must be >= 1, --max-wait-ms and --call-timeout >= 0")
     models = EvalModels(
         args.policy,
         PolicySettings(seed=args.seed, device=args.policy_device),
@@ -101,13 +112,15 @@ def run(args: argparse.Namespace) -> int:
         max_wait_ms=args.max_wait_ms,
         api_key=args.api_key or None,
         max_frame_bytes=round(args.max_frame_mb * 2**20),
+        call_timeout_s=args.call_timeout or None,
     )
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
-        event_loop.run(_serve(PolicyServer(models, config, args.policy)))
+        return event_loop.run(_serve(PolicyServer(models, config, args.policy)))
     return 0
 
 
-async def _serve(server: PolicyServer) -> None:
+async def _serve(server: PolicyServer) -> int:
+    """Serves until stopped (0) or until a model call hangs (MODEL_HUNG)."""
     listening = await server.start()
     host, port = listening.sockets[0].getsockname()[:2]
     config = server.config
@@ -116,9 +129,19 @@ async def _serve(server: PolicyServer) -> None:
         f"/healthz; batches of up to {config.max_batch}, {config.max_wait_ms:g} ms window)",
         flush=True,
     )
+    serving = asyncio.ensure_future(listening.serve_forever())
     try:
-        await listening.serve_forever()
+        await asyncio.wait((serving, server.hung()), return_when=asyncio.FIRST_COMPLETED)
+        if not server.hung().done():
+            return 0
+        print(
+            f"policybench serve: {server.hung().result()}; exiting with status {MODEL_HUNG}, as "
+            "its model's thread cannot be stopped",
+            flush=True,
+        )
+        return MODEL_HUNG
     finally:
+        serving.cancel()
         await server.close()
 
 

@@ -32,7 +32,14 @@ from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
 from policybench.serve import event_loop
-from policybench.serve.batcher import BatchCounters, Batcher, Peer, Request, RolloutState
+from policybench.serve.batcher import (
+    BatchCounters,
+    Batcher,
+    ModelCallHung,
+    Peer,
+    Request,
+    RolloutState,
+)
 from policybench.serve.model_thread import ModelThread
 from policybench.serve.wire import (
     ACTIONS,
@@ -96,6 +103,7 @@ class ServerConfig:
     max_wait_ms: float = 2.0
     api_key: str | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    call_timeout_s: float | None = None  # a model call that runs longer hangs the server
 
 
 class PolicyServer:
@@ -109,6 +117,7 @@ class PolicyServer:
         self._batchers: dict[int, Batcher] = {}
         # One thread runs every model call and build, off the event loop.
         self._model_thread = ModelThread()
+        self._hung: asyncio.Future[str] | None = None  # why the model thread is stuck
         self.metadata = {
             "server": "policybench",
             keys.POLICY: name,
@@ -187,6 +196,10 @@ class PolicyServer:
                 )
             try:
                 answer = await batcher.submit(peer, Request(rollout, obs))
+            except ModelCallHung as hung:
+                await _fail(connection, str(hung), 1011)
+                self._hung_by(str(hung))
+                return
             except Exception:
                 await _fail(connection, traceback.format_exc(), 1011)
                 return
@@ -213,6 +226,18 @@ class PolicyServer:
         context = headers.get(CONTEXT_HEADER)
         return served, codec, None if context is None else context_from_json(context)
 
+    def _hung_by(self, reason: str) -> None:
+        hung = self.hung()
+        if not hung.done():
+            hung.set_result(reason)
+
+    def hung(self) -> asyncio.Future[str]:
+        """Done, with the reason, once a model call ran past the call timeout: the model's
+        thread is stuck, so the server can answer nothing more and should exit."""
+        if self._hung is None:
+            self._hung = asyncio.get_running_loop().create_future()
+        return self._hung
+
     def _batcher_for(self, served: ServedModel) -> Batcher:
         batcher = self._batchers.get(id(served.model))
         if batcher is None:
@@ -222,6 +247,7 @@ class PolicyServer:
                 self.config.max_batch,
                 self.config.max_wait_ms / 1e3,
                 served.model_codec,
+                self.config.call_timeout_s,
             )
             self._batchers[id(served.model)] = batcher
         return batcher
