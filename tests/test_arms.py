@@ -130,7 +130,8 @@ def test_ab_run_reports_each_arm_and_their_paired_comparison(bench):
     assert Counter(r[keys.ARM] for r in found) == {"scripted": 4, "random": 4}
     assert all(r[keys.NODEID].endswith(f"/policy={r[keys.ARM]}]") for r in found)
     assert all(keys.ASSIGNMENT not in r for r in found)
-    rows = {(row[keys.EVAL], row[keys.ARM]): row for row in summary(bench)["arms"]}
+    arms = summary(bench)["arms"]
+    rows = {(row[keys.EVAL], row[keys.ARM]): row for arm in arms for row in arm["evals"]}
     assert rows[("point", "scripted")]["success_rate"] == 1.0
     assert rows[("point", "random")]["success_rate"] == 0.0
     (versus,) = summary(bench)["arm_comparisons"]

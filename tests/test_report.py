@@ -146,7 +146,8 @@ def test_html_report_shows_overview_chart_rollouts_and_error_messages(bench):
         'data-filter="outcome"',
     ):
         assert element in index
-    assert index.count('<g class="bar"') == 4  # one bar per task
+    assert index.count('<g class="bar"') == 3  # one bar per task, but for the one that errored
+    assert "Every rollout errored, so no rate is drawn, for: broken / crash." in index
     assert index.count('<tr class="error"') == 2
     assert "env step raised RuntimeError: simulated physics blow-up at step 2" in index
     pages = sorted((run_dir / "rollouts").glob("*.html"))

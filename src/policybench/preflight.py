@@ -64,13 +64,14 @@ class Preflight:
     def from_json(cls, data: dict[str, Any]) -> Preflight:
         return cls(**{**data, "verdict": Verdict(data["verdict"]), "notes": tuple(data["notes"])})
 
-    def line(self) -> str:
-        """One line for a terminal."""
+    def line(self, arm: str | None = None) -> str:
+        """One line for a terminal; naming the `arm` whose policy it asked, in an A/B run."""
+        named = self.eval if arm is None else f"{self.eval} under arm {arm}"
         if self.verdict is not Verdict.PASSED:
-            return f"preflight {self.eval}: {self.verdict.value}: {self.problem}"
+            return f"preflight {named}: {self.verdict.value}: {self.problem}"
         notes = "".join(f"; {note}" for note in self.notes)
         return (
-            f"preflight {self.eval}: passed: answered {self.answered} (horizon {self.horizon}) "
+            f"preflight {named}: passed: answered {self.answered} (horizon {self.horizon}) "
             f"for action space {self.action_space} in {self.latency_ms:.1f} ms{notes}"
         )
 

@@ -17,7 +17,7 @@ import pytest
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, settings_of
-from policybench.pytest_plugin.outcomes import record_of
+from policybench.pytest_plugin.outcomes import no_policy_of, record_of
 from policybench.pytest_plugin.resume import compact, latest_per_rollout, resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.shards import shard_setting
@@ -57,13 +57,18 @@ class Aggregator:
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped
+        self.no_policy: set[str] = set()  # Evals whose rollouts were skipped for want of a policy
+        self.policy_given = bool(config.getoption("policy", None))
         self.writer = ResultsWriter(self.run_dir)
         self.findings: Findings | None = None
         self.unreported: tuple[str, ...] = ()  # gate breaches of a run that recorded nothing
         self.report_s = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        missing = not_installed(report)
+        no_policy = no_policy_of(report)
+        if no_policy is not None:
+            self.no_policy.add(no_policy[0])
+        missing = not_installed(report) or no_policy
         if missing is not None:
             self.not_run.setdefault(missing, 0)
             self.not_run[missing] += 1
@@ -106,6 +111,8 @@ class Aggregator:
         summary = Summary.of(self.records, arms=[arm.label for arm in self.settings.arms])
         declared = gates.declared_floors(self.config)
         breaches, notes = gates.floor_breaches(summary, self.gate_settings, declared)
+        if not self.records and self.no_policy:  # nothing ran for want of a policy
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.records:  # no report to write; a gate over nothing still fails the run
             self.unreported = tuple(breach.line() for breach in breaches)
             self.config.stash[gates.BREACHED] = bool(breaches)
@@ -157,6 +164,8 @@ class Aggregator:
             terminalreporter.section(f"policybench: {named} {self.settings.policy_shown}")
         for (eval, why), count in sorted(self.not_run.items()):
             write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
+        if self.no_policy:
+            write(self._no_policy_line(), red=not self.records, bold=True)
         for line in self.unreported:
             write(line, red=True, bold=True)
         resumed = resumed_of(self.config)
@@ -181,12 +190,25 @@ class Aggregator:
             write(f"compared with baseline {findings.comparison.before}:")
             for line in findings.comparison.lines():
                 write(line)
+        for line in summary.success_lines():
+            write(f"warning: {line}", yellow=True, bold=True)
         for note in findings.notes:
             write(f"note: {note}")
         for line in findings.breaches:
             write(line, red=True, bold=True)
         write(f"results: {self.writer.path}")
         write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
+
+    def _no_policy_line(self) -> str:
+        evals = ", ".join(sorted(self.no_policy))
+        nothing = "" if self.records else "nothing ran: "
+        if self.policy_given:
+            return f"{nothing}the policy given cannot run on {evals} (see above)"
+        return (
+            f"{nothing}no policy was given, and the default (--policy=scripted, an Eval's own "
+            f"expert) cannot run on {evals}: give one with --policy=random, --policy=openpi "
+            "(a served model), --policy=lerobot:PATH or --policy=module:attr (your own)"
+        )
 
 
 def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:

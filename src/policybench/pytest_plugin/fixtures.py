@@ -69,6 +69,10 @@ class RolloutError(Exception):
         self.outcome = outcome
 
 
+class PolicyCannotRun(pytest.skip.Exception):
+    """Skips a rollout whose policy cannot run on its Eval (no scripted expert, no codec)."""
+
+
 class Runner:
     """One World per Eval and one Policy per Eval and arm in this process, built on first use;
     the Worlds share one EnvCache, so the process holds at most `--max-envs-per-worker` live
@@ -139,7 +143,7 @@ class Runner:
         try:
             policy = self._policy_for(planned, arm, world)
         except PolicyUnavailable as unavailable:
-            pytest.skip(str(unavailable))
+            raise PolicyCannotRun(str(unavailable)) from None
         except Exception as error:
             shown = arm.label if planned.arm else self._settings.policy
             return error_episode(
@@ -150,10 +154,13 @@ class Runner:
                 traceback.format_exc(),
             )
         # An A/B run checks each arm's policy against the Eval.
-        checked_as = eval.name if planned.arm is None else f"{eval.name}-{arm.label}"
-        checked = self._preflights.get(checked_as, lambda: self._preflight(rollout, world, policy))
+        under = None if planned.arm is None else arm.label
+        checked = self._preflights.get(
+            eval.name, under, lambda: self._preflight(rollout, world, policy)
+        )
         if checked.failed:
-            reason = f"preflight of {eval.name!r} failed, so none of its rollouts ran: "
+            named = repr(eval.name) if under is None else f"{eval.name!r} under arm {under!r}"
+            reason = f"preflight of {named} failed, so none of its rollouts ran: "
             return error_episode(rollout, world, reason + str(checked.problem))
         return world, policy
 

@@ -19,10 +19,17 @@ import pytest
 from policybench import keys
 from policybench.harness import planned_statics
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.fixtures import EPISODE, RECORD_FIELDS, RolloutError
+from policybench.pytest_plugin.fixtures import (
+    EPISODE,
+    RECORD_FIELDS,
+    PolicyCannotRun,
+    RolloutError,
+)
 from policybench.record.episode import Episode, OutcomeKind
 
 RECORD = "policybench"  # name of the call report's user property that carries the record
+# The user property of a rollout skipped because its policy cannot run on its Eval: [eval, why].
+NO_POLICY = "policybench_no_policy"
 JUNIT_FIELDS = (keys.OUTCOME, keys.REASON, keys.STEPS, keys.SUM_REWARD)
 
 
@@ -40,6 +47,9 @@ def pytest_runtest_makereport(
         report.user_properties.append((RECORD, record))
         # The item's own properties reach --junitxml (pytest's record_property way).
         item.user_properties += [(f"policybench.{name}", record[name]) for name in JUNIT_FIELDS]
+    if call.excinfo is not None and isinstance(call.excinfo.value, PolicyCannotRun):
+        why = [planned[keys.EVAL] if planned else "", str(call.excinfo.value.msg)]
+        report.user_properties.append((NO_POLICY, why))
     if call.excinfo is not None and isinstance(call.excinfo.value, RolloutError):
         outcome = call.excinfo.value.outcome
         report.longrepr = f"{outcome.reason}\n\n{outcome.details}".rstrip()
@@ -94,6 +104,15 @@ def record_of(report: pytest.TestReport) -> dict[str, Any] | None:
     for name, value in report.user_properties:
         if name == RECORD:
             return value
+    return None
+
+
+def no_policy_of(report: pytest.TestReport) -> tuple[str, str] | None:
+    """(Eval name, why) when `report` skipped a rollout because its policy cannot run on its
+    Eval."""
+    for name, value in report.user_properties:
+        if name == NO_POLICY:
+            return value[0], value[1]
     return None
 
 

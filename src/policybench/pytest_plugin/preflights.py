@@ -1,6 +1,7 @@
-"""One preflight per Eval per run, shared by the run's processes through files in the run
-directory (`preflight/<eval>.json`): the first process to reach an Eval runs it under a file
-lock, the others read it; the controller prints each at the end."""
+"""One preflight per Eval (and arm, in an A/B run) per run, shared by the run's processes through
+files in the run directory (`preflight/<eval>.json`, `preflight/<eval>@<arm>.json`): the first
+process to reach an Eval runs it under a file lock, the others read it; the controller prints
+each at the end, naming its arm."""
 
 from __future__ import annotations
 
@@ -18,35 +19,46 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.workers import is_worker
 
 PREFLIGHT = "preflight"  # the run directory's folder of preflights
+ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
 
 
 class PreflightStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._known: dict[str, Preflight] = {}
+        self._known: dict[tuple[str, str | None], Preflight] = {}
 
-    def get(self, eval_name: str, run: Callable[[], Preflight]) -> Preflight:
-        """The run's preflight of `eval_name`, run now if no process has yet. An inconclusive
-        one (the server could not be asked) is kept by this process only."""
-        known = self._known.get(eval_name)
+    def get(self, eval_name: str, arm: str | None, run: Callable[[], Preflight]) -> Preflight:
+        """The run's preflight of `eval_name` (under `arm`, in an A/B run), run now if no
+        process has yet. An inconclusive one (the server could not be asked) is kept by this
+        process only."""
+        known = self._known.get((eval_name, arm))
         if known is not None:
             return known
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{file_name(eval_name)}.json"
-        with (self.directory / f".{file_name(eval_name)}.lock").open("w") as lock:
+        name = file_name(eval_name if arm is None else f"{eval_name}@{arm}")
+        path = self.directory / f"{name}.json"
+        with (self.directory / f".{name}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.exists():
-                found = Preflight.from_json(json.loads(path.read_text()))
+                found = read(path)[0]
             else:
                 found = run()
                 if found.verdict is not Verdict.INCONCLUSIVE:
-                    path.write_text(json.dumps(found.as_json(), indent=1, sort_keys=True))
-        self._known[eval_name] = found
+                    data = {**found.as_json(), ARM: arm}
+                    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+        self._known[(eval_name, arm)] = found
         return found
 
 
+def read(path: Path) -> tuple[Preflight, str | None]:
+    """A stored preflight and the arm it asked (None in a one-policy run)."""
+    data = json.loads(path.read_text())
+    arm = data.pop(ARM, None)
+    return Preflight.from_json(data), arm
+
+
 def file_name(eval_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", eval_name)
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", eval_name)
 
 
 def store_of(config: pytest.Config) -> PreflightStore:
@@ -58,5 +70,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     directory = run_dir_of(config) / PREFLIGHT
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-        found = Preflight.from_json(json.loads(path.read_text()))
-        terminalreporter.write_line(found.line(), red=found.failed)
+        found, arm = read(path)
+        terminalreporter.write_line(found.line(arm), red=found.failed)

@@ -1,6 +1,6 @@
-"""The HTML report: index.html (overview, an A/B run's arms side by side and compared,
-success-per-task chart, distributions, every rollout) and one page per rollout, from Jinja2
-templates; self-contained, opens from disk."""
+"""The HTML report: index.html (an A/B run's arms side by side and compared first, then the
+overview (pooled over arms in an A/B run), success-per-task chart, distributions, every rollout)
+and one page per rollout, from Jinja2 templates; self-contained, opens from disk."""
 
 from __future__ import annotations
 
@@ -47,21 +47,27 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
     )
     env.filters["pct"] = percent
     env.filters["points"] = points
+    summary = findings.summary
     rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
-    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if findings.summary.arms else ()), keys.OUTCOME)
+    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if summary.arms else ()), keys.OUTCOME)
+    tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
+    histograms = [
+        histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS] or None),
+        histogram("Wall time per step", "ms", findings.records, step_wall_ms),
+        histogram("Model call wall time (rollout mean)", "ms", findings.records, infer_ms),
+    ]
     index = run_dir / INDEX
     index.write_text(
         env.get_template("index.html.j2").render(
             f=findings,
             title=findings.run.run_id if findings.run else run_dir.name,
-            overview=[*findings.summary.evals, findings.summary.overall],
-            chart=task_chart(findings.summary.tasks),
-            arms=arm_grid(findings.summary.arms),
-            histograms=[
-                histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS]),
-                histogram("Wall time per step", "ms", findings.records, step_wall_ms),
-                histogram("Model call wall time (rollout mean)", "ms", findings.records, infer_ms),
+            overview=[*summary.evals, summary.overall],
+            chart=task_chart(tasks),
+            all_errored=[
+                row.label for row in tasks if row.stats.tally.errors == row.stats.tally.rollouts
             ],
+            arms=arm_grid(summary.arms),
+            histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
             rollouts=rollouts,
             choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
         ),
@@ -157,15 +163,17 @@ class Bar:
 
 
 def task_chart(tasks: Sequence[Row]) -> list[Bar]:
+    """A bar per task (per task and arm in an A/B run), but for tasks whose every rollout
+    errored: they have no success rate to draw."""
     evals = list(dict.fromkeys(row.eval for row in tasks))
     bars = []
     for row in tasks:
         tally, interval = row.stats.tally, row.stats.tally.interval()
-        if tally.rate is None or interval is None:
+        if tally.rate is None or interval is None or tally.errors == tally.rollouts:
             continue
         bars.append(
             Bar(
-                row.label,
+                row.label if row.arm is None else f"{row.label} [{row.arm}]",
                 evals.index(row.eval),
                 tally.rate,
                 *interval,

@@ -1,6 +1,6 @@
 """summary.json: what a run was (command, versions, settings: enough to reproduce it) and what
 it found (per Eval, per task and overall: counts, success rate with interval, spreads; in an A/B
-run also per arm, and each pair of arms compared)."""
+run the same per arm, each pair of arms compared, and the rows pooled over arms named so)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from policybench.report.arms import arm_order
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.stats import CONFIDENCE, GroupStats, group
+from policybench.world import SUCCESS_INFO_KEYS
 
 Records = Sequence[Mapping[str, Any]]
 SUMMARY = "summary.json"
@@ -91,6 +92,9 @@ class Row:
     policy: Mapping[str, Any]
     packages: Mapping[str, Any]
     arm: str | None = None  # in an A/B run's rows per arm
+    # Whether the env reported success in the group's rollouts: False when they stepped and
+    # it never did (the rate is then 0 for want of a signal), None when none stepped.
+    success_reported: bool | None = None
 
     @property
     def label(self) -> str:
@@ -123,6 +127,7 @@ class Row:
             keys.INFERENCE_LATENCY: list(self.stats.latency),
             keys.POLICY: dict(self.policy),
             keys.PACKAGES: dict(self.packages),
+            keys.SUCCESS_REPORTED: self.success_reported,
         }
 
 
@@ -169,11 +174,15 @@ class ArmComparison:
 
 @dataclass(frozen=True)
 class Summary:
+    """What a run found. In an A/B run, `evals`, `tasks` and `overall` pool every arm's
+    rollouts; `arms` and `arm_tasks` hold each arm's own rows."""
+
     evals: tuple[Row, ...]
     tasks: tuple[Row, ...]
     overall: Row
     problems: tuple[str, ...] = ()
     arms: tuple[Row, ...] = ()  # an A/B run's arms: per Eval, then over all Evals
+    arm_tasks: tuple[Row, ...] = ()  # an A/B run's arms per task
     versus: tuple[ArmComparison, ...] = ()  # each pair of arms, the earlier one as `before`
 
     @classmethod
@@ -186,7 +195,8 @@ class Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs)."""
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
-            return Row(eval, task, GroupStats.of(members), *_descriptions(members), arm)
+            stats, reported = GroupStats.of(members), _success_reported(members)
+            return Row(eval, task, stats, *_descriptions(members), arm, reported)
 
         evals = group(records, keys.EVAL)
         order = arm_order(records, arms)
@@ -197,6 +207,11 @@ class Summary:
             for arm in order
         ]
         arm_rows += [row(OVERALL, None, by_arm[arm], arm) for arm in order]
+        arm_tasks = [
+            row(e, t, members, arm)
+            for arm in order
+            for (e, t), members in group(by_arm[arm], keys.EVAL, keys.TASK).items()
+        ]
         assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
         versus = [
             ArmComparison(compare_runs(by_arm[before], by_arm[after], (before, after)), assigned)
@@ -209,31 +224,64 @@ class Summary:
             overall=row(OVERALL, None, records),
             problems=tuple(problems),
             arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
+            arm_tasks=tuple(arm_tasks),
             versus=tuple(versus),
         )
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
-        arms = {}
+        """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in
+        the run's order), each pair of arms compared, and the rows over every arm's rollouts
+        together under `pooled_over_arms` (a pooled rate mixes the policies compared)."""
+        found = {
+            "evals": [row.as_json() for row in self.evals],
+            "tasks": [row.as_json() for row in self.tasks],
+            "overall": self.overall.as_json(),
+        }
         if self.arms:
-            arms = {
-                "arms": [row.as_json() for row in self.arms],
+            found = {
+                "arms": [self._arm_json(arm) for arm in dict.fromkeys(r.arm for r in self.arms)],
                 "arm_comparisons": [versus.as_json() for versus in self.versus],
+                "pooled_over_arms": found,
             }
         return {
             "run": None if run is None else asdict(run),
             "confidence": CONFIDENCE,
             "interval_method": "wilson",
-            "overall": self.overall.as_json(),
-            "evals": [row.as_json() for row in self.evals],
-            "tasks": [row.as_json() for row in self.tasks],
             "problems": list(self.problems),
-            **arms,
+            **found,
         }
+
+    def _arm_json(self, arm: str | None) -> dict[str, Any]:
+        rows = [row for row in self.arms if row.arm == arm]
+        return {
+            keys.ARM: arm,
+            "evals": [row.as_json() for row in rows if row.eval != OVERALL],
+            "tasks": [row.as_json() for row in self.arm_tasks if row.arm == arm],
+            "overall": next(row.as_json() for row in rows if row.eval == OVERALL),
+        }
+
+    def success_lines(self) -> list[str]:
+        """One line per Eval whose env never reported success in the run (its 0% says nothing
+        of the policy), saying what to do."""
+        said = ", ".join(f"`{key}`" for key in SUCCESS_INFO_KEYS)
+        return [
+            f"{row.eval}: the env never reported success in {row.stats.tally.rollouts} "
+            f"rollout(s) (none of {said} in its step info), so each counts as unsolved; have "
+            "its step() put one of them in `info`"
+            for row in self.evals
+            if row.success_reported is False
+        ]
 
     def write(self, run_dir: Path, run: RunInfo | None) -> Path:
         path = run_dir / SUMMARY
         path.write_text(json.dumps(self.as_json(run), indent=2, sort_keys=True) + "\n")
         return path
+
+
+def _success_reported(members: Records) -> bool | None:
+    said = [member.get(keys.SUCCESS_REPORTED) for member in members]
+    known = [value for value in said if value is not None]
+    return any(known) if known else None
 
 
 def _descriptions(members: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
