@@ -6,6 +6,7 @@ empty charts, and the overview's last column shows at 1280 px without scrolling.
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 
@@ -19,7 +20,7 @@ from tests.test_plugin import ENVS
 
 def test_ab_report_opens_with_the_arms_and_names_what_it_pools(pytester):
     pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
-    result = pytester.runpytest("--rollouts", "2", *AB)
+    result = pytester.runpytest("--rollouts", "2", *AB, "--junitxml=junit.xml")
     assert result.parseoutcomes() == {"passed": 4, "unsolved": 4}
     for arm in ("scripted", "random"):  # one preflight per arm, each naming it
         result.stdout.fnmatch_lines([f"preflight point under arm {arm}: passed: *"])
@@ -40,6 +41,20 @@ def test_ab_report_opens_with_the_arms_and_names_what_it_pools(pytester):
     assert index.index('id="arms"') < index.index('id="overview"')
     assert "Success per Eval, pooled over arms</h2>" in index
     assert 'data-task="point / far [random]"' in index  # the chart's bars are per arm
+    suite = ElementTree.parse(pytester.path / "junit.xml").getroot().find("testsuite")
+    rates = {
+        p.get("name"): p.get("value")
+        for p in suite.iterfind("properties/property")
+        if p.get("name").endswith(".success_rate")
+    }
+    assert rates == {
+        "policybench.scripted.point.success_rate": "1.0",
+        "policybench.scripted.all.success_rate": "1.0",
+        "policybench.random.point.success_rate": "0.0",
+        "policybench.random.all.success_rate": "0.0",
+        "policybench.pooled.point.success_rate": "0.5",
+        "policybench.pooled.all.success_rate": "0.5",
+    }
 
 
 ALL_ERRORED = """

@@ -213,15 +213,17 @@ class Aggregator:
 
 def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:
     """With --junitxml: each Eval's (and the run's) success rate and 95% interval as testsuite
-    properties, so CI dashboards see them beside the rollouts' testcases."""
+    properties, so CI dashboards see them beside the rollouts' testcases. In an A/B run, each
+    arm's (`policybench.ARM.EVAL.…`) and those pooled over arms (`policybench.pooled.EVAL.…`)."""
     from _pytest.junitxml import xml_key  # pytest's own LogXML, as record_testsuite_property uses
 
     xml = config.stash.get(xml_key, None)
     if xml is None:
         return
-    for row in [*summary.evals, summary.overall]:
+    for row in [*summary.arms, *summary.evals, summary.overall]:
         tally, interval = row.stats.tally, row.stats.tally.interval()
-        prefix = f"policybench.{row.eval}"
+        named = row.arm if row.arm is not None else "pooled" if summary.arms else None
+        prefix = f"policybench.{row.eval}" if named is None else f"policybench.{named}.{row.eval}"
         xml.add_global_property(f"{prefix}.rollouts", tally.rollouts)
         xml.add_global_property(f"{prefix}.solved", tally.solved)
         xml.add_global_property(f"{prefix}.errors", tally.errors)
