@@ -116,18 +116,6 @@ def test_bad_inference_latency_is_a_usage_error(bench):
     result.stderr.fnmatch_lines(["*inference latency must be 'none', 'measured' or seconds*"])
 
 
-def test_an_eval_with_no_rollouts_is_a_collection_error_not_an_item(bench):
-    result = bench.runpytest("--rollouts", "0")
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # errors during collection
-    result.stdout.fnmatch_lines(
-        [
-            "*ERROR collecting test_point.py*",
-            "*eval 'solvable' planned no rollouts (--rollouts=0); ask for at least one per task*",
-        ]
-    )
-    result.assert_outcomes(errors=1)
-
-
 def test_suite_option_selects_evals_by_name(bench):
     result = bench.runpytest("--suite", "solv", "--rollouts", "2")
     result.assert_outcomes(passed=2, deselected=4)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from policybench import keys
+from policybench.options import (
+    INFER_TIMEOUT,
+    POLICY_API_KEY,
+    POLICY_DEVICE,
+    POLICY_URL,
+    SEED,
+    SERVER_WAIT,
+    api_key,
+)
 from policybench.policy.base import Observation, Policy
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.preflight import (
@@ -31,7 +39,6 @@ from policybench.preflight import (
 from policybench.registry import OPENPI, PolicySettings, build_policy, check_policy_name
 from policybench.rendering import render_problem
 from policybench.serve.client import DEFAULT_URL, Endpoint, RemoteModel
-from policybench.serve.command import API_KEY_VARIABLE
 from policybench.serve.server import SERVED_MODEL
 from policybench.spec import Eval, Rollout
 from policybench.suites import eval_named
@@ -66,40 +73,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="policy to probe, as pytest's --policy: openpi (default; served at --policy-url), "
         "scripted, random, lerobot:PATH, module:attr, or an installed policy name",
     )
-    parser.add_argument(
-        "--policy-url",
-        default=None,
-        help=f"where --policy=openpi is served (default {DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--policy-api-key",
-        default=os.environ.get(API_KEY_VARIABLE),
-        help=f"API key for the policy server (default: ${API_KEY_VARIABLE}, else none)",
-    )
-    parser.add_argument(
-        "--infer-timeout",
-        type=float,
-        default=300.0,
-        help="seconds to wait for the server's answer (default 300: a first call may compile)",
-    )
-    parser.add_argument(
-        "--server-wait",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="seconds to wait, with backoff, for an unreachable server to come up (default 0)",
-    )
+    POLICY_URL.declare(parser.add_argument, default=None)  # None: not given (checked in run)
+    POLICY_API_KEY.declare(parser.add_argument)
+    INFER_TIMEOUT.declare(parser.add_argument)
+    # A probe answers in seconds: it waits for a server only when asked to.
+    SERVER_WAIT.declare(parser.add_argument, default=0.0)
     parser.add_argument(
         "--task",
         default=None,
         help="show the first planned scene of this task (default: the Eval's first planned scene)",
     )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="base seed of the rollout plan, as pytest's (default 0)"
-    )
-    parser.add_argument(
-        "--policy-device", default="cpu", help="where a local model with weights runs (default cpu)"
-    )
+    SEED.declare(parser.add_argument)
+    POLICY_DEVICE.declare(parser.add_argument)
     parser.add_argument(
         "--out",
         type=Path,
@@ -159,13 +144,9 @@ def _endpoint(args: argparse.Namespace) -> Endpoint | None:
                 f"{args.policy!r}; to probe a server, pass --policy=openpi"
             )
         return None
-    if not args.infer_timeout > 0:
-        raise ValueError(f"--infer-timeout must be > 0 seconds, got {args.infer_timeout}")
-    if not args.server_wait >= 0:
-        raise ValueError(f"--server-wait must be >= 0 seconds, got {args.server_wait}")
     return Endpoint(
         args.policy_url or DEFAULT_URL,
-        args.policy_api_key or None,
+        api_key(args.policy_api_key),
         args.infer_timeout,
         server_wait_s=args.server_wait,
     )

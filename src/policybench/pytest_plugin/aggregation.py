@@ -16,14 +16,14 @@ import pytest
 
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.collection import not_installed
-from policybench.pytest_plugin.options import RunSettings, protocol_settings, settings_of
+from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
 from policybench.pytest_plugin.resume import compact, latest_per_rollout, resumed_of
-from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
-from policybench.report.arms import Sealer, blinded_command
+from policybench.report.arms import Sealer
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import SELECTED
@@ -33,7 +33,8 @@ from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):  # the controller (or a run without xdist) aggregates
-        aggregator = Aggregator(config, settings_of(config), gates.read_gate_settings(config))
+        settings = run_context(config).settings
+        aggregator = Aggregator(config, settings, gates.read_gate_settings(config))
         config.pluginmanager.register(aggregator, "policybench-aggregator")
 
 
@@ -43,16 +44,17 @@ class Aggregator:
     ) -> None:
         self.settings = settings
         self.gate_settings = gate_settings
-        self.run_dir = run_dir_of(config)
+        context = run_context(config)
+        self.run_dir = context.run_dir
         self.baseline = _baseline_dir(gate_settings.baseline, settings.report_dir)
-        args = config.invocation_params.args
         self.run_info = RunInfo.now(
             self.run_dir.name,
-            blinded_command(args) if settings.blinding else args,
+            context.command,
             config.invocation_params.dir,
             run_settings(config, settings),
         )
-        self.command = shlex.join(["pytest", *args])  # as typed, kept aside under --blind
+        # As typed but for secrets, kept aside under --blind.
+        self.command = shlex.join(["pytest", *redacted_command(config.invocation_params.args)])
         self.sealer = Sealer(self.run_dir) if settings.blinding else None
         self.config = config
         self.records: list[dict[str, Any]] = []

@@ -13,7 +13,8 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.arms import Arm, Assignment, assign_balanced, item_id
-from policybench.pytest_plugin.options import RunSettings, settings_of
+from policybench.pytest_plugin.options import RunSettings
+from policybench.pytest_plugin.rundir import settings_of
 from policybench.spec import Eval, Rollout
 from policybench.suites import reference_in
 

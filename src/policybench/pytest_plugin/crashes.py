@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin.options import settings_of
 from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of, rollout_record
-from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.watchdog import hang_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind

@@ -34,10 +34,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def slots_of(config: pytest.Config) -> int:
-    slots = config.getoption(OPTION)
-    if slots < 1:
-        raise pytest.UsageError(f"--envs-per-worker must be >= 1, got {slots}")
-    return slots
+    return config.getoption(OPTION)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,9 +1,11 @@
-"""Command-line options, and the run settings read from them (once per process; a worker takes
-the policies, an A/B run's arms, as the controller resolved them)."""
+"""Command-line options: each declared, and its value checked, here (before anything is
+configured), and the run settings read from them once by the controller (see rundir: this run)."""
 
 from __future__ import annotations
 
+import re
 import secrets
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,15 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.options import (
+    INFER_TIMEOUT,
+    POLICY_API_KEY,
+    POLICY_DEVICE,
+    POLICY_URL,
+    SEED,
+    SERVER_WAIT,
+    api_key,
+)
 from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
 from policybench.pytest_plugin.arms import (
@@ -21,7 +32,6 @@ from policybench.pytest_plugin.arms import (
     blinded,
     parse_arms,
 )
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.registry import (
     LEROBOT_PREFIX,
     OPENPI,
@@ -30,15 +40,14 @@ from policybench.registry import (
     check_policy_name,
 )
 from policybench.report.arms import BLINDING_FILE, Blinding
-from policybench.report.results import resolve_run
 from policybench.serve.client import Endpoint
 
-SETTINGS = pytest.StashKey["RunSettings"]()
 DEFAULT_MAX_ENVS = 1  # a LIBERO env alone is ~1.5 GB; task-affine scheduling keeps reuse high
 DEFAULT_RETRIES = 2
-# What the controller hands workers: the arms as it resolved them (lettered under --blind),
-# the shared server.
-ARMS, SHARED_URL, SHARED_KEY = "arms", "shared_server_url", "shared_server_api_key"
+# What the controller hands workers besides the run's context: its shared server.
+SHARED_URL, SHARED_KEY = "shared_server_url", "shared_server_api_key"
+SHARED_OPTIONS = (POLICY_URL, POLICY_API_KEY, INFER_TIMEOUT, SERVER_WAIT, SEED, POLICY_DEVICE)
+HIDDEN = "***"  # what a recorded command line shows of a secret
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,14 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "reports (lettered in an order shuffled by KEY, default a random one) until "
         "`policybench report unblind RUN`; give every shard of one run the same KEY",
     )
-    group.addoption(
-        "--policy-device",
-        default="cpu",
-        help="where a local model with weights (lerobot:PATH) runs: cpu (default), cpu-onednn "
-        "(lerobot-eval's CPU kernels), cuda or mps",
-    )
     group.addoption("--rollouts", type=int, default=3, help="rollouts per task (default 3)")
-    group.addoption("--seed", type=int, default=0, help="base seed of the rollout plan (default 0)")
     group.addoption(
         "--inference-latency",
         default="none",
@@ -133,6 +135,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="reports",
         help="where run reports are written, relative to the rootdir (default reports/)",
     )
+    for option in SHARED_OPTIONS:  # checked with the others (see refusals)
+        option.declare(group.addoption, checked=False)
 
 
 @dataclass(frozen=True)
@@ -179,28 +183,64 @@ def protocol_settings(settings: RunSettings) -> dict[str, Any]:
     }
 
 
-def settings_of(config: pytest.Config) -> RunSettings:
-    if SETTINGS not in config.stash:
-        config.stash[SETTINGS] = read_settings(config)
-    return config.stash[SETTINGS]
+@pytest.hookimpl
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Every option is checked before the run is configured: a bad value is one usage line
+    (exit 4), and nothing is started or run."""
+    why = next(refusals(config), None)
+    if why is not None:
+        raise pytest.UsageError(why)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if not is_worker(config):
-        hand_to_workers(config, ARMS, [arm.spec for arm in settings_of(config).arms])
+# Counts and their least accepted value: option destination -> (least, what it counts).
+AT_LEAST = {
+    "rollouts": (1, "rollouts per task"),
+    "retry_errors": (0, "reruns of a rollout that hit an infrastructure error"),
+    "max_envs_per_worker": (1, "live envs per process"),
+    "replan_every": (1, "waypoints played before the next chunk is asked for"),
+    "envs_per_worker": (1, "rollouts stepped side by side"),
+    "shard_count": (1, "shards"),
+}
 
 
-def read_settings(config: pytest.Config) -> RunSettings:
-    """The run's settings; bad values are a UsageError that says what is accepted."""
-    handed = from_controller(config, ARMS)
+def refusals(config: pytest.Config) -> Iterator[str]:
+    """Why each refused policybench option value is refused, naming the option, what it takes
+    and what came. (What needs the run itself, such as the policy names, --shard, --resume or
+    --record-dataset's directory, is checked as the run is configured.)"""
+    option = config.getoption
+    for name, (least, counted) in AT_LEAST.items():
+        value = option(name, None)
+        if value is not None and value < least:
+            yield f"--{name.replace('_', '-')} takes {counted}, at least {least}; got {value}"
+    for shared in SHARED_OPTIONS:
+        why = shared.refusal(option(shared.dest))
+        if why is not None:
+            yield why
+    wall = option("rollout_wall_timeout", None)
+    if wall is not None and wall < 0:
+        yield f"--rollout-wall-timeout must be >= 0 seconds (0: never), got {wall:g}"
+    floor = option("success_fail_under", None)
+    if floor is not None and not 0.0 <= floor <= 1.0:
+        yield f"--success-fail-under takes a success rate in [0, 1] (e.g. 0.8), got {floor:g}"
+    alpha = option("regression_alpha", None)
+    if alpha is not None and not 0.0 < alpha < 1.0:
+        yield f"--regression-alpha must lie in (0, 1), e.g. 0.05, got {alpha:g}"
     try:
-        if handed is not None:  # a worker: the arms as the controller resolved and lettered them
-            arms, blinding = parse_arms(handed), None
-        else:
-            arms, blinding = _controller_arms(config)
+        InferenceLatency.parse(option("inference_latency"))
+    except ValueError as error:
+        yield str(error)
+    report_dir = config.rootpath / option("report_dir")
+    if report_dir.exists() and not report_dir.is_dir():
+        yield f"--report-dir {option('report_dir')}: {report_dir} is a file; give a directory"
+
+
+def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSettings:
+    """The run's settings, read by the controller once (see rundir); `resumed` is the run
+    directory --resume continues. A bad value is a UsageError that says what is accepted."""
+    try:
+        arms, blinding = _arms(config, resumed)
         for arm in arms:
             check_policy_name(arm.policy, config.invocation_params.dir)
-        latency = InferenceLatency.parse(config.getoption("inference_latency"))
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
     assignment = None
@@ -211,64 +251,58 @@ def read_settings(config: pytest.Config) -> RunSettings:
             "--assign and --blind compare policies: give two or more, e.g. "
             "--policy scripted --policy random"
         )
-    arms = tuple(replace(arm, endpoint=endpoint_of(config, arm, arms[0])) for arm in arms)
-    rollouts = config.getoption("rollouts")
-    if rollouts < 0:
-        raise pytest.UsageError(f"--rollouts must be >= 0, got {rollouts}")
-    retry_errors = config.getoption("retry_errors")
-    if retry_errors < 0:
-        raise pytest.UsageError(f"--retry-errors must be >= 0, got {retry_errors}")
-    max_envs = config.getoption("max_envs_per_worker")
-    if max_envs < 1:
-        raise pytest.UsageError(f"--max-envs-per-worker must be >= 1, got {max_envs}")
-    replan_every = config.getoption("replan_every")
-    if replan_every is not None and replan_every < 1:
-        raise pytest.UsageError(f"--replan-every must be >= 1, got {replan_every}")
+    arms = with_endpoints(config, arms)
     return RunSettings(
         policy=arms[0].policy,
-        rollouts=rollouts,
+        rollouts=config.getoption("rollouts"),
         suites=tuple(config.getoption("suite")),
         report_dir=config.rootpath / config.getoption("report_dir"),
         policy_settings=PolicySettings(
             seed=config.getoption("seed"),
-            latency=latency,
+            latency=InferenceLatency.parse(config.getoption("inference_latency")),
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
-            replan_every=replan_every,
+            replan_every=config.getoption("replan_every"),
             endpoint=arms[0].endpoint,
             device=config.getoption("policy_device"),
         ),
-        max_envs=max_envs,
-        retry_errors=retry_errors,
+        max_envs=config.getoption("max_envs_per_worker"),
+        retry_errors=config.getoption("retry_errors"),
         arms=arms,
         assignment=assignment,
         blinding=blinding,
     )
 
 
-def _controller_arms(config: pytest.Config) -> tuple[tuple[Arm, ...], Blinding | None]:
+def served_by_shared_server(
+    config: pytest.Config, settings: RunSettings, url: str, key: str
+) -> RunSettings:
+    """A worker's settings once it knows the shared server the controller started: the arms
+    that server serves are played through it."""
+    arms = with_endpoints(config, settings.arms, shared=(url, key))
+    endpoint = arms[0].endpoint
+    return replace(
+        settings, arms=arms, policy_settings=replace(settings.policy_settings, endpoint=endpoint)
+    )
+
+
+def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...], Blinding | None]:
     """The arms `--policy` names, checkpoints made absolute; lettered under --blind."""
     arms = parse_arms(config.getoption("policy") or [SCRIPTED])
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")
     if key is None or len(arms) < 2:
         return arms, None
-    return blinded(arms, key or _blinding_key(config))
+    return blinded(arms, key or _blinding_key(resumed))
 
 
-def _blinding_key(config: pytest.Config) -> str:
+def _blinding_key(resumed: Path | None) -> str:
     """A fresh key, or the key of the blinded run being resumed (so its letters stay)."""
-    resume = config.getoption("resume", None)
-    if resume is None:
+    if resumed is None:
         return secrets.token_hex(8)
-    report_dir = config.rootpath / config.getoption("report_dir")
-    try:
-        run_dir = resolve_run(resume, report_dir)
-    except FileNotFoundError as error:
-        raise pytest.UsageError(f"--resume: {error}") from None
-    found = Blinding.load(run_dir)
+    found = Blinding.load(resumed)
     if found is None:
         raise pytest.UsageError(
-            f"--blind --resume {resume}: {run_dir} was not a blinded run (it holds no "
+            f"--blind --resume {resumed}: it was not a blinded run (it holds no "
             f"{BLINDING_FILE}); resume it without --blind"
         )
     return found.key
@@ -283,24 +317,42 @@ def resolved_policy(config: pytest.Config, policy: str) -> str:
     return f"{LEROBOT_PREFIX}{path.resolve()}"
 
 
-def endpoint_of(config: pytest.Config, arm: Arm, first: Arm) -> Endpoint | None:
-    """Where an arm is served: at its own URL (`POLICY@URL`), at --policy-url (openpi), or by
-    the run's shared server (which serves the first arm's policy); None: in this process."""
+def with_endpoints(
+    config: pytest.Config, arms: Sequence[Arm], shared: tuple[str, str] | None = None
+) -> tuple[Arm, ...]:
+    """The arms with where each is served: at its own URL (`POLICY@URL`), at --policy-url
+    (openpi), or by the run's `shared` server (URL and key; it serves the first arm's policy);
+    None: in this process."""
     timeout, wait = config.getoption("infer_timeout"), config.getoption("server_wait")
-    if not timeout > 0:
-        raise pytest.UsageError(f"--infer-timeout must be > 0 seconds, got {timeout}")
-    if not wait >= 0:
-        raise pytest.UsageError(f"--server-wait must be >= 0 seconds, got {wait}")
-    key = config.getoption("policy_api_key") or None
-    try:
+    key = api_key(config.getoption("policy_api_key"))
+    first = arms[0]
+
+    def endpoint(arm: Arm) -> Endpoint | None:
         if arm.url is not None:
             return Endpoint(arm.url, key, timeout, server_wait_s=wait)
         if arm.policy == OPENPI:
             return Endpoint(config.getoption("policy_url"), key, timeout, server_wait_s=wait)
-        shared = from_controller(config, SHARED_URL)
         if shared is not None and arm.policy == first.policy and first.url is None:
-            key = from_controller(config, SHARED_KEY)
-            return Endpoint(shared, key, timeout, server_wait_s=wait)
-    except ValueError as error:
-        raise pytest.UsageError(str(error)) from None
-    return None
+            return Endpoint(shared[0], shared[1], timeout, server_wait_s=wait)
+        return None
+
+    return tuple(replace(arm, endpoint=endpoint(arm)) for arm in arms)
+
+
+# The user:password a URL may carry (ws://user:password@host).
+USERINFO = re.compile(r"(wss?://)[^/@\s]+@")
+
+
+def redacted_command(args: Sequence[str]) -> list[str]:
+    """Command-line arguments as a run records them: the value of --policy-api-key, and the
+    user:password of any URL, hidden."""
+    flag, shown, hide = POLICY_API_KEY.flag, [], False
+    for arg in args:
+        if hide:
+            shown.append(HIDDEN)
+        elif arg.startswith(f"{flag}="):
+            shown.append(f"{flag}={HIDDEN}")
+        else:
+            shown.append(USERINFO.sub(rf"\1{HIDDEN}@", arg))
+        hide = arg == flag
+    return shown

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL, settings_of
+from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL
+from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.workers import hand_to_workers, is_worker
 from policybench.registry import OPENPI, RANDOM, SCRIPTED
-from policybench.serve.client import DEFAULT_URL
 from policybench.serve.command import API_KEY_VARIABLE, READY
 
 AUTO, SHARED, PER_WORKER = "auto", "shared", "per-worker"
@@ -28,30 +28,6 @@ START_TIMEOUT_S = 60.0
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("policybench")
-    group.addoption(
-        "--policy-url",
-        default=DEFAULT_URL,
-        help=f"where --policy=openpi is served (default {DEFAULT_URL})",
-    )
-    group.addoption(
-        "--policy-api-key",
-        default=os.environ.get(API_KEY_VARIABLE),
-        help=f"API key for the policy server (default: ${API_KEY_VARIABLE}, else none)",
-    )
-    group.addoption(
-        "--infer-timeout",
-        type=float,
-        default=300.0,
-        help="seconds to wait for a served policy's answer before the rollout errors (default 300)",
-    )
-    group.addoption(
-        "--server-wait",
-        type=float,
-        default=120.0,
-        metavar="S",
-        help="seconds to wait, with backoff, for an unreachable policy server to come back "
-        "before a rollout errors (default 120; the wait is logged once per outage)",
-    )
     group.addoption(
         "--policy-sharing",
         choices=(AUTO, SHARED, PER_WORKER),

@@ -16,17 +16,14 @@ import pytest
 
 from policybench import keys
 from policybench.harness import planned_statics
+from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.options import protocol_settings, settings_of
-from policybench.pytest_plugin.rundir import RUN_DIR
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
+from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
-from policybench.report.results import RESULTS, read_results, resolve_run
+from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RunInfo
 
-RESUMED = pytest.StashKey["Resumed"]()
-CARRIED = "carried_over"  # what the controller hands workers: the node ids not to run again
 FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
 
 
@@ -61,29 +58,19 @@ class Resumed:
     problems: tuple[str, ...]
 
 
-@pytest.hookimpl(tryfirst=True)  # before the run directory is chosen
-def pytest_configure(config: pytest.Config) -> None:
-    option = config.getoption("resume", None)
-    if option is None or is_worker(config):
-        return
-    settings = settings_of(config)
-    try:
-        run_dir = resolve_run(option, settings.report_dir).resolve()
-    except FileNotFoundError as error:
-        raise pytest.UsageError(f"--resume: {error}") from None
+def resumed_run(config: pytest.Config, run_dir: Path, settings: RunSettings) -> Resumed:
+    """The run --resume continues, in `run_dir` (see rundir, which resolves it)."""
     results = read_results(run_dir / RESULTS)
     info = RunInfo.load(run_dir)
     if info is not None and not config.getoption("allow_protocol_change"):
         before, now = Protocol.of((), info.settings), Protocol.of((), protocol_settings(settings))
         _refuse(before.differences(now), run_dir)
     carried = final_records(results.records)
-    config.stash[RESUMED] = Resumed(run_dir, carried, results.records, results.problems)
-    config.stash[RUN_DIR] = run_dir
-    hand_to_workers(config, CARRIED, sorted(carried))
+    return Resumed(run_dir, carried, results.records, results.problems)
 
 
 def resumed_of(config: pytest.Config) -> Resumed | None:
-    return config.stash.get(RESUMED, None)
+    return rundir.run_context(config).resumed
 
 
 def final_records(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -97,11 +84,10 @@ def final_records(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]
 
 @pytest.hookimpl(trylast=True)  # after -k, --suite and shards have selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    option = config.getoption("resume", None)
-    if option is None:
-        return
     resumed = resumed_of(config)
-    carried = set(resumed.carried if resumed else from_controller(config, CARRIED) or ())
+    if resumed is None:
+        return
+    carried = set(resumed.carried)
     if not config.getoption("allow_protocol_change"):
         _check_evals(config, items, resumed)
     done = [item for item in items if item.nodeid in carried]
@@ -110,14 +96,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.nodeid not in carried]
 
 
-def _check_evals(config: pytest.Config, items: list[pytest.Item], resumed: Resumed | None) -> None:
-    """Refuses when what an Eval records about itself (settings, control rate, timeouts, hold)
-    differs from what the run being continued recorded."""
-    if resumed is None:  # a worker reads the records itself
-        run_dir = Path(from_controller(config, "run_dir"))
-        before = read_results(run_dir / RESULTS).records
-    else:
-        run_dir, before = resumed.run_dir, resumed.all_records
+def _check_evals(config: pytest.Config, items: list[pytest.Item], resumed: Resumed) -> None:
+    """Refuses when what the Evals record of themselves before a rollout runs (see
+    record.protocol) differs from what the run being continued recorded."""
+    run_dir, before = resumed.run_dir, resumed.all_records
     planned = [planned_of(item) for item in items]
     now = [planned_statics(p.rollout, p.eval) for p in planned if p is not None]
     _refuse(Protocol.of(before).differences(Protocol.of(now)), run_dir)

@@ -1,31 +1,139 @@
-"""Which directory a run writes its report to: the controller picks it (a new run id under
---report-dir) and hands it to xdist workers, which write rollout videos into it."""
+"""This run: its settings, shard, the run it resumes, its directory and its command line as
+recorded, resolved once by the controller (`run_context`) and handed to xdist workers whole.
+
+The run directory is made when the run is resolved (atomically: two runs started in the same
+second get two), and removed at the end if the run recorded nothing in it."""
 
 from __future__ import annotations
 
+import pickle
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from policybench.pytest_plugin.options import settings_of
+from policybench.pytest_plugin.options import (
+    SHARED_KEY,
+    SHARED_URL,
+    RunSettings,
+    read_settings,
+    redacted_command,
+    served_by_shared_server,
+)
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
-from policybench.report.results import new_run_id
+from policybench.report.arms import blinded_command
+from policybench.report.results import RESULTS, new_run_dir, resolve_run
 
-RUN_DIR = pytest.StashKey[Path]()
+if TYPE_CHECKING:
+    from policybench.pytest_plugin.resume import Resumed
+    from policybench.pytest_plugin.shards import Shard
+
+CONTEXT = pytest.StashKey["RunContext"]()
+HANDED = "run_context"  # what the controller hands workers: the RunContext, pickled
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every process of a run agrees on. `made`: the run made its directory (it is not
+    one it resumes). `command`: the command line as files show it, secrets hidden (and the
+    policies too under --blind)."""
+
+    settings: RunSettings
+    run_dir: Path
+    made: bool
+    command: tuple[str, ...]
+    shard: Shard | None = None
+    resumed: Resumed | None = None
+
+
+def run_context(config: pytest.Config) -> RunContext:
+    """This run's context: resolved by the controller when first asked for, the same one in
+    every worker."""
+    if CONTEXT not in config.stash:
+        handed = from_controller(config, HANDED)
+        if handed is None:
+            context = resolve(config)
+            hand_to_workers(config, HANDED, pickle.dumps(context))
+        else:  # the same interpreter and package on both ends
+            context = pickle.loads(handed)
+            shared = from_controller(config, SHARED_URL)
+            if shared is not None:
+                key = from_controller(config, SHARED_KEY)
+                settings = served_by_shared_server(config, context.settings, shared, key)
+                context = replace(context, settings=settings)
+        config.stash[CONTEXT] = context
+    return config.stash[CONTEXT]
+
+
+def settings_of(config: pytest.Config) -> RunSettings:
+    return run_context(config).settings
 
 
 def run_dir_of(config: pytest.Config) -> Path:
     """This run's report directory, the same in the controller and every worker."""
-    if RUN_DIR not in config.stash:
-        handed = from_controller(config, "run_dir")
-        if handed is not None:
-            config.stash[RUN_DIR] = Path(handed)
-        else:
-            report_dir = settings_of(config).report_dir
-            config.stash[RUN_DIR] = report_dir / new_run_id(report_dir)
-    return config.stash[RUN_DIR]
+    return run_context(config).run_dir
+
+
+def resolve(config: pytest.Config) -> RunContext:
+    """The run as its options say, in this order: the run --resume continues (a blinded one
+    keeps its letters), the settings, the resumed run's records (refused if its protocol
+    differs), the shard, then the run directory: the resumed one, or a new one."""
+    # These plugins import this module for the context they are part of.
+    from policybench.pytest_plugin.resume import resumed_run
+    from policybench.pytest_plugin.shards import read_shard
+
+    report_dir = config.rootpath / config.getoption("report_dir")
+    option = config.getoption("resume", None)
+    resumed_dir = None
+    if option is not None:
+        try:
+            resumed_dir = resolve_run(option, report_dir).resolve()
+        except FileNotFoundError as error:
+            raise pytest.UsageError(f"--resume: {error}") from None
+    settings = read_settings(config, resumed_dir)
+    resumed = None if resumed_dir is None else resumed_run(config, resumed_dir, settings)
+    shard = read_shard(config)
+    args = redacted_command(config.invocation_params.args)
+    command = tuple(blinded_command(args) if settings.blinding else args)
+    if resumed_dir is not None:  # a resumed shard's directory already names the shard
+        return RunContext(settings, resumed_dir, False, command, shard, resumed)
+    run_dir = new_run_dir(report_dir, None if shard is None else shard.label)
+    return RunContext(settings, run_dir, True, command, shard, resumed)
+
+
+def discarded(context: RunContext | None) -> bool:
+    """Whether the run made a directory and recorded nothing in it (so none is kept)."""
+    return context is not None and context.made and not (context.run_dir / RESULTS).is_file()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):
-        hand_to_workers(config, "run_dir", str(run_dir_of(config)))
+        run_context(config)  # resolved, and handed to the workers, before they start
+
+
+NOTHING_RAN = pytest.StashKey[bool]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    session.config.stash[NOTHING_RAN] = session.testscollected == 0
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Says why a run that selected nothing left no run directory (a session whose tests are
+    not rollouts records nothing either, and is not told so)."""
+    context = config.stash.get(CONTEXT, None)
+    if discarded(context) and config.stash.get(NOTHING_RAN, False):
+        terminalreporter.write_line(
+            f"policybench: no rollout ran, so no run directory is kept ({context.run_dir.name} "
+            f"removed; {context.run_dir.parent.name}/latest is unchanged)"
+        )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A run that recorded nothing (everything deselected, -k matching nothing, stopped before
+    its first rollout ended) leaves no empty run directory behind."""
+    context = config.stash.get(CONTEXT, None)
+    if discarded(context) and not is_worker(config):
+        shutil.rmtree(context.run_dir, ignore_errors=True)

@@ -8,20 +8,14 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
+from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.options import settings_of
-from policybench.pytest_plugin.rundir import RUN_DIR
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
-from policybench.report.results import new_run_id
 from policybench.spec import Eval, Rollout
 
-SHARD = pytest.StashKey["Shard | None"]()
 AUTO = "auto"
-HANDED_SHARD = "shard"  # what the controller hands workers: the shard it resolved, as `K/N`
 SLURM_ID, SLURM_COUNT = "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"
 SLURM_MIN, SLURM_MAX = "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX"
 SLURM_STEP = "SLURM_ARRAY_TASK_STEP"
@@ -88,9 +82,7 @@ class Shard:
 
 def shard_of(config: pytest.Config) -> Shard | None:
     """This run's shard (None: the whole plan), the same in the controller and its workers."""
-    if SHARD not in config.stash:
-        config.stash[SHARD] = _read_shard(config)
-    return config.stash[SHARD]
+    return rundir.run_context(config).shard
 
 
 def shard_setting(config: pytest.Config) -> str | None:
@@ -99,12 +91,10 @@ def shard_setting(config: pytest.Config) -> str | None:
     return None if shard is None else f"{shard} ({shard.source})"
 
 
-def _read_shard(config: pytest.Config) -> Shard | None:
-    handed = from_controller(config, HANDED_SHARD)
+def read_shard(config: pytest.Config) -> Shard | None:
+    """The shard --shard names (None: the whole plan); a UsageError says what is wrong."""
     text, count = config.getoption("shard"), config.getoption("shard_count")
     try:
-        if handed is not None:
-            return Shard.parse(handed)
         if text is None or text.strip() != AUTO:
             if count is not None:
                 raise ValueError(
@@ -180,28 +170,6 @@ def _integer(environ: Mapping[str, str], name: str) -> int:
         raise ValueError(f"{name} should be an integer, got {environ[name]!r}") from None
 
 
-@pytest.hookimpl(tryfirst=True)  # the run dir is named before any plugin asks for it
-def pytest_configure(config: pytest.Config) -> None:
-    shard = shard_of(config)
-    if shard is None or is_worker(config):
-        return
-    hand_to_workers(config, HANDED_SHARD, str(shard))
-    # A resumed shard continues in its own run dir, which already names the shard.
-    if RUN_DIR not in config.stash and config.getoption("resume", None) is None:
-        report_dir = settings_of(config).report_dir
-        config.stash[RUN_DIR] = report_dir / shard_run_id(report_dir, shard)
-
-
-def shard_run_id(report_dir: Path, shard: Shard) -> str:
-    """A new run id that names the shard, e.g. `20261101-120000-shard2of4`."""
-    base = new_run_id(report_dir)
-    for attempt in range(1000):
-        candidate = f"{base}-{shard.label}" + (f"-{attempt}" if attempt else "")
-        if not (report_dir / candidate).exists():
-            return candidate
-    raise FileExistsError(f"could not find a free run id for {shard.label} under {report_dir}")
-
-
 def pytest_report_header(config: pytest.Config) -> str | None:
     shard = shard_of(config)
     return None if shard is None else f"policybench: shard {shard} ({shard.source})"
@@ -211,7 +179,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = shard_of(config)
     if shard is None:
         return
-    settings = settings_of(config)
+    settings = rundir.settings_of(config)
     places: dict[str, Mapping[int, int]] = {}  # per Eval: rollout index -> its place in the deal
     keep, drop = [], []
     for item in items:

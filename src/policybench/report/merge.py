@@ -205,10 +205,10 @@ def _function(record: Record) -> str:
     return str(record.get(keys.NODEID) or "").split("[", 1)[0]
 
 
-def missing_rollouts(records: Sequence[Record], parts: Sequence[Part]) -> tuple[str, ...]:
+def missing_rollouts(records: Sequence[Record], parts: Sequence[Part] = ()) -> tuple[str, ...]:
     """The rollouts the parts selected that no record ran (a rollout `-k` left out is not
     missing), of the test functions that recorded rollouts (a selection may hold other tests);
-    for parts that did not record their selection, the plan's."""
+    without parts, or for parts that did not record their selection, the plan's."""
     selections = [(part.run.settings if part.run else {}).get(SELECTED) for part in parts]
     if not parts or not all(isinstance(selection, list) for selection in selections):
         return unplanned_rollouts(records)

@@ -28,18 +28,25 @@ REQUIRED: Mapping[str, tuple[type, ...]] = {
 }
 
 
-def new_run_id(report_dir: Path) -> str:
-    """A run id (the start time) that names no existing run under `report_dir`."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+def new_run_dir(report_dir: Path, label: str | None = None) -> Path:
+    """Makes and returns a new run directory under `report_dir`, named for the start time and
+    `label` (a shard's, e.g. `20261101-120000-shard2of4`). Made atomically, so two runs started
+    in the same second get two directories (the second gets `-1`)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"-{label}" if label else "")
     for attempt in range(1000):
-        candidate = stamp if attempt == 0 else f"{stamp}-{attempt}"
-        if not (report_dir / candidate).exists():
-            return candidate
-    raise FileExistsError(f"could not find a free run id under {report_dir}")
+        candidate = report_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"could not find a free run id for {stamp} under {report_dir}")
 
 
 class ResultsWriter:
-    """Appends records to `<run_dir>/results.jsonl`; creates it (and `latest`) on the first."""
+    """Appends records to `<run_dir>/results.jsonl` (the run directory exists: the run made it
+    when it started); creates the file and points `latest` at the run on the first."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -47,7 +54,6 @@ class ResultsWriter:
 
     def write(self, record: Mapping[str, Any]) -> None:
         if self._file is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)  # a video may have made it already
             self._file = self.path.open("a", encoding="utf-8")
             point_latest(self.run_dir)
         self._file.write(json.dumps(record, sort_keys=True) + "\n")

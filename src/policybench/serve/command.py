@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED
 from policybench.registry import (
     OPENPI,
     PolicySettings,
@@ -27,7 +28,6 @@ from policybench.suites import eval_named, registered_evals
 if TYPE_CHECKING:
     from policybench.spec import Eval
 
-API_KEY_VARIABLE = "POLICYBENCH_API_KEY"
 READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
 MODEL_HUNG = 75  # the exit status once a model call ran past --call-timeout (EX_TEMPFAIL)
 
@@ -81,10 +81,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"naming their task, then exit with status {MODEL_HUNG} (the model's thread is stuck), "
         "for whoever started the server to restart it (default 0: no limit)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of seeded policies (default 0)")
-    parser.add_argument(
-        "--policy-device", default="cpu", help="where a model with weights runs (default cpu)"
-    )
+    SEED.declare(parser.add_argument)
+    POLICY_DEVICE.declare(parser.add_argument)
     parser.set_defaults(func=run)
 
 
