@@ -20,8 +20,8 @@ from policybench.pytest_plugin.arms import Arm
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.lockstep import group_of, slots_of
 from policybench.pytest_plugin.options import RunSettings
-from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.preflights import PreflightStore, store_of
+from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.registry import PolicyUnavailable, build_policy
