@@ -1,0 +1,57 @@
+"""CI runs what the README says: `.ci/run` runs the README's test command, the envs it names
+exist in tox.ini, and the README's benchmark command without tox selects what `tox -e bench`
+selects."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme() -> str:
+    return (REPO / "README.md").read_text()
+
+
+def tox_ini() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(REPO / "tox.ini")
+    return parser
+
+
+def readme_test_command() -> str:
+    """The second of the README's two commands: the one line that sets up and runs the tests."""
+    block = readme().split("## Two commands", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2, commands
+    return commands[1]
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    command = readme_test_command()
+    run = (REPO / ".ci" / "run").read_text()
+    assert command in run.splitlines(), f"{command!r} is not a line of .ci/run"
+
+
+def test_every_tox_env_of_the_test_command_is_defined():
+    envs = re.search(r"tox -e (\S+)", readme_test_command()).group(1).split(",")
+    assert {"lerobot", "bench-smoke"} <= set(envs)
+    assert [env for env in envs if f"testenv:{env}" not in tox_ini()] == []
+
+
+def test_the_readme_benchmark_command_without_tox_is_tox_benchs():
+    selection = tox_ini()["bench"]["select"]
+    assert "{[bench]select}" in tox_ini()["testenv:bench"]["commands"]
+    without_tox = re.search(r"Without tox: .*?then\s+`(pytest [^`]+)`", readme(), re.S)
+    assert without_tox, "the README's 'Without tox' sentence names no pytest command"
+    assert shlex.split(without_tox.group(1)) == ["pytest", *shlex.split(selection)]
+
+
+def test_the_lerobot_env_runs_lerobots_libero_staging_test_and_may_not_skip_it():
+    lerobot = tox_ini()["testenv:lerobot"]
+    assert {"lerobot", "libero"} <= {extra.strip() for extra in lerobot["extras"].split(",")}
+    staging = [line for line in lerobot["commands"].splitlines() if "test_libero_staging" in line]
+    assert staging and all("--no-skips" in line for line in staging), staging
