@@ -33,14 +33,21 @@ from policybench.world import EnvCache, World
 
 class Lockstep:
     """`slots` rollouts of `eval` at a time. Slot i always runs on thread i with World i (its
-    own env: renderer contexts stay on the thread that made them); close() ends the threads and
+    own env: renderer contexts stay on the thread that made them), drawn from `envs` (which
+    must hold `slots` envs at once; by default a cache of its own); close() ends the threads and
     closes the envs."""
 
-    def __init__(self, eval: Eval, slots: int) -> None:
+    def __init__(self, eval: Eval, slots: int, envs: EnvCache | None = None) -> None:
         if slots < 1:
             raise ValueError(f"lockstep needs at least 1 slot, got {slots}")
+        envs = EnvCache(slots) if envs is None else envs
+        if envs.capacity is not None and envs.capacity < slots:
+            raise ValueError(
+                f"lockstep needs {slots} live envs at once, and its env cache holds at most "
+                f"{envs.capacity}; give it a capacity of at least {slots}"
+            )
         self.eval = eval
-        self.worlds = [World(eval, EnvCache(1)) for _ in range(slots)]
+        self.worlds = [World(eval, envs, slot) for slot in range(slots)]
         self._slots = [_SlotThread(f"lockstep-{eval.name}-{i}") for i in range(slots)]
 
     @property
@@ -75,8 +82,7 @@ class Lockstep:
     def close(self) -> None:
         for slot in self._slots:
             slot.stop()
-        for world in self.worlds:
-            world.close()
+        self.worlds[0].close()  # the Worlds share one cache
 
 
 class _SlotThread:

@@ -5,6 +5,7 @@ closed); an env that raised is discarded and rebuilt on next use."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from importlib import metadata
@@ -31,13 +32,16 @@ class Transition(NamedTuple):
     truncated: bool
 
 
-EnvKey = tuple[str, str]  # (eval name, task)
+# (eval name, task, lockstep slot): a slot's env is used by its own thread only (None: a World
+# outside lockstep, on the process's main thread).
+EnvKey = tuple[str, str, int | None]
 
 
 class EnvCache:
     """The live envs of one process, at most `capacity` of them (None: no bound): building one
     more closes the least recently used first, so memory does not grow with the number of tasks
-    a process meets. `built` and `closed` count what it did."""
+    a process meets. `built` and `closed` count what it did. Lockstep slots draw from it from
+    their threads, one at a time."""
 
     def __init__(self, capacity: int | None = None) -> None:
         if capacity is not None and capacity < 1:
@@ -47,30 +51,34 @@ class EnvCache:
         heap.keep_large_buffers_apart()  # so that a closed env's memory leaves the process
         self.built = 0
         self.closed = 0
+        self._lock = threading.Lock()
 
     def get(self, key: EnvKey, build: Callable[[], gym.Env]) -> gym.Env:
         """The live env of `key`, built (after closing the least recently used) if there is none."""
-        env = self._envs.get(key)
-        if env is not None:
-            self._envs.move_to_end(key)
+        with self._lock:
+            env = self._envs.get(key)
+            if env is not None:
+                self._envs.move_to_end(key)
+                return env
+            while self.capacity is not None and len(self._envs) >= self.capacity:
+                _, oldest = self._envs.popitem(last=False)
+                self._close(oldest)
+            env = self._envs[key] = build()
+            self.built += 1
             return env
-        while self.capacity is not None and len(self._envs) >= self.capacity:
-            _, oldest = self._envs.popitem(last=False)
-            self._close(oldest)
-        env = self._envs[key] = build()
-        self.built += 1
-        return env
 
     def discard(self, key: EnvKey) -> None:
         """Drops `key`'s env (after a fault); a broken env may fail to close, and goes anyway."""
-        env = self._envs.pop(key, None)
-        if env is not None:
-            with contextlib.suppress(Exception):
-                self._close(env)
+        with self._lock:
+            env = self._envs.pop(key, None)
+            if env is not None:
+                with contextlib.suppress(Exception):
+                    self._close(env)
 
     def close(self) -> None:
-        while self._envs:
-            self._close(self._envs.popitem()[1])
+        with self._lock:
+            while self._envs:
+                self._close(self._envs.popitem()[1])
 
     def __len__(self) -> int:
         return len(self._envs)
@@ -85,11 +93,13 @@ class EnvCache:
 
 class World:
     """The live env of one Eval: stages a scene, steps it, reads success. Its envs live in
-    `envs`, which a process may share among its Worlds to bound them all together."""
+    `envs`, which a process may share among its Worlds to bound them all together; the World of
+    lockstep `slot` has envs of its own there."""
 
-    def __init__(self, eval: Eval, envs: EnvCache | None = None) -> None:
+    def __init__(self, eval: Eval, envs: EnvCache | None = None, slot: int | None = None) -> None:
         self.eval = eval
         self.envs = EnvCache() if envs is None else envs
+        self.slot = slot
         self._env: gym.Env | None = None
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
@@ -99,7 +109,7 @@ class World:
 
     def env_for(self, task: str) -> gym.Env:
         """The live env of `task`, built on first use (or after the cache closed it)."""
-        return self.envs.get((self.eval.name, task), lambda: self.eval.make_env(task))
+        return self.envs.get((self.eval.name, task, self.slot), lambda: self.eval.make_env(task))
 
     def reset(self, scene: Scene) -> Observation:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
@@ -125,7 +135,7 @@ class World:
     def discard(self) -> None:
         """Drops the current env after a fault; the next reset of its task builds a new one."""
         if self._task is not None:
-            self.envs.discard((self.eval.name, self._task))
+            self.envs.discard((self.eval.name, self._task, self.slot))
             self._env = self._task = None
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """A worker that dies mid-rollout (a signal, the kernel's out-of-memory killer) has that rollout
-run again on a fresh worker, up to `--retry-errors` times, then leaves it as an `error` record
-with its cause: each rollout's setup report tells the controller what it plans, and xdist's
-crash report becomes its record. A record that follows crashes lists them in `retried`."""
+(with `--envs-per-worker`, every rollout of its group that had not reported) run again on a
+fresh worker, up to `--retry-errors` times, then leaves it as an `error` record with its cause:
+each rollout's setup report tells the controller what its group plans, and a crash report
+becomes each one's record. A record that follows crashes lists them in `retried`."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.pytest_plugin.lockstep import group_items, slots_of
 from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of, rollout_record
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
+from policybench.pytest_plugin.scheduling import in_flight_with
 from policybench.pytest_plugin.watchdog import hang_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind
 
-PLANNED = "policybench_planned"  # the setup report's user property: its planned_record
+# The setup report's user property: the planned_record of each rollout of the item's group.
+PLANNED = "policybench_planned"
 VMSTAT = Path("/proc/vmstat")  # Linux: `oom_kill N` counts the OOM killer's kills since boot
 EXIT_WAIT_S = 5.0
 RERUN = "rerun"  # the outcome of the report of a crashed attempt that runs again
@@ -31,15 +35,15 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, pytest.TestReport]:
     report: pytest.TestReport = yield
-    planned = planned_record(item) if call.when == "setup" else None
-    if planned is not None:
-        report.user_properties.append((PLANNED, planned))
+    group = group_items(item, slots_of(item.config)) if call.when == "setup" else []
+    if group:
+        report.user_properties.append((PLANNED, [planned_record(mate) for mate in group]))
     return report
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config):
-        watch = CrashWatch(settings_of(config).retry_errors, run_dir_of(config))
+        watch = CrashWatch(config.hook, settings_of(config).retry_errors, run_dir_of(config))
         config.pluginmanager.register(watch, "policybench-crashes")
 
 
@@ -50,10 +54,11 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] 
 
 
 class CrashWatch:
-    """On the controller: remembers each started rollout's statics, has a crashed rollout run
-    again, and turns the last crash into that rollout's error record."""
+    """On the controller: remembers each started rollout's plan (and its group's), has the
+    rollouts a crash stopped run again, and turns the last crash into each one's error record."""
 
-    def __init__(self, retries: int, run_dir: Path) -> None:
+    def __init__(self, hook: Any, retries: int, run_dir: Path) -> None:
+        self.hook = hook
         self.retries = retries
         self.run_dir = run_dir
         self.planned: dict[str, dict[str, Any]] = {}  # nodeid -> its planned_record
@@ -65,7 +70,7 @@ class CrashWatch:
         if report.when == "setup":
             for name, value in report.user_properties:
                 if name == PLANNED:
-                    self.planned[report.nodeid] = value
+                    self.planned.update((planned[keys.NODEID], planned) for planned in value)
         crashed = self.crashes.get(report.nodeid)
         record = record_of(report)
         if crashed and record is not None and report.when == "call":
@@ -73,6 +78,8 @@ class CrashWatch:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist logs `report`, of `crashitem`, once this hook has made it; the other rollouts
+        in flight with it (its group's) are reported here, each run again or recorded alike."""
         worker = getattr(report, "node", None)
         worker_id = getattr(getattr(worker, "gateway", None), "id", "?")
         hung = hang_of(self.run_dir, worker_id)
@@ -80,14 +87,25 @@ class CrashWatch:
             reason = f"worker {worker_id} was ended by the watchdog: {hung}"
         else:
             reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
+        crashitem, *mates = in_flight_with(sched, crashitem)
+        for nodeid in mates:
+            mate = pytest.TestReport(nodeid, report.location, {}, "failed", reason, report.when)
+            mate.node = worker  # type: ignore[attr-defined]
+            self.crashed(mate, reason, worker_id, sched)
+            self.hook.pytest_runtest_logreport(report=mate)
+        self.crashed(report, reason, worker_id, sched)
+
+    def crashed(self, report: pytest.TestReport, reason: str, worker_id: str, sched: Any) -> None:
+        """Has the rollout of `report`, which a crash stopped, run again if `--retry-errors`
+        allows; else makes `report` its error record."""
         report.longrepr = reason
-        crashed = self.crashes.setdefault(crashitem, [])
+        crashed = self.crashes.setdefault(report.nodeid, [])
         if len(crashed) < self.retries:
             crashed.append(reason)
-            sched.mark_test_pending(crashitem)
+            sched.mark_test_pending(report.nodeid)
             report.outcome = RERUN
             return
-        planned = self.planned.get(crashitem)
+        planned = self.planned.get(report.nodeid)
         if planned is None:  # it crashed before its setup was reported: nothing is known of it
             return
         crash = Episode({}, (), Outcome(OutcomeKind.ERROR, reason), 0.0, 0.0, None)

@@ -76,8 +76,9 @@ class PolicyCannotRun(pytest.skip.Exception):
 
 class Runner:
     """One World per Eval and one Policy per Eval and arm in this process, built on first use;
-    the Worlds share one EnvCache, so the process holds at most `--max-envs-per-worker` live
-    envs."""
+    the Worlds and lockstep slots share one EnvCache, so the process holds at most
+    max(`--max-envs-per-worker`, `--envs-per-worker`) live envs (a group's K envs are live at
+    once; building the next one's closes the least recently used first)."""
 
     def __init__(
         self, settings: RunSettings, preflights: PreflightStore, worker: str, slots: int = 1
@@ -86,7 +87,7 @@ class Runner:
         self.slots = slots  # rollouts run side by side (--envs-per-worker)
         self.worker = worker
         self._preflights = preflights
-        self.envs = EnvCache(settings.max_envs)
+        self.envs = EnvCache(max(settings.max_envs, slots))
         self._worlds: dict[str, World] = {}
         self._policies: dict[tuple[str, str], Policy] = {}  # by (Eval, arm)
         self._locksteps: dict[str, Lockstep] = {}  # by Eval, with --envs-per-worker K > 1
@@ -129,7 +130,7 @@ class Runner:
         eval = group[0].eval
         lockstep = self._locksteps.get(eval.name)
         if lockstep is None:
-            lockstep = self._locksteps[eval.name] = Lockstep(eval, self.slots)
+            lockstep = self._locksteps[eval.name] = Lockstep(eval, self.slots, self.envs)
         episodes = lockstep.run([planned.rollout for planned in group], ready[1])
         self._ahead.update(zip(map(_ahead_key, group), episodes, strict=True))
 

@@ -3,15 +3,14 @@ model once per step for all of them (see policybench.lockstep). The first item o
 the group; its group-mates, later items the same process is sure to run, take their Episodes.
 
 Under xdist a process is sure to run an item only if the scheduler sends it a whole unit of
-work, so with K > 1 the items are scheduled by group (xdist's scope scheduling): a group is a run
-of K of one task's rollouts, in plan order, so an Eval of one task (PushT's) still fills every
-worker. Without xdist a group is the next K rollouts of the Eval, whatever their task."""
+work, so with K > 1 the items are scheduled by group (see scheduling): a group is a run of K of
+one task's rollouts, in plan order, so an Eval of one task (PushT's) still fills every worker.
+Without xdist a group is the next K rollouts of the Eval, whatever their task."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
@@ -29,7 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="K",
         help="step K rollouts of an Eval side by side in each process, the model asked once per "
         "step for all of them (one batched forward for a model with predict_batch; K calls in "
-        "flight for a served one); each rollout keeps its own item and record (default 1)",
+        "flight for a served one); each rollout keeps its own item and record; a process "
+        "keeps up to max(K, --max-envs-per-worker) live envs (default 1)",
     )
 
 
@@ -50,26 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"--envs-per-worker {slots} steps rollouts side by side, and {recorder} records "
                 "one rollout at a time; run the recording with --envs-per-worker 1"
             )
-
-
-@pytest.hookimpl(tryfirst=True, optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With K > 1 under xdist, each group's rollouts go to one worker (so that it can run them
-    side by side); xdist's own choice otherwise."""
-    slots = slots_of(config)
-    if slots == 1 or is_worker(config):
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class GroupScheduling(LoadScopeScheduling):
-        scopes: dict[str, str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self.scopes is None:  # the collection is known by the first call
-                self.scopes = group_scopes(self.collection or [], slots)
-            return self.scopes[nodeid]
-
-    return GroupScheduling(config, log)
 
 
 def group_scopes(nodeids: Sequence[str], slots: int) -> dict[str, str]:
@@ -95,14 +75,20 @@ def group_of(item: pytest.Item, slots: int) -> list[Planned]:
     """The rollouts the item's group runs: the item's, then those of the next items this
     process is sure to run (same Eval, same policy arm, and under xdist the same unit of work),
     up to `slots` of them."""
+    return [planned for mate in group_items(item, slots) if (planned := planned_of(mate))]
+
+
+def group_items(item: pytest.Item, slots: int) -> list[pytest.Item]:
+    """The items whose rollouts `group_of(item, slots)` runs (none for an item that is not a
+    rollout)."""
     planned = planned_of(item)
     if planned is None or slots == 1:
-        return [] if planned is None else [planned]
+        return [] if planned is None else [item]
     items = item.session.items
     distributed = is_worker(item.config)
     scopes = _scopes_of(item.session, slots) if distributed else {}
     scope = scopes.get(item.nodeid)
-    group = [planned]
+    group = [item]
     for later in items[items.index(item) + 1 :]:
         if len(group) == slots:
             break
@@ -114,7 +100,7 @@ def group_of(item: pytest.Item, slots: int) -> list[Planned]:
         ):
             break
         if mate.arm == planned.arm:  # an A/B run's other arms make groups of their own
-            group.append(mate)
+            group.append(later)
     return group
 
 
