@@ -180,3 +180,31 @@ def test_a_served_call_past_the_call_timeout_fails_its_task_only_and_ends_the_se
     # The others' calls waited behind the stuck one: their server went away, to be run again.
     assert all(isinstance(error, RemoteDown) for error in errors.values()), errors
     assert "exiting with status 75" in server.stdout.read()
+
+
+def test_a_model_call_that_hangs_on_the_shared_server_errors_its_rollout_only(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    benchmark = "import policybench\n" + HANGING_MODEL + BENCHMARK_OF_POINT3
+    pytester.makepyfile(envs=ENVS, test_point=benchmark)
+    result = pytester.runpytest_subprocess(
+        *("-n", "2", "--rollouts", "1", "--policy=test_point:HANGS_ON_B"),
+        *("--policy-sharing=shared", "--infer-timeout=4"),
+    )
+    out = result.stdout.str()
+    by_task = {record["instruction"]: record for record in records(pytester)}
+    hung = by_task.pop("reach b")
+    assert hung["outcome"] == "error" and "retried" not in hung, out[-3000:]
+    assert "model call did not return within 3.6 s" in hung["reason"]
+    assert "'reach b'" in hung["reason"]
+    # The others finished, run again on the restarted server if the hang cut them short.
+    assert [record["outcome"] for record in by_task.values()] == ["solved", "solved"], out[-3000:]
+
+
+BENCHMARK_OF_POINT3 = """
+
+@policybench.evaluate(POINT3)
+def test_point(rollout, harness):
+    harness(rollout)
+"""

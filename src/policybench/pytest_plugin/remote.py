@@ -22,6 +22,9 @@ from policybench.serve.command import API_KEY_VARIABLE, READY
 AUTO, SHARED, PER_WORKER = "auto", "shared", "per-worker"
 # Built-in policies that load nothing: a copy per worker costs less than a round trip per step.
 LIGHT_POLICIES = (SCRIPTED, RANDOM)
+# The run's server gives up on a model call a little before its clients would (--infer-timeout):
+# the rollout whose call hung is told so, and the server exits to be restarted for the others.
+CALL_TIMEOUT_SHARE = 0.9
 
 START_TIMEOUT_S = 60.0
 
@@ -87,6 +90,8 @@ class SharedServer:
             "--port",
             "0",
             "--evals-from-clients",
+            "--call-timeout",
+            f"{CALL_TIMEOUT_SHARE * config.getoption('infer_timeout'):g}",
         ]
         env = {**os.environ, API_KEY_VARIABLE: api_key, "PYTHONPATH": _import_path(config)}
         process = subprocess.Popen(
