@@ -1,23 +1,23 @@
 """Served policies in a run: where `--policy=openpi` is served, and, under xdist, one
-`policybench serve` that the controller starts for a local policy and all workers share."""
+`policybench serve` that the controller starts for a local policy, all workers share, and the
+controller keeps up (restarted when it dies, given up when it cannot be)."""
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL
-from policybench.pytest_plugin.rundir import settings_of
-from policybench.pytest_plugin.workers import hand_to_workers, is_worker
+from policybench.pytest_plugin.rundir import run_dir_of, settings_of
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.registry import OPENPI, RANDOM, SCRIPTED
-from policybench.serve.command import API_KEY_VARIABLE, READY
+from policybench.serve.client import give_up_waiting_when
+from policybench.serve.command import API_KEY_VARIABLE
+from policybench.serve.supervisor import ServerFailed, Supervisor
 
 AUTO, SHARED, PER_WORKER = "auto", "shared", "per-worker"
 # Built-in policies that load nothing: a copy per worker costs less than a round trip per step.
@@ -25,8 +25,6 @@ LIGHT_POLICIES = (SCRIPTED, RANDOM)
 # The run's server gives up on a model call a little before its clients would (--infer-timeout):
 # the rollout whose call hung is told so, and the server exits to be restarted for the others.
 CALL_TIMEOUT_SHARE = 0.9
-
-START_TIMEOUT_S = 60.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,15 +40,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 SERVER = pytest.StashKey["SharedServer"]()
+SERVER_LOG = "server.log"  # in the run directory: everything the run's server wrote
+SERVER_GONE = "server-gone.txt"  # in the run directory once the server is given up: why
+NOWHERE = "ws://127.0.0.1:0"  # handed to workers when the server never started: nothing listens
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if is_worker(config) or not _wants_shared_server(config):
+    if is_worker(config):
+        url = from_controller(config, SHARED_URL)
+        if url is not None:  # waiting for it ends as soon as the controller gives it up
+            gone = run_dir_of(config) / SERVER_GONE
+            give_up_waiting_when(url, lambda: gone.read_text() if gone.exists() else None)
         return
-    server = SharedServer.start(config)
+    if not _wants_shared_server(config):
+        return
+    server = SharedServer(config)
     config.stash[SERVER] = server
     config.add_cleanup(server.stop)
-    hand_to_workers(config, SHARED_URL, server.url)
+    hand_to_workers(config, SHARED_URL, server.start())
     hand_to_workers(config, SHARED_KEY, server.api_key)
 
 
@@ -66,16 +73,16 @@ def _wants_shared_server(config: pytest.Config) -> bool:
 
 
 class SharedServer:
-    """A `policybench serve` subprocess on a free loopback port, with a fresh API key."""
+    """The run's `policybench serve`, on a free loopback port with a fresh API key, its output
+    in the run directory's server.log. It ends with the run, is restarted when it dies, and when
+    it is given up the terminal and the workers (through SERVER_GONE) are told why."""
 
-    def __init__(self, process: subprocess.Popen[str], url: str, api_key: str) -> None:
-        self.process = process
-        self.url = url
-        self.api_key = api_key
-
-    @classmethod
-    def start(cls, config: pytest.Config) -> SharedServer:
-        api_key = secrets.token_hex(16)
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.api_key = secrets.token_hex(16)
+        run_dir = run_dir_of(config)
+        self.gone = run_dir / SERVER_GONE
+        self.gone.unlink(missing_ok=True)  # a resumed run's server starts afresh
         command = [
             sys.executable,
             "-m",
@@ -87,46 +94,38 @@ class SharedServer:
             str(config.getoption("seed")),
             "--policy-device",
             config.getoption("policy_device"),
-            "--port",
-            "0",
             "--evals-from-clients",
             "--call-timeout",
             f"{CALL_TIMEOUT_SHARE * config.getoption('infer_timeout'):g}",
         ]
-        env = {**os.environ, API_KEY_VARIABLE: api_key, "PYTHONPATH": _import_path(config)}
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=None, text=True, env=env, cwd=config.rootpath
+        env = {**os.environ, API_KEY_VARIABLE: self.api_key, "PYTHONPATH": _import_path(config)}
+        self.supervisor = Supervisor(
+            command, env, config.rootpath, run_dir / SERVER_LOG, self._say, self._give_up
         )
-        url = _await_ready(process)
-        # Keep draining its output so a chatty server never blocks on a full pipe.
-        threading.Thread(target=process.stdout.read, daemon=True).start()
-        return cls(process, url, api_key)
+
+    def start(self) -> str:
+        """The server's URL; NOWHERE when it could not start (every rollout then errors)."""
+        try:
+            return self.supervisor.start()
+        except ServerFailed as failed:
+            self._give_up(failed)
+            return NOWHERE
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        self.supervisor.stop()
 
+    def _give_up(self, failed: ServerFailed) -> None:
+        partial = self.gone.with_suffix(".part")
+        partial.write_text(failed.reason)
+        partial.replace(self.gone)
+        self._say(f"{failed.reason}; every rollout left is an error\n{failed.tail}", red=True)
 
-def _await_ready(process: subprocess.Popen[str]) -> str:
-    lines: list[str] = []
-    timer = threading.Timer(START_TIMEOUT_S, process.kill)
-    timer.start()
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith(READY):
-                return re.search(r"ws://\S+", line).group(0)
-    finally:
-        timer.cancel()
-    process.wait()
-    raise pytest.UsageError(
-        f"the shared policy server did not start (exit code {process.returncode}); its output:\n"
-        f"{''.join(lines)}\nrun without it with --policy-sharing=per-worker"
-    )
+    def _say(self, line: str, red: bool = False) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            sys.stderr.write(f"policybench: {line}\n")
+        else:
+            reporter.write_line(f"policybench: {line}", red=red, yellow=not red, bold=True)
 
 
 def _import_path(config: pytest.Config) -> str:

@@ -68,6 +68,11 @@ class RemoteTimeout(InfrastructureError, TimeoutError):
     """The server did not answer within the receive timeout."""
 
 
+class RemoteGone(RemoteUnavailable):
+    """The server is gone for good (the run that started it gave it up): no rollout waits for
+    it, and none is run again for it."""
+
+
 class _Unreachable(Exception):
     """Nothing answered at the URL (yet): a server that is down, starting or restarting."""
 
@@ -223,6 +228,7 @@ class Outages:
     def __init__(self) -> None:
         self._down_since: dict[str, float] = {}
         self._absent: dict[str, str] = {}  # URL -> why the last full wait for it gave up
+        self._gone: dict[str, Callable[[], str | None]] = {}  # URL -> why it is gone, if it is
         self.paused: Callable[[], contextlib.AbstractContextManager[object]] = (
             contextlib.nullcontext
         )
@@ -234,6 +240,7 @@ class Outages:
         try:
             connection = connect_once()
         except _Unreachable as error:
+            self._raise_if_gone(url)
             if url in self._absent:
                 raise RemoteDown(self._absent[url]) from None
             with self.paused():
@@ -265,6 +272,7 @@ class Outages:
                 return connect_once()
             except _Unreachable as again:
                 error = again
+                self._raise_if_gone(url)
         self._absent[url] = (
             f"cannot reach a policy server at {url} after {waited:.0f} s (--server-wait "
             f"{wait_s:g}; last try: {error}); {HOW_TO_SERVE}, or point --policy-url at a "
@@ -272,8 +280,20 @@ class Outages:
         )
         raise RemoteDown(self._absent[url])
 
+    def give_up_when(self, url: str, why_gone: Callable[[], str | None]) -> None:
+        """Ends every wait for `url` at once, with RemoteGone, when `why_gone()` says why its
+        server is gone for good (the run that owns it gave it up)."""
+        self._gone[url] = why_gone
+
+    def _raise_if_gone(self, url: str) -> None:
+        why_gone = self._gone.get(url)
+        why = None if why_gone is None else why_gone()
+        if why is not None:
+            raise RemoteGone(f"policy server {url} is gone for good: {why}") from None
+
 
 _OUTAGES = Outages()  # one per process: an outage is logged once, whichever rollout meets it
+give_up_waiting_when = _OUTAGES.give_up_when  # for every wait of this process
 
 
 def pause_while_waiting(paused: Callable[[], contextlib.AbstractContextManager[object]]) -> None:

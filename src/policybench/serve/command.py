@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from policybench.lifetime import die_with_starter
 from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED
 from policybench.registry import (
     OPENPI,
@@ -87,6 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    die_with_starter()  # a server a run started ends with the run, before it loads anything
     servable = [name for name in known_policies() if name != OPENPI]
     servable += ["lerobot:PATH", "module:attr"]
     try:
