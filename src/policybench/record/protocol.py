@@ -67,10 +67,6 @@ class Difference:
     before: tuple[str, ...]
     after: tuple[str, ...]
 
-    @property
-    def of_policy(self) -> bool:
-        return of_policy(self.field)
-
     def line(self, before: str, after: str) -> str:
         where = "" if self.eval is None else f"eval {self.eval}: "
         return (
@@ -78,17 +74,11 @@ class Difference:
             f"but {', '.join(self.after)} in {after}"
         )
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            keys.EVAL: self.eval,
-            "field": self.field,
-            "before": self.before,
-            "after": self.after,
-        }
-
 
 @dataclass(frozen=True)
 class Protocol:
+    """A run's protocol, and its policy (see above), read from its records and settings."""
+
     run: Fields
     evals: Mapping[str, Fields]
     tasks: Mapping[tuple[str, str], Fields]  # (eval, task) -> fields
@@ -133,12 +123,18 @@ class Protocol:
             Difference(eval, name, tuple(sorted(left)), tuple(sorted(right)))
             for (eval, name), (left, right) in sorted(per_task.items())
         ]
-        return tuple(d for d in found if policy or not d.of_policy)
+        return tuple(d for d in found if policy or not of_policy(d.field))
 
     @property
     def digest(self) -> str:
         """Equal for two runs of the same Evals and tasks under one protocol, whatever policy."""
-        return _digest(self._conditions())
+        return _digest(
+            [
+                _without_policy(self.run),
+                {eval: _without_policy(fields) for eval, fields in self.evals.items()},
+                [[*task, _without_policy(fields)] for task, fields in self.tasks.items()],
+            ]
+        )
 
     def as_json(self) -> dict[str, Any]:
         """run.json's `fingerprint`: the digest, and every field readable, per Eval and task."""
@@ -151,13 +147,6 @@ class Protocol:
                 "tasks": {task: _readable(values) for task, values in mine.items()},
             }
         return {"digest": self.digest, "run": _readable(self.run), "evals": evals}
-
-    def _conditions(self) -> list[Any]:
-        return [
-            _without_policy(self.run),
-            {eval: _without_policy(fields) for eval, fields in self.evals.items()},
-            [[*task, _without_policy(fields)] for task, fields in self.tasks.items()],
-        ]
 
 
 def _eval_fields(records: list[Record]) -> dict[str, frozenset[str]]:

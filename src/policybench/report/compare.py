@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,7 @@ class Comparison:
             "evals": [row.as_json() for row in self.evals],
             "only_before": [list(pair) for pair in self.only_before],
             "only_after": [list(pair) for pair in self.only_after],
-            "protocol": [difference.as_json() for difference in self.protocol],
+            "protocol": [asdict(difference) for difference in self.protocol],
         }
 
     def write(self, directory: Path, stem: str = "compare") -> tuple[Path, Path]:
@@ -162,6 +162,7 @@ def compare_runs(
     """Compares the tasks both runs ran, each and pooled per Eval; lists the ones only one of
     them ran and every protocol field that differs (of `protocols`, the runs' own with their
     settings; by default read from the records alone)."""
+    was, now = protocols or (Protocol.of(before), Protocol.of(after))
     tasks_before = group(before, keys.EVAL, keys.TASK)
     tasks_after = group(after, keys.EVAL, keys.TASK)
     shared = sorted(tasks_before.keys() & tasks_after.keys())
@@ -185,7 +186,7 @@ def compare_runs(
         evals=tuple(pooled),
         only_before=tuple(sorted(tasks_before.keys() - tasks_after.keys())),
         only_after=tuple(sorted(tasks_after.keys() - tasks_before.keys())),
-        protocol=_protocol(before, after, protocols),
+        protocol=was.differences(now, policy=False),  # the policy is what is compared
         alpha=alpha,
         adjustment=adjustment,
         confidence=confidence,
@@ -204,16 +205,6 @@ def nothing_compared(comparison: Comparison) -> str:
         f"({comparison.before} ran {ran(comparison.only_before)}; {comparison.after} ran "
         f"{ran(comparison.only_after)}); compare runs of the same Evals and tasks"
     )
-
-
-def _protocol(
-    before: Sequence[Mapping[str, Any]],
-    after: Sequence[Mapping[str, Any]],
-    protocols: tuple[Protocol, Protocol] | None,
-) -> tuple[Difference, ...]:
-    """What differs between the runs' protocols, the policy aside: that is what is compared."""
-    was, now = protocols or (Protocol.of(before), Protocol.of(after))
-    return was.differences(now, policy=False)
 
 
 def _compared(
