@@ -100,8 +100,7 @@ def test_a_lone_client_never_opens_a_batch_window():
     # A window this long could not go unnoticed; a second connection that never asks is there
     # too, as a rollout waiting for its env would be.
     with serve(model, max_wait_ms=5_000) as server:
-        silent = RemoteModel(Endpoint(server.url))
-        silent.open(CONTEXT)
+        silent = RemoteModel(Endpoint(server.url)).open(CONTEXT)
         source = RemoteModel(Endpoint(server.url, infer_timeout_s=WAIT_S)).open(CONTEXT)
         for seq in range(30):
             source({"who": np.array([0.0]), "seq": np.array([float(seq)])})
