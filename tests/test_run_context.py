@@ -55,3 +55,11 @@ def test_a_run_that_selects_nothing_keeps_no_run_directory(pytester, workers):
     nothing.stdout.fnmatch_lines(["policybench: no rollout ran, so no run directory is kept (*"])
     assert sorted(p.name for p in reports.iterdir()) == before
     assert (reports / "latest").resolve() == latest
+
+
+def test_a_session_without_rollouts_leaves_no_report_directory_and_says_nothing(pytester):
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "reports").exists()
+    assert "run directory" not in result.stdout.str()

@@ -6,6 +6,7 @@ second get two), and removed at the end if the run recorded nothing in it."""
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import shutil
 from dataclasses import dataclass, replace
@@ -137,3 +138,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     context = config.stash.get(CONTEXT, None)
     if discarded(context) and not is_worker(config):
         shutil.rmtree(context.run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # nor a report directory it made and left empty
+            context.run_dir.parent.rmdir()

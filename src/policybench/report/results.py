@@ -32,12 +32,11 @@ def new_run_dir(report_dir: Path, label: str | None = None) -> Path:
     """Makes and returns a new run directory under `report_dir`, named for the start time and
     `label` (a shard's, e.g. `20261101-120000-shard2of4`). Made atomically, so two runs started
     in the same second get two directories (the second gets `-1`)."""
-    report_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"-{label}" if label else "")
     for attempt in range(1000):
         candidate = report_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
         try:
-            candidate.mkdir()
+            candidate.mkdir(parents=True)
         except FileExistsError:
             continue
         return candidate
