@@ -25,6 +25,7 @@ from typing import IO
 
 import pytest
 
+from policybench.pytest_plugin.options import redacted_command
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.serve import client
 from policybench.spec import Rollout
@@ -179,7 +180,7 @@ def watched(
 def _stopped_by(config: pytest.Config, rollout: Rollout, limit: float, path: Path) -> list[str]:
     """What a run without xdist says when one of its rollouts hung: which, where its stack is,
     and how to continue."""
-    args = list(config.invocation_params.args)
+    args = redacted_command(config.invocation_params.args)  # a key shows as ***: give it again
     kept = [arg for i, arg in enumerate(args) if not _is_resume(args, i)]
     resume = shlex.join(["pytest", *kept, "--resume", str(run_dir_of(config))])
     return [
