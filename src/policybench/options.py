@@ -97,7 +97,7 @@ POLICY_API_KEY = Option(
 )
 INFER_TIMEOUT = Option(
     "--infer-timeout",
-    "seconds to wait for a served policy's answer before the rollout errors (default "
+    "seconds to wait for a served policy's answer before the call is an error (default "
     "{default:g}: a first call may compile)",
     300.0,
     float,
