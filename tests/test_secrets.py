@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from policybench.options import API_KEY_VARIABLE
-from policybench.pytest_plugin.options import HIDDEN, redacted_command
+from policybench.pytest_plugin.options import redacted_command
+from policybench.serve.client import HIDDEN
 from tests.test_remote import REPO, free_port, start_server
 
 KEY = "s3cr3t-key-4f9a2c"
@@ -29,13 +30,22 @@ def test_point(rollout, harness):
 """
 
 
-@pytest.fixture(scope="module")
-def server_url():
+def serving(*args: str):
     port = free_port()
-    server = start_server(port, "--eval", "tests.served:POINT", "--api-key", KEY)
-    yield f"ws://127.0.0.1:{port}"
+    server = start_server(port, "--eval", "tests.served:POINT", *args)
+    yield port
     server.kill()
     server.wait()
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    yield from (f"ws://127.0.0.1:{port}" for port in serving("--api-key", KEY))
+
+
+@pytest.fixture(scope="module")
+def open_server_port():
+    yield from serving()
 
 
 def run(path: Path, *args: str, env_key: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -57,19 +67,33 @@ def test_the_api_key_reaches_the_server_and_no_file_of_the_run(tmp_path, server_
     (tmp_path / "test_point.py").write_text(BENCHMARK)
     served = ["--policy=openpi", "--policy-url", server_url]
     done = run(tmp_path, *served, *given, env_key=None if given else KEY)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_dir = (tmp_path / "reports" / "latest").resolve()
-    records = [json.loads(line) for line in (run_dir / "results.jsonl").open()]
     # The server refuses a missing or wrong key, so solved rollouts mean it was sent.
-    assert [r["outcome"] for r in records] == ["solved", "solved"]
-    written = [path for path in tmp_path.rglob("*") if path.is_file()]
-    assert run_dir / "run.json" in written and run_dir / "index.html" in written
-    assert tmp_path / "junit.xml" in written
-    holding = [str(path) for path in written if KEY.encode() in path.read_bytes()]
-    assert holding == []
-    assert KEY not in done.stdout + done.stderr
+    run_dir = assert_solved_and_key_nowhere(tmp_path, done)
     if given:
         assert HIDDEN in json.loads((run_dir / "run.json").read_text())["command"]
+
+
+def test_a_password_in_the_policy_url_reaches_no_file_of_the_run(tmp_path, open_server_port):
+    (tmp_path / "test_point.py").write_text(BENCHMARK)
+    url = f"ws://someone:{KEY}@127.0.0.1:{open_server_port}"
+    done = run(tmp_path, "--policy=openpi", "--policy-url", url)
+    run_dir = assert_solved_and_key_nowhere(tmp_path, done)
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").open()]
+    assert {r["policy"]["url"] for r in records} == {f"ws://***@127.0.0.1:{open_server_port}"}
+
+
+def assert_solved_and_key_nowhere(path: Path, done: subprocess.CompletedProcess[str]) -> Path:
+    """The run's directory, once its rollouts are solved and KEY is in none of its files."""
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = (path / "reports" / "latest").resolve()
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").open()]
+    assert [r["outcome"] for r in records] == ["solved", "solved"]
+    written = [file for file in path.rglob("*") if file.is_file()]
+    assert run_dir / "run.json" in written and run_dir / "index.html" in written
+    assert path / "junit.xml" in written
+    assert [str(file) for file in written if KEY.encode() in file.read_bytes()] == []
+    assert KEY not in done.stdout + done.stderr
+    return run_dir
 
 
 def test_a_recorded_command_line_hides_keys_and_url_passwords():

@@ -3,7 +3,6 @@ configured), and the run settings read from them once by the controller (see run
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -40,14 +39,13 @@ from policybench.registry import (
     check_policy_name,
 )
 from policybench.report.arms import BLINDING_FILE, Blinding
-from policybench.serve.client import Endpoint
+from policybench.serve.client import HIDDEN, Endpoint, without_password
 
 DEFAULT_MAX_ENVS = 1  # a LIBERO env alone is ~1.5 GB; task-affine scheduling keeps reuse high
 DEFAULT_RETRIES = 2
 # What the controller hands workers besides the run's context: its shared server.
 SHARED_URL, SHARED_KEY = "shared_server_url", "shared_server_api_key"
 SHARED_OPTIONS = (POLICY_URL, POLICY_API_KEY, INFER_TIMEOUT, SERVER_WAIT, SEED, POLICY_DEVICE)
-HIDDEN = "***"  # what a recorded command line shows of a secret
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -339,10 +337,6 @@ def with_endpoints(
     return tuple(replace(arm, endpoint=endpoint(arm)) for arm in arms)
 
 
-# The user:password a URL may carry (ws://user:password@host).
-USERINFO = re.compile(r"(wss?://)[^/@\s]+@")
-
-
 def redacted_command(args: Sequence[str]) -> list[str]:
     """Command-line arguments as a run records them: the value of --policy-api-key, and the
     user:password of any URL, hidden."""
@@ -353,6 +347,6 @@ def redacted_command(args: Sequence[str]) -> list[str]:
         elif arg.startswith(f"{flag}="):
             shown.append(f"{flag}={HIDDEN}")
         else:
-            shown.append(USERINFO.sub(rf"\1{HIDDEN}@", arg))
+            shown.append(without_password(arg))
         hide = arg == flag
     return shown

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -88,6 +89,11 @@ class Endpoint:
     server_wait_s: float = 0.0  # how long to wait for an unreachable server to come (back)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
+    @property
+    def shown(self) -> str:
+        """The URL as messages and records show it: a user:password in it hidden."""
+        return without_password(self.url)
+
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
             raise ValueError(f"a policy URL must start with ws:// or wss://, got {self.url!r}")
@@ -136,12 +142,12 @@ class RemoteModel:
         except (TimeoutError, websockets.ConnectionClosed) as error:
             connection.close()
             raise RemoteDown(
-                f"policy server {endpoint.url} sent no metadata frame after connecting "
+                f"policy server {endpoint.shown} sent no metadata frame after connecting "
                 f"({type(error).__name__}: {error}); is it an openpi-protocol server?"
             ) from None
         if isinstance(first, str):
             connection.close()
-            raise RemotePolicyError(_server_error(endpoint.url, first))
+            raise RemotePolicyError(_server_error(endpoint.shown, first))
         self.metadata = unpackb(first, endpoint.max_frame_bytes)
         return connection
 
@@ -162,7 +168,7 @@ class RemoteModel:
             status = refused.response.status_code
             hint = "pass the right key with --policy-api-key" if status == 401 else HOW_TO_SERVE
             raise RemoteUnavailable(
-                f"policy server {endpoint.url} refused the connection (HTTP {status}: "
+                f"policy server {endpoint.shown} refused the connection (HTTP {status}: "
                 f"{refused.response.body.decode(errors='replace').strip()}); {hint}"
             ) from None
         except (
@@ -177,7 +183,7 @@ class RemoteModel:
         """Name and where it is served; once connected to a policybench server, also the served
         model's own description."""
         served = (self.metadata or {}).get(SERVED_MODEL)
-        where = {"served": "shared"} if self._shared else {"url": self.endpoint.url}
+        where = {"served": "shared"} if self._shared else {"url": self.endpoint.shown}
         return {
             keys.POLICY_NAME: self.name,
             **where,
@@ -200,18 +206,18 @@ class _Connection:
         except TimeoutError:
             _drop(connection)
             raise RemoteTimeout(
-                f"policy server {endpoint.url} did not answer within "
+                f"policy server {endpoint.shown} did not answer within "
                 f"{endpoint.infer_timeout_s:g} s (--infer-timeout); the connection was closed "
                 "and the next rollout reconnects"
             ) from None
         except websockets.ConnectionClosed as closed:
             raise RemoteDown(
-                f"policy server {endpoint.url} dropped the connection mid-rollout ({closed}); "
+                f"policy server {endpoint.shown} dropped the connection mid-rollout ({closed}); "
                 "the next rollout reconnects"
             ) from None
         if isinstance(answer, str):
             _drop(connection)
-            raise RemotePolicyError(_server_error(endpoint.url, answer))
+            raise RemotePolicyError(_server_error(endpoint.shown, answer))
         return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), self._fps)
 
     def close(self) -> None:
@@ -249,7 +255,9 @@ class Outages:
         down_since = self._down_since.pop(url, None)
         if down_since is not None:
             LOG.warning(
-                "policy server %s reachable again after %.1f s", url, time.monotonic() - down_since
+                "policy server %s reachable again after %.1f s",
+                endpoint.shown,
+                time.monotonic() - down_since,
             )
         return connection
 
@@ -263,7 +271,10 @@ class Outages:
         if url not in self._down_since:
             self._down_since[url] = started
             LOG.warning(
-                "policy server %s unreachable (%s); waiting up to %g s for it", url, error, wait_s
+                "policy server %s unreachable (%s); waiting up to %g s for it",
+                endpoint.shown,
+                error,
+                wait_s,
             )
         while (waited := time.monotonic() - started) < wait_s:
             time.sleep(min(delay, wait_s - waited))
@@ -274,7 +285,7 @@ class Outages:
                 error = again
                 self._raise_if_gone(url)
         self._absent[url] = (
-            f"cannot reach a policy server at {url} after {waited:.0f} s (--server-wait "
+            f"cannot reach a policy server at {endpoint.shown} after {waited:.0f} s (--server-wait "
             f"{wait_s:g}; last try: {error}); {HOW_TO_SERVE}, or point --policy-url at a "
             "running one"
         )
@@ -289,7 +300,9 @@ class Outages:
         why_gone = self._gone.get(url)
         why = None if why_gone is None else why_gone()
         if why is not None:
-            raise RemoteGone(f"policy server {url} is gone for good: {why}") from None
+            raise RemoteGone(
+                f"policy server {without_password(url)} is gone for good: {why}"
+            ) from None
 
 
 _OUTAGES = Outages()  # one per process: an outage is logged once, whichever rollout meets it
@@ -307,6 +320,15 @@ def _drop(connection: ClientConnection) -> None:
     with contextlib.suppress(OSError):
         connection.socket.shutdown(socket.SHUT_RDWR)
     connection.close()
+
+
+# The user:password a URL may carry (ws://user:password@host), and what is shown instead.
+USERINFO, HIDDEN = re.compile(r"(wss?://)[^/@\s]+@"), "***"
+
+
+def without_password(text: str) -> str:
+    """`text` with the user:password of every ws:// or wss:// URL in it shown as ***."""
+    return USERINFO.sub(rf"\1{HIDDEN}@", text)
 
 
 def _server_error(url: str, text: str) -> str:
