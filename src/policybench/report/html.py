@@ -154,7 +154,7 @@ def flatten(record: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]
 @dataclass(frozen=True)
 class Bar:
     label: str
-    eval_index: int
+    colour: int  # the index of its Eval (of its arm, in an A/B run) in the chart's order
     rate: float
     low: float
     high: float
@@ -163,18 +163,18 @@ class Bar:
 
 
 def task_chart(tasks: Sequence[Row]) -> list[Bar]:
-    """A bar per task (per task and arm in an A/B run), but for tasks whose every rollout
-    errored: they have no success rate to draw."""
-    evals = list(dict.fromkeys(row.eval for row in tasks))
+    """A bar per task (per task and arm in an A/B run, a task's arms next to each other), but
+    for tasks whose every rollout errored: they have no success rate to draw."""
+    colours = list(dict.fromkeys(row.eval if row.arm is None else row.arm for row in tasks))
     bars = []
-    for row in tasks:
+    for row in sorted(tasks, key=lambda row: (row.eval, str(row.task))):  # stable: arm order
         tally, interval = row.stats.tally, row.stats.tally.interval()
         if tally.rate is None or interval is None or tally.errors == tally.rollouts:
             continue
         bars.append(
             Bar(
                 row.label if row.arm is None else f"{row.label} [{row.arm}]",
-                evals.index(row.eval),
+                colours.index(row.eval if row.arm is None else row.arm),
                 tally.rate,
                 *interval,
                 tally.solved,
