@@ -23,8 +23,8 @@ CONTROLLER_PID = "controller_pid"
 def pytest_configure(config: pytest.Config) -> None:
     if is_worker(config):
         controller = from_controller(config, CONTROLLER_PID)
-        if controller is not None:
-            die_with(int(controller))
+        if controller == os.getppid():  # a local worker (one over ssh has another parent)
+            die_with(controller)
         return
     hand_to_workers(config, CONTROLLER_PID, os.getpid())
     in_main_thread = threading.current_thread() is threading.main_thread()

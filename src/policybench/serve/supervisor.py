@@ -117,12 +117,8 @@ class Supervisor:
                     return
             ended = f"the run's policy server (pid {process.pid}) {_ended(code)}"
             if self.restarts >= MAX_RESTARTS:
-                self.on_gone(
-                    self._failed(
-                        f"{ended}, its death number {self.restarts + 1} in "
-                        "this run, so it is not restarted again"
-                    )
-                )
+                deaths = f"; {self.restarts + 1} deaths in this run, so it is not restarted again"
+                self.on_gone(self._failed(ended, deaths))
                 return
             self.restarts += 1
             self.on_restart(
@@ -141,11 +137,11 @@ class Supervisor:
                 f"({time.monotonic() - started:.1f} s to restart)"
             )
 
-    def _failed(self, how: str) -> ServerFailed:
+    def _failed(self, how: str, then: str = "") -> ServerFailed:
         lines = self._said()[-TAIL_LINES:]
         tail = "\n".join(f"    {line}" for line in lines) or "    (nothing)"
         return ServerFailed(
-            f"{how}{self._last_words()} (log: {self.log})", f"what it wrote last:\n{tail}"
+            f"{how}{self._last_words()}{then} (log: {self.log})", f"what it wrote last:\n{tail}"
         )
 
     def _output(self) -> str:
