@@ -1,7 +1,7 @@
 """A worker killed (a real SIGKILL) while it steps a group of rollouts side by side
 (`--envs-per-worker K -n N`): every rollout of the group that had not reported runs again on a
 replaced worker, or ends as an error record naming the signal, and every other rollout finishes;
-results.jsonl holds each planned rollout once."""
+results.jsonl holds each planned rollout once. So too under a `--dist` of whole units of work."""
 
 from __future__ import annotations
 
@@ -97,3 +97,20 @@ def test_a_group_whose_worker_dies_each_time_ends_as_error_records_naming_the_si
         assert "killed by SIGKILL" in record["reason"] and record["worker"].startswith("gw")
         assert len(record["retried"]) == 1 and "killed by SIGKILL" in record["retried"][0]
     assert by_id["reach/seed=0"]["outcome"] == by_id["reach/seed=1"]["outcome"] == "solved"
+
+
+@pytest.mark.parametrize("dist", ["loadfile", "loadscope"])
+def test_a_worker_killed_under_a_dist_of_whole_units_leaves_one_record_per_rollout(pytester, dist):
+    """xdist's schedulers of whole units cannot run one crashed item again by themselves; the
+    rollout the dead worker ran is retried, then an error, and the rest of its unit runs."""
+    pytester.makepyfile(envs=ENVS, test_point=DYING.replace("EVALS", "POINT, ALWAYS"))
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", dist, "--rollouts", "2", "--retry-errors", "1"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+    assert result.parseoutcomes() == {"passed": 2, "errors": 2, "rerun": 2}
+    by_id = records(pytester)
+    assert sorted(by_id) == ["die/seed=0", "die/seed=1", "reach/seed=0", "reach/seed=1"]
+    assert all("killed by SIGKILL" in by_id[f"die/seed={i}"]["reason"] for i in (0, 1))
+    assert all(len(by_id[f"die/seed={i}"]["retried"]) == 1 for i in (0, 1))

@@ -2,8 +2,9 @@
 stealing hands each worker a contiguous run of items (plan order keeps a task's rollouts
 together), so a worker reuses its few live envs, and an idle worker takes work from the busiest;
 `--dist` given by the user wins. With `--envs-per-worker K`, by group: each group of K rollouts
-goes to one worker whole, and a worker that dies hands back its group's unreported rollouts for
-the crash handler to run again or record as errors, as xdist's own schedulers hand back an item."""
+goes to one worker whole. A worker that dies hands back what it was running (its group's
+unreported rollouts) for the crash handler to run again or record as errors, under every
+`--dist`."""
 
 from __future__ import annotations
 
@@ -38,11 +39,16 @@ def _dist_given(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own choice
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With K > 1 under xdist, each group's rollouts go to one worker (so that it can run them
-    side by side); xdist's own choice otherwise."""
+    side by side); with a `--dist` that sends units of work (loadscope, loadfile, loadgroup),
+    xdist's scheduler, able to run a crashed item again; xdist's own choice otherwise."""
     slots = slots_of(config)
-    if slots == 1 or is_worker(config):
+    dist = getattr(config.option, "dist", "no")
+    if is_worker(config) or (slots == 1 and dist not in UNITS_OF_WORK):
         return None
-    return _group_scheduling(config, log, slots)
+    return _unit_scheduling(config, log, slots, dist)
+
+
+UNITS_OF_WORK = ("loadscope", "loadfile", "loadgroup")  # xdist's schedulers of whole units
 
 
 def in_flight_with(sched: Any, crashitem: str) -> tuple[str, ...]:
@@ -51,22 +57,32 @@ def in_flight_with(sched: Any, crashitem: str) -> tuple[str, ...]:
     return getattr(sched, "in_flight", {}).get(crashitem, (crashitem,))
 
 
-def _group_scheduling(config: pytest.Config, log: Any, slots: int) -> Any:
-    from xdist.scheduler import LoadScopeScheduling  # xdist is imported only when it runs
+def _unit_scheduling(config: pytest.Config, log: Any, slots: int, dist: str) -> Any:
+    from xdist import scheduler  # xdist is imported only when it runs
 
-    class GroupScheduling(LoadScopeScheduling):
-        """xdist's scope scheduling, a group of `slots` rollouts to a unit of work. A dead
-        worker's group in flight runs again item by item, as the crash handler asks with
-        `mark_test_pending`; the other units it held go back to the queue whole."""
+    by_unit = {
+        "loadscope": scheduler.LoadScopeScheduling,
+        "loadfile": scheduler.LoadFileScheduling,
+        "loadgroup": scheduler.LoadGroupScheduling,
+    }
+    base = scheduler.LoadScopeScheduling if slots > 1 else by_unit[dist]
+
+    class UnitScheduling(base):
+        """xdist's scheduling by units of work (with K > 1, a group of K rollouts to a unit),
+        where a dead worker's items in flight (its group's; else the one it ran) run again
+        only when the crash handler asks with `mark_test_pending`, as under xdist's other
+        schedulers; the rest of the units it held go back to the queue."""
 
         def __init__(self, config: pytest.Config, log: Any) -> None:
             super().__init__(config, log)
             self.scopes: dict[str, str] | None = None
-            # Each crashed item -> the items of its group that were in flight with it.
+            # Each crashed item -> the items that were in flight with it.
             self.in_flight: dict[str, tuple[str, ...]] = {}
-            self._crashed: dict[str, dict[str, bool]] = {}  # unit -> {item: done} after a crash
+            self._unit_of: dict[str, dict[str, bool]] = {}  # in-flight item -> {item: done}
 
         def _split_scope(self, nodeid: str) -> str:
+            if slots == 1:
+                return super()._split_scope(nodeid)
             if self.scopes is None:  # the collection is known by the first call
                 self.scopes = group_scopes(self.collection or [], slots)
             return self.scopes[nodeid]
@@ -74,29 +90,30 @@ def _group_scheduling(config: pytest.Config, log: Any, slots: int) -> Any:
         def remove_node(self, node: Any) -> str | None:
             workload = self.assigned_work.pop(node)
             # A worker runs its units in the order it was sent them: the first unfinished one
-            # is the group it was running.
-            started = next((s for s, unit in workload.items() if not all(unit.values())), None)
-            if started is None:
+            # is the one it was running.
+            unit = next((unit for unit in workload.values() if not all(unit.values())), None)
+            if unit is None:
                 return None
-            unit = workload.pop(started)
-            in_flight = tuple(nodeid for nodeid, done in unit.items() if not done)
-            self._crashed[started] = dict.fromkeys(unit, True)  # none runs again unless asked
+            unreported = [nodeid for nodeid, done in unit.items() if not done]
+            in_flight = tuple(unreported if slots > 1 else unreported[:1])
+            for nodeid in in_flight:
+                unit[nodeid] = True  # until the crash handler asks for it again
+                self._unit_of[nodeid] = unit
             self.in_flight[in_flight[0]] = in_flight
-            self.workqueue.update(workload)
-            for other in self.assigned_work:
-                self._reschedule(other)
+            # Nothing is sent before the crash handler has spoken: the worker that replaces
+            # the dead one, or the next to report, takes the queue.
+            self.workqueue.update((s, u) for s, u in workload.items() if not all(u.values()))
             return in_flight[0]
 
         def mark_test_pending(self, item: str) -> None:
             """Runs `item`, in flight on a worker that died, again, with the other items of its
-            group that run again: their unit goes first in the queue, for the worker that
-            replaces the dead one or the next to ask for work. (Nothing is sent here, so that a
-            group marked item by item still goes to one worker whole.)"""
+            unit still to run: the unit goes first in the queue. (Nothing is sent here, so that
+            a group marked item by item still goes to one worker whole.)"""
             scope = self._split_scope(item)
-            unit = self._crashed[scope]
+            unit = self._unit_of.pop(item)
             unit[item] = False
             if scope not in self.workqueue:
                 self.workqueue[scope] = unit
-                self.workqueue.move_to_end(scope, last=False)
+            self.workqueue.move_to_end(scope, last=False)
 
-    return GroupScheduling(config, log)
+    return UnitScheduling(config, log)
