@@ -110,6 +110,9 @@ class Run:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: every process it starts
+                # Ctrl-C as in a terminal, also where this test runs as a background job (which
+                # starts with SIGINT ignored).
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
 
     def records(self) -> list[dict]:
@@ -200,6 +203,16 @@ def test_sigterm_to_the_controller_keeps_the_finished_rollouts_and_leaves_no_pro
     assert {r[keys.OUTCOME] for r in records} == {"solved"}
     assert json.loads((run_dir / "summary.json").read_text())
     assert (run_dir / "index.html").is_file()
+
+
+def test_ctrl_c_stops_the_run_and_its_server_without_a_restart(start):
+    run = start("models:SLOW")
+    run.wait_for(lambda: len(run.records()) >= 2)
+    os.killpg(run.process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    none_alive_within(run, 30.0)
+    assert run.finish() == pytest.ExitCode.INTERRUPTED, run.text()[-3000:]
+    assert "restarting" not in run.text()
+    assert (run.run_dir() / "summary.json").is_file()
 
 
 def test_sigkill_to_the_controller_leaves_no_process(start):
