@@ -16,6 +16,7 @@ import faulthandler
 import os
 import shlex
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ FIRED = "Timeout ("  # how faulthandler's dump begins when the limit passed
 PACKAGE = "policybench"
 BASE_S, PER_SIM_S = 120.0, 30.0  # default limit: 2 minutes plus 30 wall seconds per sim second
 GRACE_S = 10.0  # without xdist: how long an interrupted call has to give way before the exit
+ENDING_S = 120.0  # without xdist: how long the run has to end once a rollout hung (a thread
+# still stuck in it may block the end: lockstep's slots are joined at teardown)
 MAIN = "main"  # the worker name of a run without xdist
 HUNG = pytest.StashKey[list[str]]()  # without xdist: what the run says when a rollout hung
 
@@ -202,14 +205,29 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     done = yield
     if HUNG in item.config.stash:  # its record is written; nothing more runs
         item.session.shouldstop = item.config.stash[HUNG][0]
+        _say(item.config, item.config.stash[HUNG])  # now too, in case the end is blocked
+        faulthandler.dump_traceback_later(ENDING_S, exit=True, file=sys.__stderr__)
     return done
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    hung = terminalreporter.config.stash.get(HUNG, None)
-    if hung is not None:
-        for line in hung:
-            terminalreporter.write_line(line, red=True, bold=True)
+    _say(terminalreporter.config, terminalreporter.config.stash.get(HUNG, []))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if HUNG in config.stash:  # the run ended in time
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _say(config: pytest.Config, lines: list[str]) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is None:
+            sys.stderr.write(f"{line}\n")
+        else:
+            reporter.write_line(line, red=True, bold=True)
+    if reporter is not None:
+        reporter.flush()
 
 
 def hang_of(run_dir: Path, worker: str) -> str | None:
