@@ -205,10 +205,12 @@ def test_sigterm_to_the_controller_keeps_the_finished_rollouts_and_leaves_no_pro
     assert (run_dir / "index.html").is_file()
 
 
-def test_ctrl_c_stops_the_run_and_its_server_without_a_restart(start):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_run_stops_it_and_its_server_without_a_restart(start, signum):
     run = start("models:SLOW")
     run.wait_for(lambda: len(run.records()) >= 2)
-    os.killpg(run.process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    # SIGINT: what Ctrl-C in a terminal does; SIGTERM: what `timeout` or a service manager does.
+    os.killpg(run.process.pid, signum)
     none_alive_within(run, 30.0)
     assert run.finish() == pytest.ExitCode.INTERRUPTED, run.text()[-3000:]
     assert "restarting" not in run.text()

@@ -24,13 +24,15 @@ def owned_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def die_with_starter() -> None:
-    """Ends this process when the process that started it with `owned_env` ends, and leaves
-    Ctrl-C to that process (which stops this one when it means to); nothing when it was started
+    """Leaves this process's lifetime to the process that started it with `owned_env`: it ends
+    when that one ends, and Ctrl-C or a SIGTERM sent to their whole process group reaches the
+    starter, which ends this one (SIGKILL) when it means to. Nothing when it was started
     otherwise. Call it from the main thread first thing, before loading anything heavy."""
     parent = os.environ.pop(PARENT_PID_VARIABLE, None)  # not for this process's own children
     if parent is not None:
         die_with(int(parent))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def die_with(parent_pid: int) -> None:

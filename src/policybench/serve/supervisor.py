@@ -179,9 +179,5 @@ def _ended(code: int) -> str:
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    process.kill()  # it ignores SIGINT and SIGTERM: its owner alone ends it (see lifetime.py)
+    process.wait()
