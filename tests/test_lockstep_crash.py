@@ -114,3 +114,41 @@ def test_a_worker_killed_under_a_dist_of_whole_units_leaves_one_record_per_rollo
     assert sorted(by_id) == ["die/seed=0", "die/seed=1", "reach/seed=0", "reach/seed=1"]
     assert all("killed by SIGKILL" in by_id[f"die/seed={i}"]["reason"] for i in (0, 1))
     assert all(len(by_id[f"die/seed={i}"]["retried"]) == 1 for i in (0, 1))
+
+
+KILLER = """
+import os, signal
+from envs import GreedyPointModel
+
+
+class Killer(GreedyPointModel):
+    \"\"\"A model whose first call kills the process it runs in.\"\"\"
+
+    name = "killer"
+
+    def open(self, context):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+MODEL = Killer()
+"""
+
+
+def test_in_an_ab_run_a_worker_killed_by_one_arm_leaves_the_other_arms_rollouts_alone(pytester):
+    """Each arm's rollouts of a task make groups of their own, so the group in flight when the
+    killer arm's model ends its worker holds none of the other arm's rollouts."""
+    pytester.makepyfile(envs=ENVS, killer=KILLER, test_point=DYING.replace("EVALS", "POINT"))
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--envs-per-worker", "2", "--rollouts", "2", "--retry-errors", "0",
+        "--policy", "killer:MODEL", "--policy", "scripted", "--policy-sharing", "per-worker",
+    )  # fmt: skip
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+    assert result.parseoutcomes() == {"passed": 2, "errors": 2}
+    by_arm: dict[str, list[dict]] = {}
+    for record in records(pytester).values():
+        by_arm.setdefault(record["arm"], []).append(record)
+    assert len(by_arm) == 2 and len(by_arm["scripted"]) == 2
+    assert all(r["outcome"] == "solved" and not r.get("retried") for r in by_arm["scripted"])
+    (killed,) = (records for arm, records in by_arm.items() if arm != "scripted")
+    assert [r["outcome"] for r in killed] == ["error", "error"]
+    assert all("killed by SIGKILL" in r["reason"] for r in killed)

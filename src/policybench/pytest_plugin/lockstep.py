@@ -16,6 +16,7 @@ import pytest
 
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.workers import is_worker
+from policybench.report.arms import ARM_IN_ID
 
 OPTION = "envs_per_worker"
 
@@ -53,8 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def group_scopes(nodeids: Sequence[str], slots: int) -> dict[str, str]:
-    """Each item's unit of work under xdist: runs of `slots` items of one task of a test
-    function, in collection order (`test_x[task/seed=3]` -> `test_x[task#1`)."""
+    """Each item's unit of work under xdist: runs of `slots` items of one task (and in an A/B
+    run one arm) of a test function, in collection order (`test_x[task/seed=3]` ->
+    `test_x[task#1`, `test_x[task/seed=3/policy=B]` -> `test_x[task/policy=B#1`)."""
     seen: Counter[str] = Counter()
     scopes = {}
     for nodeid in nodeids:
@@ -65,16 +67,21 @@ def group_scopes(nodeids: Sequence[str], slots: int) -> dict[str, str]:
 
 
 def task_scope(nodeid: str) -> str:
-    """The unit of work of an item: its test function and task (a rollout's id begins with its
-    task: `test_x[task/seed=3]`); the item itself for any other test."""
+    """The unit of work of an item: its test function, task and arm (a rollout's id begins
+    with its task and ends with its arm: `test_x[task/seed=3/policy=B]`); the item itself for
+    any other test."""
     function, bracket, rollout_id = nodeid.partition("[")
-    return function + bracket + rollout_id.split("/", 1)[0] if bracket else nodeid
+    if not bracket:
+        return nodeid
+    task, *rest = rollout_id.rstrip("]").split("/")
+    arm = [part for part in rest if part.startswith(f"{ARM_IN_ID}=")]
+    return "/".join([function + bracket + task, *arm])
 
 
 def group_of(item: pytest.Item, slots: int) -> list[Planned]:
     """The rollouts the item's group runs: the item's, then those of the next items this
-    process is sure to run (same Eval, same policy arm, and under xdist the same unit of work),
-    up to `slots` of them."""
+    process is sure to run (same Eval, same policy arm, and under xdist the rest of the item's
+    unit of work), up to `slots` of them."""
     return [planned for mate in group_items(item, slots) if (planned := planned_of(mate))]
 
 
@@ -84,32 +91,31 @@ def group_items(item: pytest.Item, slots: int) -> list[pytest.Item]:
     planned = planned_of(item)
     if planned is None or slots == 1:
         return [] if planned is None else [item]
-    items = item.session.items
-    distributed = is_worker(item.config)
-    scopes = _scopes_of(item.session, slots) if distributed else {}
-    scope = scopes.get(item.nodeid)
-    group = [item]
-    for later in items[items.index(item) + 1 :]:
-        if len(group) == slots:
+    if is_worker(item.config):
+        unit = _units_of(item.session, slots)[item.nodeid]
+        later = unit[unit.index(item) :]
+    else:
+        later = item.session.items[item.session.items.index(item) :]
+    group = []
+    for mate in later:
+        mated = planned_of(mate)
+        if len(group) == slots or mated is None or mated.eval.name != planned.eval.name:
             break
-        mate = planned_of(later)
-        if (
-            mate is None
-            or mate.eval.name != planned.eval.name
-            or (distributed and scopes[later.nodeid] != scope)
-        ):
-            break
-        if mate.arm == planned.arm:  # an A/B run's other arms make groups of their own
-            group.append(later)
+        if mated.arm == planned.arm:  # an A/B run's other arms make groups of their own
+            group.append(mate)
     return group
 
 
-_SCOPES = pytest.StashKey[dict[str, str]]()
+_UNITS = pytest.StashKey[dict[str, list[pytest.Item]]]()
 
 
-def _scopes_of(session: pytest.Session, slots: int) -> dict[str, str]:
-    """The session's units of work, as the controller's scheduler made them (the same items in
-    the same order on every worker)."""
-    if _SCOPES not in session.stash:
-        session.stash[_SCOPES] = group_scopes([item.nodeid for item in session.items], slots)
-    return session.stash[_SCOPES]
+def _units_of(session: pytest.Session, slots: int) -> dict[str, list[pytest.Item]]:
+    """Each item's unit of work, its items in order, as the controller's scheduler made them
+    (the same items in the same order on every worker)."""
+    if _UNITS not in session.stash:
+        scopes = group_scopes([item.nodeid for item in session.items], slots)
+        units: dict[str, list[pytest.Item]] = {}
+        for item in session.items:
+            units.setdefault(scopes[item.nodeid], []).append(item)
+        session.stash[_UNITS] = {item.nodeid: units[scopes[item.nodeid]] for item in session.items}
+    return session.stash[_UNITS]
