@@ -136,12 +136,6 @@ def test_a_bound_of_one_env_rebuilds_per_rollout_and_records_the_outcomes_of_two
     assert all(r["worker"] == "main" and r["peak_rss_mb"] > 10 for r in bounded)
 
 
-def test_a_bound_below_one_is_a_usage_error(bench):
-    result = bench.runpytest("--max-envs-per-worker", "0")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--max-envs-per-worker must be >= 1, got 0*"])
-
-
 def test_workers_steal_work_by_default_and_a_given_dist_wins(bench):
     default = bench.runpytest_subprocess("-n", "2", "--rollouts", "2", "-s")
     default.stdout.fnmatch_lines(["DIST worksteal"])

@@ -58,7 +58,9 @@ class Resumed:
     problems: tuple[str, ...]
 
 
-def resumed_run(config: pytest.Config, run_dir: Path, settings: RunSettings) -> Resumed:
+def pytest_policybench_resumed(
+    config: pytest.Config, run_dir: Path, settings: RunSettings
+) -> Resumed:
     """The run --resume continues, in `run_dir` (see rundir, which resolves it)."""
     results = read_results(run_dir / RESULTS)
     info = RunInfo.load(run_dir)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from policybench.pytest_plugin import hookspecs
 from policybench.pytest_plugin.options import (
     SHARED_KEY,
     SHARED_URL,
@@ -81,10 +82,6 @@ def resolve(config: pytest.Config) -> RunContext:
     """The run as its options say, in this order: the run --resume continues (a blinded one
     keeps its letters), the settings, the resumed run's records (refused if its protocol
     differs), the shard, then the run directory: the resumed one, or a new one."""
-    # These plugins import this module for the context they are part of.
-    from policybench.pytest_plugin.resume import resumed_run
-    from policybench.pytest_plugin.shards import read_shard
-
     report_dir = config.rootpath / config.getoption("report_dir")
     option = config.getoption("resume", None)
     resumed_dir = None
@@ -94,8 +91,13 @@ def resolve(config: pytest.Config) -> RunContext:
         except FileNotFoundError as error:
             raise pytest.UsageError(f"--resume: {error}") from None
     settings = read_settings(config, resumed_dir)
-    resumed = None if resumed_dir is None else resumed_run(config, resumed_dir, settings)
-    shard = read_shard(config)
+    hook = config.hook
+    resumed = None
+    if resumed_dir is not None:
+        resumed = hook.pytest_policybench_resumed(
+            config=config, run_dir=resumed_dir, settings=settings
+        )
+    shard = hook.pytest_policybench_shard(config=config)
     args = redacted_command(config.invocation_params.args)
     command = tuple(blinded_command(args) if settings.blinding else args)
     if resumed_dir is not None:  # a resumed shard's directory already names the shard
@@ -107,6 +109,10 @@ def resolve(config: pytest.Config) -> RunContext:
 def discarded(context: RunContext | None) -> bool:
     """Whether the run made a directory and recorded nothing in it (so none is kept)."""
     return context is not None and context.made and not (context.run_dir / RESULTS).is_file()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_configure(config: pytest.Config) -> None:

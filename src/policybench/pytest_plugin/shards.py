@@ -91,7 +91,7 @@ def shard_setting(config: pytest.Config) -> str | None:
     return None if shard is None else f"{shard} ({shard.source})"
 
 
-def read_shard(config: pytest.Config) -> Shard | None:
+def pytest_policybench_shard(config: pytest.Config) -> Shard | None:
     """The shard --shard names (None: the whole plan); a UsageError says what is wrong."""
     text, count = config.getoption("shard"), config.getoption("shard_count")
     try:

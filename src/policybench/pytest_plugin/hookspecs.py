@@ -1,0 +1,27 @@
+"""policybench's own hooks: the parts of resolving a run (see rundir) that other plugin modules
+answer, so the resolver names its order instead of importing the modules that answer them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from policybench.pytest_plugin.options import RunSettings
+    from policybench.pytest_plugin.resume import Resumed
+    from policybench.pytest_plugin.shards import Shard
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_policybench_shard(config: pytest.Config) -> Shard | None:
+    """The shard this run's options name (None: the whole plan)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_policybench_resumed(
+    config: pytest.Config, run_dir: Path, settings: RunSettings
+) -> Resumed | None:
+    """The run in `run_dir` that --resume continues under `settings` (refused if its protocol
+    differs)."""
