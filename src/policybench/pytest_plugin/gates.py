@@ -18,7 +18,7 @@ from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, Comparison, nothing_compared
-from policybench.report.summary import Row, Summary
+from policybench.report.summary import OVERALL, Row, Summary
 
 DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
 WORKER_OUTPUT = "policybench_declared_floors"
@@ -160,19 +160,47 @@ class Breach:
 def floor_breaches(
     summary: Summary, settings: GateSettings, declared: Mapping[str, float]
 ) -> tuple[list[Breach], list[str]]:
-    """Breaches of the overall and per-Eval floors, and notes on floors that were not checked."""
+    """Breaches of the overall and per-Eval floors, and notes on floors that were not checked.
+    In an A/B run every arm is held to each floor on its own rows (a rate pooled over arms mixes
+    the policies compared), and each breach names its arm."""
     breaches: list[Breach | NothingFinished] = []
     notes: list[str] = []
-    if settings.overall_floor is not None:
-        breaches += _below(
-            summary.overall, "overall", settings.overall_floor, "--success-fail-under"
-        )
     floors = {name: (rate, "Eval.success_floor") for name, rate in declared.items()}
     floors.update({name: (rate, "--success-floors") for name, rate in settings.eval_floors.items()})
-    rows = {row.eval: row for row in summary.evals}
-    for name, (rate, source) in sorted(floors.items()):
-        breaches += _below(rows.get(name), f"eval {name}", rate, source)
+    for arm, overall, rows in _judged(summary):
+        named = "" if arm is None else f", arm {arm}"
+        if settings.overall_floor is not None:
+            breaches += _below(
+                overall, f"overall{named}", settings.overall_floor, "--success-fail-under"
+            )
+        for name, (rate, source) in sorted(floors.items()):
+            if arm is None or name in rows or not _ran_under_any_arm(summary, name):
+                breaches += _below(rows.get(name), f"eval {name}{named}", rate, source)
     return breaches, notes
+
+
+def _judged(summary: Summary) -> list[tuple[str | None, Row | None, dict[str, Row]]]:
+    """What the gates judge: (arm, its overall row, its rows per Eval) for each arm of an A/B
+    run, in the run's order; (None, the run's overall row, its rows per Eval) otherwise."""
+    if not summary.arms:
+        return [(None, summary.overall, {row.eval: row for row in summary.evals})]
+    by_arm: dict[str | None, list[Row]] = {}
+    for row in summary.arms:
+        by_arm.setdefault(row.arm, []).append(row)
+    return [
+        (
+            arm,
+            next((row for row in rows if row.eval == OVERALL), None),
+            {row.eval: row for row in rows if row.eval != OVERALL},
+        )
+        for arm, rows in by_arm.items()
+    ]
+
+
+def _ran_under_any_arm(summary: Summary, eval: str) -> bool:
+    """An arm that ran none of an Eval's rollouts (balanced assignment over few scenes) is not
+    judged on it, unless no arm ran it: then each arm's gate is over nothing and fails."""
+    return any(row.eval == eval for row in summary.arms)
 
 
 def _below(row: Row | None, what: str, floor: float, source: str) -> list[Breach | NothingFinished]:

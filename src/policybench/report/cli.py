@@ -157,11 +157,14 @@ def run_merge(args: argparse.Namespace) -> int:
         _warn([f"{part.name}: {problem}" for problem in part.problems])
     merged = done.merged
     print(f"merged {len(done.parts)} parts: {len(merged.records)} rollouts")
-    for row in [*done.summary.evals, done.summary.overall]:
+    summary = done.summary  # an A/B run's rows per arm: a rate pooled over arms mixes policies
+    for row in summary.arms or [*summary.evals, summary.overall]:
         tally = row.stats.tally
         rate = "-" if tally.rate is None else f"{tally.rate:.1%}"
+        arm = "" if row.arm is None else f", arm {row.arm}"
         print(
-            f"  {row.eval}: {tally.solved}/{tally.rollouts} solved ({rate}), {tally.errors} errors"
+            f"  {row.eval}{arm}: {tally.solved}/{tally.rollouts} solved ({rate}), "
+            f"{tally.errors} errors"
         )
     for line in [*(f"protocol change allowed: {m}" for m in done.changes), *merged.notes()]:
         print(f"note: {line}")
