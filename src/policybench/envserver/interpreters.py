@@ -1,0 +1,243 @@
+"""Which Python an isolated env runs in, and the command that builds it: the user's own
+interpreter, or one built from the Interpreter's requirements into a cache keyed by their hash.
+
+Precedence: the environment variable `POLICYBENCH_PYTHON_<NAME>` (NAME upper-cased, every
+character other than a letter or digit as `_`), then `Interpreter.python`, then the cache
+(`$XDG_CACHE_HOME/policybench/interpreters/<name>-<hash12>/`, built by
+`policybench env install NAME`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from policybench.envserver import Interpreter, Isolated
+from policybench.spec import Eval
+
+# What the env server needs in every interpreter, added to requirements that do not name them.
+SERVER_REQUIREMENTS = ("msgpack", "numpy")
+MARKER = "policybench-interpreter.json"  # written last: a directory without it is unfinished
+OUTPUT_TAIL_LINES = 30
+
+
+class InterpreterMissing(LookupError):
+    """An isolated env's interpreter is neither the user's own nor built."""
+
+
+class InterpreterBuildFailed(RuntimeError):
+    """A step of building an interpreter failed; the message holds the tail of its output."""
+
+
+def python_of(interpreter: Interpreter) -> Path:
+    """The Python executable an env isolated in `interpreter` runs in."""
+    variable = override_variable(interpreter)
+    own = os.environ.get(variable) or interpreter.python
+    if own:
+        path = Path(own).expanduser()
+        if not path.is_file():
+            source = f"${variable}" if os.environ.get(variable) else "Interpreter.python"
+            raise InterpreterMissing(
+                f"interpreter {interpreter.name!r}: {source} names {own}, which is not a file; "
+                "give the path of a Python executable"
+            )
+        return path
+    built = built_dir(interpreter)
+    if not (built / MARKER).is_file():
+        raise InterpreterMissing(
+            f"interpreter {interpreter.name!r} is not installed (expected it in {built}); "
+            f"build it with `{install_command(interpreter)}`, or point ${variable} at a Python "
+            "that has its requirements"
+        )
+    return _python_in(built)
+
+
+def override_variable(interpreter: Interpreter) -> str:
+    """The environment variable that points `interpreter` at a Python of the user's own."""
+    return "POLICYBENCH_PYTHON_" + re.sub(r"[^A-Za-z0-9]", "_", interpreter.name).upper()
+
+
+def install_command(interpreter: Interpreter) -> str:
+    return f"policybench env install {interpreter.name}"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "policybench" / "interpreters"
+
+
+def built_dir(interpreter: Interpreter) -> Path:
+    """Where `interpreter` is built: keyed by its name, its full requirements and this Python's
+    version, so that changing any of them builds a new one beside the old."""
+    key = json.dumps(
+        [interpreter.name, list(full_requirements(interpreter)), platform.python_version()]
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_root() / f"{interpreter.name}-{digest}"
+
+
+def full_requirements(interpreter: Interpreter) -> tuple[str, ...]:
+    """The declared requirements, plus what the env server needs where they do not name it."""
+    named = {_distribution(requirement) for requirement in interpreter.requirements}
+    missing = tuple(name for name in SERVER_REQUIREMENTS if name not in named)
+    return (*interpreter.requirements, *missing)
+
+
+def install(interpreter: Interpreter) -> tuple[Path, bool]:
+    """Builds `interpreter` into its cache directory unless it is there: (its Python, whether
+    this call built it). Concurrent installs wait for each other on a lock file; a directory an
+    interrupted build left behind (no marker) is removed and built again."""
+    built = built_dir(interpreter)
+    built.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(built.with_name(built.name + ".lock")):
+        if (built / MARKER).is_file():
+            return _python_in(built), False
+        shutil.rmtree(built, ignore_errors=True)
+        try:
+            _build(interpreter, built)
+        except BaseException:
+            shutil.rmtree(built, ignore_errors=True)
+            raise
+    return _python_in(built), True
+
+
+def _build(interpreter: Interpreter, built: Path) -> None:
+    """A venv from this Python at `built` (not in a temporary directory renamed afterwards: a
+    venv's scripts hold its absolute path), published by writing the marker last, atomically."""
+    requirements = full_requirements(interpreter)
+    python = _python_in(built)
+    uv = shutil.which("uv")
+    if uv:
+        _run(interpreter, [uv, "venv", "--python", sys.executable, str(built)])
+        _run(interpreter, [uv, "pip", "install", "--python", str(python), *requirements])
+        freeze = _run(interpreter, [uv, "pip", "freeze", "--python", str(python)])
+    else:
+        _run(interpreter, [sys.executable, "-m", "venv", str(built)])
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        _run(interpreter, [*pip, "install", *requirements])
+        freeze = _run(interpreter, [*pip, "freeze", "--all"])
+    marker = {
+        "name": interpreter.name,
+        "requirements": list(requirements),
+        "python": platform.python_version(),
+        "base": sys.executable,
+        "freeze": freeze.split(),
+    }
+    unfinished = built / (MARKER + ".tmp")
+    unfinished.write_text(json.dumps(marker, indent=1) + "\n")
+    os.replace(unfinished, built / MARKER)
+
+
+def _run(interpreter: Interpreter, command: list[str]) -> str:
+    done = subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-OUTPUT_TAIL_LINES:])
+        raise InterpreterBuildFailed(
+            f"building interpreter {interpreter.name!r}: `{' '.join(command)}` exited with "
+            f"{done.returncode}; the end of its output:\n{tail}"
+        )
+    return done.stdout
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _python_in(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def _distribution(requirement: str) -> str:
+    """The normalized distribution name a requirement line starts with."""
+    match = re.match(r"\s*([A-Za-z0-9._-]+)", requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else requirement
+
+
+def isolated_interpreter(eval: Eval) -> Interpreter | None:
+    """The interpreter an Eval's env runs in, if it is isolated."""
+    return eval.make_env.interpreter if isinstance(eval.make_env, Isolated) else None
+
+
+def status(interpreter: Interpreter) -> str:
+    """One line for `policybench list`: where it is, or the one command that installs it."""
+    try:
+        return f"installed: {python_of(interpreter)}"
+    except InterpreterMissing:
+        return f"not installed: {install_command(interpreter)}"
+
+
+# `policybench env install NAME`
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("env", help="the interpreters isolated envs run in")
+    commands = parser.add_subparsers(dest="env_command", required=True)
+    install_parser = commands.add_parser(
+        "install", help="build an isolated suite's interpreter from its declared requirements"
+    )
+    install_parser.add_argument(
+        "name",
+        help="the interpreter's name as `policybench list` shows it, or module:attr naming an "
+        "Eval or Interpreter",
+    )
+    install_parser.set_defaults(func=run_install)
+
+
+def run_install(args: argparse.Namespace) -> int:
+    try:
+        interpreter = interpreter_named(args.name)
+        python, built = install(interpreter)
+    except (LookupError, InterpreterBuildFailed) as error:
+        print(f"policybench env install: {error}", file=sys.stderr)
+        return 1
+    print(f"{'built' if built else 'already installed'}: {interpreter.name} at {python}")
+    return 0
+
+
+def interpreter_named(name: str) -> Interpreter:
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        value = getattr(importlib.import_module(module_name), attribute, None)
+        value = isolated_interpreter(value) if isinstance(value, Eval) else value
+        if not isinstance(value, Interpreter):
+            raise LookupError(f"{name} is neither an isolated Eval nor an Interpreter")
+        return value
+    known = registered_interpreters()
+    if name not in known:
+        raise LookupError(
+            f"no registered isolated suite declares an interpreter named {name!r}; known: "
+            f"{sorted(known) or 'none'} (or give module:attr of an Eval or Interpreter)"
+        )
+    return known[name]
+
+
+def registered_interpreters() -> dict[str, Interpreter]:
+    """The interpreters of the registered suites' isolated Evals, by name."""
+    from policybench.suites import registered_evals
+
+    found: dict[str, Interpreter] = {}
+    for value in registered_evals().values():
+        interpreter = isolated_interpreter(value)
+        if interpreter is not None:
+            found.setdefault(interpreter.name, interpreter)
+    return found

@@ -1,0 +1,133 @@
+"""The interpreters isolated envs run in: the user's own, or one `policybench env install NAME`
+builds from the Interpreter's requirements into a cache keyed by their hash. The builds here are
+real (a venv, pip from the package index): numpy < 2 beside the tests' numpy 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from policybench.envserver import Interpreter
+from policybench.envserver.interpreters import (
+    MARKER,
+    InterpreterBuildFailed,
+    InterpreterMissing,
+    built_dir,
+    install,
+    python_of,
+)
+from tests.isolated_envs.evals import NUMPY1_INTERPRETER
+from tests.test_own_policy import installed_distribution
+
+REPO = Path(__file__).resolve().parents[1]
+VARIABLE = "POLICYBENCH_PYTHON_NUMPY1"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty interpreter cache, and no override of numpy1's interpreter."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(VARIABLE, raising=False)
+    return tmp_path / "cache" / "policybench" / "interpreters"
+
+
+def test_the_cache_directory_is_keyed_by_name_and_requirements(cache):
+    built = built_dir(NUMPY1_INTERPRETER)
+    assert built.parent == cache
+    assert built.name.startswith("numpy1-") and len(built.name) == len("numpy1-") + 12
+    assert built_dir(Interpreter("numpy1", ("numpy<2", "msgpack"))) == built
+    assert built_dir(Interpreter("numpy1", ("numpy<1.26", "msgpack"))) != built
+    assert built_dir(Interpreter("other", ("numpy<2", "msgpack"))) != built
+
+
+def test_a_missing_interpreter_names_the_one_command_that_builds_it(cache):
+    with pytest.raises(InterpreterMissing) as missing:
+        python_of(NUMPY1_INTERPRETER)
+    message = str(missing.value)
+    assert "`policybench env install numpy1`" in message
+    assert str(built_dir(NUMPY1_INTERPRETER)) in message and VARIABLE in message
+
+
+def test_the_users_own_interpreter_is_used_and_the_variable_overrides_the_declaration(
+    cache, monkeypatch, tmp_path
+):
+    declared = Interpreter("numpy1", ("numpy<2",), python=sys.executable)
+    assert python_of(declared) == Path(sys.executable)
+    other = tmp_path / "python"
+    other.symlink_to(sys.executable)
+    monkeypatch.setenv(VARIABLE, str(other))
+    assert python_of(declared) == other
+    assert python_of(NUMPY1_INTERPRETER) == other
+    monkeypatch.setenv(VARIABLE, str(tmp_path / "nowhere"))
+    with pytest.raises(InterpreterMissing, match=rf"\${VARIABLE} names .*nowhere, which is not"):
+        python_of(NUMPY1_INTERPRETER)
+
+
+def test_concurrent_installs_build_once_and_list_shows_where_it_is(cache, tmp_path):
+    site = tmp_path / "site"
+    installed_distribution(site, "[policybench.suites]\nisolated = tests.isolated_envs.evals\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    cli = [sys.executable, "-m", "policybench.cli"]
+
+    def listed_line() -> str:
+        listed = subprocess.run([*cli, "list"], env=env, capture_output=True, text=True)
+        assert listed.returncode == 0, listed.stderr
+        return next(line for line in listed.stdout.splitlines() if "interpreter numpy1" in line)
+
+    assert listed_line().split(": ", 1)[1] == "not installed: policybench env install numpy1"
+
+    built = built_dir(NUMPY1_INTERPRETER)
+    built.mkdir(parents=True)
+    (built / "left-by-an-interrupted-build").touch()  # no marker: built again
+    installs = [
+        subprocess.Popen(
+            [*cli, "env", "install", "numpy1"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    said = [install.communicate(timeout=600) for install in installs]
+    assert [install.returncode for install in installs] == [0, 0], said
+    python = built / "bin" / "python"
+    assert sorted(out for out, _ in said) == [
+        f"already installed: numpy1 at {python}\n",
+        f"built: numpy1 at {python}\n",
+    ]
+    assert not (built / "left-by-an-interrupted-build").exists()
+
+    assert listed_line().split(": ", 1)[1] == f"installed: {python}"
+    assert python_of(NUMPY1_INTERPRETER) == python
+    assert install(NUMPY1_INTERPRETER) == (python, False)  # a cache hit
+    versions = subprocess.run(
+        [python, "-c", "import msgpack, numpy; print(numpy.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert versions.stdout.startswith("1."), versions.stdout
+    marker = json.loads((built / MARKER).read_text())
+    assert marker["requirements"] == ["numpy<2", "msgpack"]
+    assert f"numpy=={versions.stdout.strip()}" in marker["freeze"]
+
+
+def test_a_failed_build_names_the_step_with_the_end_of_pips_output_and_leaves_nothing(cache):
+    broken = Interpreter("broken", ("policybench-no-such-distribution==0",))
+    with pytest.raises(InterpreterBuildFailed) as failed:
+        install(broken)
+    message = str(failed.value)
+    assert message.startswith("building interpreter 'broken': `")
+    assert "-m pip --disable-pip-version-check install policybench-no-such-distribution==0" in (
+        message
+    )
+    assert "No matching distribution found for policybench-no-such-distribution==0" in message
+    assert not built_dir(broken).exists()
+    with pytest.raises(InterpreterMissing, match="policybench env install broken"):
+        python_of(broken)
