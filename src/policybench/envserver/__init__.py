@@ -6,9 +6,15 @@ cannot tell the difference."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 
 @dataclass(frozen=True)
@@ -30,3 +36,29 @@ class Isolated:
     entry: str
     interpreter: Interpreter
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, task: str) -> gym.Env:
+        from policybench.envserver.proxy import EnvProxy
+
+        return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs)
+
+
+ENV_PYTHON_VARIABLE = "POLICYBENCH_ENV_PYTHON"
+
+
+def isolable(make: Callable[..., gym.Env], **kwargs: Any) -> Callable[[str], gym.Env]:
+    """A suite's `make_env`, `make(task, **kwargs)`: in this process, or, when
+    $POLICYBENCH_ENV_PYTHON names a Python, in that interpreter behind an env server (`make`'s
+    module, the suite's own, must import there)."""
+    python = os.environ.get(ENV_PYTHON_VARIABLE)
+    if not python:
+        return functools.partial(make, **kwargs)
+    entry = f"{make.__module__}:{make.__qualname__}"
+    return Isolated(entry, Interpreter("env-python", python=python), kwargs)
+
+
+def python_of(interpreter: Interpreter) -> Path:
+    """The Python executable of `interpreter` (the user's own; built ones come later)."""
+    if interpreter.python is None:
+        raise LookupError(f"interpreter {interpreter.name!r} names no python")
+    return Path(interpreter.python)

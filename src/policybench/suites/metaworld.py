@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import isolable
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 from policybench.policy.codec import (
     Codec,
@@ -271,7 +272,7 @@ def mt10(
     """The MT10 tasks; `camera` (e.g. "corner") adds a rendered `image` to each observation."""
     return Eval(
         name="metaworld-mt10" if camera is None else f"metaworld-mt10-{camera}",
-        make_env=lambda task: SeededPlacement(task, camera, size, shadows),
+        make_env=isolable(SeededPlacement, camera=camera, size=size, shadows=shadows),
         plan=seeded_per_task(tasks, timeout_s=MAX_STEPS / CONTROL_HZ),
         control_hz=CONTROL_HZ,
         hold=hold,

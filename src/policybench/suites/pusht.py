@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import isolable
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 from policybench.policy.codec import (
     Codec,
@@ -402,7 +403,7 @@ LEROBOT = Codec(
 def pusht(scripted: Any = None) -> Eval:
     return Eval(
         name="pusht",
-        make_env=make_env,
+        make_env=isolable(make_env),
         plan=seeded_per_task({TASK: INSTRUCTION}, timeout_s=MAX_STEPS / CONTROL_HZ),
         control_hz=CONTROL_HZ,
         hold=hold,

@@ -1,0 +1,231 @@
+"""Our side of an env server: `EnvServer` starts envserver/server.py in another interpreter (a
+child that dies with this process) and makes requests of it; `EnvProxy` is the gymnasium env
+the World holds, one server per env."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from policybench.envserver import server as protocol
+from policybench.lifetime import owned_env
+
+SERVER_SOURCE = Path(protocol.__file__)
+STDERR_TAIL_LINES = 8
+CLOSE_WAIT_S = 5.0
+
+
+class EnvServerError(RuntimeError):
+    """An env server failed: its env raised, or it could not start."""
+
+
+class EnvServerGone(EnvServerError):
+    """An env server ended (it crashed, was killed, or failed to start) before it answered."""
+
+
+def server_script() -> Path:
+    """A copy of server.py alone in a directory of its own (its name tells its content), so that
+    the other interpreter's path gains that module and nothing of policybench."""
+    source = SERVER_SOURCE.read_bytes()
+    folder = (
+        Path(tempfile.gettempdir())
+        / f"policybench-envserver-{hashlib.sha256(source).hexdigest()[:12]}"
+    )
+    script = folder / "policybench_envserver.py"
+    if not script.is_file():
+        folder.mkdir(exist_ok=True)
+        partial = folder / f".{os.getpid()}.{threading.get_ident()}.tmp"
+        partial.write_bytes(source)
+        partial.replace(script)
+    return script
+
+
+class EnvServer:
+    """One env server process and its pipes. Requests are answered in order, one at a time."""
+
+    def __init__(self, python: Path, script: Path | None = None) -> None:
+        self.python = python
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        command = [str(python), str(script or server_script())]
+        self._process = _spawn(
+            lambda: subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=owned_env(os.environ),
+            )
+        )
+        self._stderr_reader = threading.Thread(
+            target=self._keep_stderr, name="env-server-stderr", daemon=True
+        )
+        self._stderr_reader.start()
+        answer = self.request("hello", protocol=protocol.PROTOCOL)
+        if answer.get("protocol") != protocol.PROTOCOL:
+            self.close()
+            raise EnvServerError(
+                f"env server in {python} speaks protocol {answer.get('protocol')}, we speak "
+                f"{protocol.PROTOCOL}: both sides must come from the same policybench"
+            )
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def request(self, op: str, **args: Any) -> Any:
+        process = self._process
+        try:
+            process.stdin.write(protocol.pack({"op": op, **args}))
+            process.stdin.flush()
+            answer = protocol.read_frame(process.stdout)
+        except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
+            answer = None
+        if answer is None:
+            raise EnvServerGone(self._ended(op))
+        if "error" in answer:
+            error = answer["error"]
+            where = " | ".join(line.strip() for line in error["traceback"][-3:-1])
+            raise EnvServerError(
+                f"{error['type']} in the env server ({self.python}) at {op}: {error['message']}"
+                f" [{where}]"
+            )
+        return answer["ok"]
+
+    def close(self) -> None:
+        """Ends the server: asks it to close its env, and kills it if it does not end."""
+        process = self._process
+        try:
+            if process.poll() is None:
+                with contextlib.suppress(EnvServerGone):  # it ended meanwhile: nothing to close
+                    self.request("close")
+        finally:
+            try:
+                process.wait(CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            for pipe in (process.stdin, process.stdout):
+                pipe.close()
+
+    def _ended(self, op: str) -> str:
+        try:
+            code = self._process.wait(CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            code = self._process.wait()
+        self._stderr_reader.join(CLOSE_WAIT_S)  # its last lines say why
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        stderr = " | ".join(self._stderr) or "nothing"
+        return (
+            f"env server in {self.python} (pid {self._process.pid}) ended at {op} ({how}); "
+            f"the tail of its stderr: {stderr}"
+        )
+
+    def _keep_stderr(self) -> None:
+        for line in self._process.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                self._stderr.append(text)
+
+
+class EnvProxy(gym.Env):
+    """The env `entry(task, **kwargs)` built by an env server in `python`, as a gymnasium env:
+    reset, step, render, close and the spaces are the server's env's."""
+
+    def __init__(
+        self, python: Path, entry: str, task: str, kwargs: Mapping[str, Any] | None = None
+    ) -> None:
+        self._server = EnvServer(python)
+        try:
+            made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
+        except EnvServerError:
+            self._server.close()
+            raise
+        self.action_space = space_of(made["action_space"])
+        self.observation_space = space_of(made["observation_space"])
+        self.metadata = made["metadata"]
+        self.render_mode = made["render_mode"]
+
+    @property
+    def server_pid(self) -> int:
+        return self._server.pid
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        return self._server.request("reset", seed=seed, options=options)
+
+    def step(self, action: Any):
+        return self._server.request("step", action=np.asarray(action))
+
+    def render(self) -> Any:
+        return self._server.request("render")
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def space_of(described: Mapping[str, Any] | None) -> gym.Space | None:
+    """The gymnasium space a server described (server.describe_space)."""
+    if described is None:
+        return None
+    kind = described["kind"]
+    if kind == "Box":
+        dtype = np.dtype(described["dtype"])
+        return gym.spaces.Box(described["low"], described["high"], dtype=dtype)
+    if kind == "Discrete":
+        return gym.spaces.Discrete(described["n"], start=described["start"])
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(described["nvec"], dtype=np.dtype(described["dtype"]))
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(described["n"])
+    if kind == "Dict":
+        return gym.spaces.Dict({key: space_of(s) for key, s in described["spaces"].items()})
+    if kind == "Tuple":
+        return gym.spaces.Tuple([space_of(s) for s in described["spaces"]])
+    raise EnvServerError(f"an env server described a space of unknown kind {kind!r}")
+
+
+_spawns: queue.Queue[tuple[Callable[[], subprocess.Popen], queue.Queue]] = queue.Queue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """`start()`, from a thread that lives as long as this process: the kernel ends a child
+    that dies with its starter when the starting *thread* ends (a lockstep slot's may end
+    before the env it built is closed)."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = threading.Thread(
+                target=_serve_spawns, name="env-server-spawner", daemon=True
+            )
+            _spawner.start()
+    answer: queue.Queue = queue.Queue(maxsize=1)
+    _spawns.put((start, answer))
+    result = answer.get()
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _serve_spawns() -> None:
+    while True:
+        start, answer = _spawns.get()
+        try:
+            answer.put(start())
+        except Exception as error:  # handed to the thread that asked
+            answer.put(error)
