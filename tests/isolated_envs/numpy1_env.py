@@ -59,7 +59,7 @@ class Numpy1Env:
             "action": action,  # as it arrived: its dtype and bytes must be the proxy's
             "counts": draw.randint(-(2**31), 2**31 - 1, (2, 2)).astype(">i4"),  # big-endian
             "flags": draw.rand(3) > 0.5,
-            "half": np.float16(draw.rand()) * np.ones((), np.float16),  # 0-d
+            "half": np.array(draw.rand(), np.float16),  # 0-d
             "none_yet": np.zeros((0, 2), np.float32),
         }
 
