@@ -52,9 +52,11 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
     filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if summary.arms else ()), keys.OUTCOME)
     tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
     histograms = [
-        histogram("Episode length", "steps", findings.records, lambda r: r[keys.STEPS] or None),
-        histogram("Wall time per step", "ms", findings.records, step_wall_ms),
-        histogram("Model call wall time (rollout mean)", "ms", findings.records, infer_ms),
+        histogram("Episode length", "steps", NO_STEPS, findings.records, episode_steps),
+        histogram("Wall time per step", "ms", NO_STEPS, findings.records, step_wall_ms),
+        histogram(
+            "Model call wall time (rollout mean)", "ms", NO_CALLS, findings.records, infer_ms
+        ),
     ]
     index = run_dir / INDEX
     index.write_text(
@@ -191,20 +193,30 @@ class Histogram:
     edges: tuple[float, ...]
     counts: Mapping[str, tuple[int, ...]]  # outcome -> count per bin
     tallest: int
-    missing: int  # rollouts without a value (e.g. no steps)
+    missing: int  # rollouts without a value
+    missing_means: str  # why a rollout has none: NO_STEPS, NO_CALLS
+
+
+NO_STEPS, NO_CALLS = "no steps", "no model calls"
+
+
+def episode_steps(record: Mapping[str, Any]) -> int | None:
+    """A rollout's episode length (None when it made no step)."""
+    return record[keys.STEPS] or None
 
 
 def histogram(
     title: str,
     unit: str,
+    missing_means: str,
     records: Sequence[Mapping[str, Any]],
     value: Callable[[Mapping[str, Any]], float | None],
 ) -> Histogram:
-    """Counts per bin, stacked by outcome."""
+    """Counts per bin, stacked by outcome; `missing_means`: why `value` gives a rollout None."""
     pairs = [(record[keys.OUTCOME], value(record)) for record in records]
     values = np.array([v for _, v in pairs if v is not None], dtype=np.float64)
     if not len(values):
-        return Histogram(title, unit, (), {}, 0, len(pairs))
+        return Histogram(title, unit, (), {}, 0, len(pairs), missing_means)
     edges = np.histogram_bin_edges(values, bins=min(BINS, max(1, len(np.unique(values)))))
     counts = {
         outcome: tuple(
@@ -215,5 +227,11 @@ def histogram(
     }
     tallest = int(np.histogram(values, edges)[0].max())
     return Histogram(
-        title, unit, tuple(float(e) for e in edges), counts, tallest, len(pairs) - len(values)
+        title,
+        unit,
+        tuple(float(e) for e in edges),
+        counts,
+        tallest,
+        len(pairs) - len(values),
+        missing_means,
     )
