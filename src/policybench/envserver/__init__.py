@@ -10,7 +10,6 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ class Isolated:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __call__(self, task: str) -> gym.Env:
+        from policybench.envserver.interpreters import python_of
         from policybench.envserver.proxy import EnvProxy
 
         return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs)
@@ -55,10 +55,3 @@ def isolable(make: Callable[..., gym.Env], **kwargs: Any) -> Callable[[str], gym
         return functools.partial(make, **kwargs)
     entry = f"{make.__module__}:{make.__qualname__}"
     return Isolated(entry, Interpreter("env-python", python=python), kwargs)
-
-
-def python_of(interpreter: Interpreter) -> Path:
-    """The Python executable of `interpreter` (the user's own; built ones come later)."""
-    if interpreter.python is None:
-        raise LookupError(f"interpreter {interpreter.name!r} names no python")
-    return Path(interpreter.python)
