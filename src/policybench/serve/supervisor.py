@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from policybench.lifetime import owned_env
-from policybench.serve.command import READY
+from policybench.serve.command import MODEL_HUNG, READY
 
 READY_TIMEOUT_S = 60.0  # from start to listening (the model itself is built at first use)
 STOP_TIMEOUT_S = 10.0
@@ -116,14 +116,20 @@ class Supervisor:
                 if self._stopping:
                     return
             ended = f"the run's policy server (pid {process.pid}) {_ended(code)}"
-            if self.restarts >= MAX_RESTARTS:
+            if code == MODEL_HUNG:
+                # It exits so on purpose, once a hung model call has been answered with its
+                # error: each such exit ends a hung call, so restarting it cannot loop alone.
+                counted = f"a model call hung, which is not counted toward the {MAX_RESTARTS}"
+            elif self.restarts >= MAX_RESTARTS:
                 deaths = f"; {self.restarts + 1} deaths in this run, so it is not restarted again"
                 self.on_gone(self._failed(ended, deaths))
                 return
-            self.restarts += 1
+            else:
+                self.restarts += 1
+                counted = f"restart {self.restarts} of at most {MAX_RESTARTS}"
             self.on_restart(
-                f"{ended}{self._last_words()}; restarting it on {self.url} (restart "
-                f"{self.restarts} of at most {MAX_RESTARTS}; log: {self.log})"
+                f"{ended}{self._last_words()}; restarting it on {self.url} ({counted} restarts "
+                f"after a crash; log: {self.log})"
             )
             started = time.monotonic()
             try:
