@@ -132,8 +132,8 @@ def _build(interpreter: Interpreter, built: Path) -> None:
         "name": interpreter.name,
         "requirements": list(requirements),
         "python": platform.python_version(),
-        "base": sys.executable,
-        "freeze": freeze.split(),
+        "built_with": sys.executable,
+        "freeze": freeze.splitlines(),
     }
     unfinished = built / (MARKER + ".tmp")
     unfinished.write_text(json.dumps(marker, indent=1) + "\n")
@@ -141,11 +141,11 @@ def _build(interpreter: Interpreter, built: Path) -> None:
 
 
 def _run(interpreter: Interpreter, command: list[str]) -> str:
-    done = subprocess.run(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
-    )
+    """`command`'s standard output; its failure raised with the end of what it printed."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-OUTPUT_TAIL_LINES:])
+        printed = (done.stdout + done.stderr).splitlines()
+        tail = "\n".join(printed[-OUTPUT_TAIL_LINES:])
         raise InterpreterBuildFailed(
             f"building interpreter {interpreter.name!r}: `{' '.join(command)}` exited with "
             f"{done.returncode}; the end of its output:\n{tail}"
