@@ -163,10 +163,14 @@ class EnvProxy(gym.Env):
         return self._server.pid
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        return self._server.request("reset", seed=seed, options=options)
+        obs, info = self._server.request("reset", seed=seed, options=options)
+        return obs, info
 
     def step(self, action: Any):
-        return self._server.request("step", action=np.asarray(action))
+        obs, reward, terminated, truncated, info = self._server.request(
+            "step", action=np.asarray(action)
+        )
+        return obs, reward, terminated, truncated, info
 
     def render(self) -> Any:
         return self._server.request("render")

@@ -41,7 +41,7 @@ def encode(value: Any) -> Any:
             raise TypeError("an array of Python objects cannot cross to the other interpreter")
         data = value if value.flags.c_contiguous else value.copy(order="C")
         header = " ".join([data.dtype.str, *map(str, data.shape)]).encode()
-        return msgpack.ExtType(ARRAY, SHORT.pack(len(header)) + header + data.tobytes())
+        return msgpack.ExtType(ARRAY, b"".join([SHORT.pack(len(header)), header, data.data]))
     if isinstance(value, tuple):
         return msgpack.ExtType(TUPLE, packb(list(value)))
     if isinstance(value, np.generic):
@@ -142,12 +142,15 @@ class Server:
             "render_mode": getattr(env, "render_mode", None),
         }
 
-    def reset(self, seed: int | None, options: dict[str, Any] | None) -> Any:
-        return self.env.reset(seed=seed, options=options)
+    # An answer of several values is a list (msgpack's own array): a tuple would cross packed
+    # twice, as ext TUPLE.
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> list[Any]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return [obs, info]
 
-    def step(self, action: Any) -> Any:
+    def step(self, action: Any) -> list[Any]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, float(reward), bool(terminated), bool(truncated), info
+        return [obs, float(reward), bool(terminated), bool(truncated), info]
 
     def render(self) -> Any:
         return self.env.render()

@@ -1,0 +1,131 @@
+"""Steps per second of an env in this process against the same env behind an env server in
+another interpreter (policybench.envserver), in one run: MetaWorld with state observations
+(the cheapest step we have: the worst case) and PushT with 96x96 pixels.
+
+Run from the repository root:  python bench/isolation.py  (about a minute; --rounds N,
+--python PATH for the other interpreter, default this one). Blocks of steps alternate between
+the two envs so that a busy machine slows both alike; the ratio is the median block's. The
+last columns say where the isolated step's extra time goes: a request that does nothing (two
+pipe hops and two process wake-ups) and encoding plus decoding the step's frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from policybench.envserver import Interpreter, Isolated
+from policybench.envserver import server as protocol
+
+TARGETS = {"metaworld reach-v3 (state)": 0.90, "pusht (pixels 96x96)": 0.98}
+
+
+def cases(python: Path):
+    from policybench.suites import metaworld, pusht
+
+    other = Interpreter("bench", python=str(python))
+    return {
+        "metaworld reach-v3 (state)": (
+            lambda: metaworld.SeededPlacement("reach-v3"),
+            lambda: Isolated("policybench.suites.metaworld:SeededPlacement", other)("reach-v3"),
+            lambda rng: rng.uniform(-1, 1, 4).astype(np.float32),
+        ),
+        "pusht (pixels 96x96)": (
+            lambda: pusht.make_env(pusht.TASK),
+            lambda: Isolated("policybench.suites.pusht:make_env", other)(pusht.TASK),
+            lambda rng: rng.uniform(100, 400, 2),
+        ),
+    }
+
+
+def block(env, actions: list[np.ndarray], seed: int) -> tuple[float, float]:
+    """Wall and CPU seconds `env` takes to step `actions` after a reset (not timed); the CPU
+    time of an isolated env's server counts."""
+    env.reset(seed=seed)
+    started = time.perf_counter(), cpu_seconds(env)
+    for action in actions:
+        env.step(action)
+    return time.perf_counter() - started[0], cpu_seconds(env) - started[1]
+
+
+def cpu_seconds(env) -> float:
+    """CPU time of this process, and of `env`'s server if it has one (Linux's schedstat)."""
+    pid = getattr(env, "server_pid", None)
+    server_ns = 0 if pid is None else int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    return time.process_time() + server_ns / 1e9
+
+
+def frame_cost(env, action: np.ndarray, repeats: int = 2000) -> float:
+    """Microseconds to pack and unpack one step's request and answer."""
+    env.reset(seed=0)
+    answer = {"ok": tuple(env.step(action))}
+    request = {"op": "step", "action": action}
+    started = time.perf_counter()
+    for _ in range(repeats):
+        for message in (request, answer):
+            protocol.unpackb(protocol.pack(message)[protocol.HEADER.size :])
+    return (time.perf_counter() - started) / repeats * 1e6
+
+
+def ping(env, repeats: int = 2000) -> float:
+    """Microseconds of a request the server answers without touching its env."""
+    server = env._server
+    started = time.perf_counter()
+    for _ in range(repeats):
+        server.request("hello", protocol=protocol.PROTOCOL)
+    return (time.perf_counter() - started) / repeats * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="blocks per env (default 15)")
+    parser.add_argument("--steps", type=int, default=100, help="steps a block (default 100)")
+    parser.add_argument("--python", type=Path, default=Path(sys.executable))
+    args = parser.parse_args()
+    print(f"command: {shlex.join(['python', *sys.argv])}")
+    print(f"other interpreter: {args.python}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print()
+    print(
+        "| env | in-process steps/s | isolated steps/s | isolated / in-process | target "
+        "| | CPU ratio | null request µs | frames µs | step µs (in-process) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for name, (local, isolated, draw) in cases(args.python).items():
+        envs = {"local": local(), "isolated": isolated()}
+        actions = [draw(rng) for _ in range(args.steps)]
+        times: dict[str, list[tuple[float, float]]] = {"local": [], "isolated": []}
+        for round in range(args.rounds + 1):  # round 0 warms both up
+            for kind, env in envs.items() if round % 2 else reversed(envs.items()):
+                seconds = block(env, actions, seed=round)
+                if round:
+                    times[kind].append(seconds)
+        local, isolated = (np.array(times[kind]) for kind in ("local", "isolated"))
+        ratio, cpu_ratio = np.median(local / isolated, axis=0)
+        local_rate, isolated_rate = (
+            args.steps / np.median(local[:, 0]),
+            args.steps / np.median(isolated[:, 0]),
+        )
+        target = TARGETS[name]
+        verdict = "pass" if ratio >= target else "FAIL"
+        null_us = ping(envs["isolated"])
+        frames_us = frame_cost(envs["local"], actions[0])
+        print(
+            f"| {name} | {local_rate:.0f} | {isolated_rate:.0f} | {ratio:.3f} | ≥ {target} "
+            f"| {verdict} | {cpu_ratio:.3f} | {null_us:.0f} | {frames_us:.0f} "
+            f"| {1e6 / local_rate:.0f} |"
+        )
+        for env in envs.values():
+            env.close()
+
+
+if __name__ == "__main__":
+    main()
