@@ -153,7 +153,8 @@ from envs import PointEnv
 
 
 class DyingPoint(PointEnv):
-    '''Its server is killed (SIGKILL) at step 2 of seed 0; each server notes its pid.'''
+    '''Its server is killed (SIGKILL) at step 2 of seed 0; each server notes its pid. With
+    HANG_IN_STEP set, a step never returns (noting the server's pid in `hanging`).'''
 
     def __init__(self, task):
         super().__init__()
@@ -168,8 +169,9 @@ class DyingPoint(PointEnv):
         if self.seed == 0 and self.steps == 2:
             os.kill(os.getpid(), signal.SIGKILL)
         self.steps += 1
-        if os.environ.get("SLOW_STEPS"):
-            time.sleep(0.5)
+        if os.environ.get("HANG_IN_STEP"):
+            pathlib.Path("hanging").write_text(str(os.getpid()))
+            time.sleep(60)
         return super().step(action)
 """
 
@@ -222,20 +224,20 @@ def test_a_killed_server_is_its_rollouts_error_and_an_import_failure_errors_only
 
 def test_no_env_server_survives_its_controller_killed(fault_run):
     run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "die", "-s"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "die"],
         cwd=fault_run.path,
-        env={**os.environ, "SLOW_STEPS": "1"},
+        env={**os.environ, "HANG_IN_STEP": "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    pids = fault_run.path / "server_pids"
+    hanging = fault_run.path / "hanging"
     deadline = time.monotonic() + 60
-    while not pids.exists() and time.monotonic() < deadline:
+    while not hanging.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert pids.exists(), "the env server never reset its env"
-    server = int(pids.read_text().split()[0])
+    assert hanging.exists(), "the env server never stepped its env"
+    server = int(hanging.read_text())
     assert _alive(server)
-    run.send_signal(signal.SIGKILL)
+    run.send_signal(signal.SIGKILL)  # the server, inside a step, reads no end of its pipe
     run.wait()
     deadline = time.monotonic() + 5
     while _alive(server) and time.monotonic() < deadline:
