@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from policybench import probe as probe_command
-from policybench.envserver import interpreters
+from policybench.envserver import command as env_command
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
 from policybench.report import plan as plan_command
@@ -30,15 +30,15 @@ def run_list(args: argparse.Namespace) -> int:
     for value in registered_evals().values():
         tasks = {rollout.scene.task for rollout in value.rollouts(1, 0)}
         print(f"  {value.name:<24} {len(tasks):>3} tasks  ([{value.extra}])")
-        interpreter = interpreters.isolated_interpreter(value)
+        interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
-            print(f"  {'':<24} interpreter {interpreter.name}: {interpreters.status(interpreter)}")
+            print(f"  {'':<24} interpreter {interpreter.name}: {env_command.status(interpreter)}")
     return 0
 
 
 COMMANDS = (
     add_list_parser,
-    interpreters.add_parser,
+    env_command.add_parser,
     serve_command.add_parser,
     report_command.add_parser,
     plan_command.add_parser,

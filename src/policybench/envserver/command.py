@@ -1,0 +1,85 @@
+"""`policybench env install NAME`, and the line `policybench list` shows for an isolated Eval:
+where its interpreter is, or the one command that builds it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from policybench.envserver import Interpreter, Isolated
+from policybench.envserver.interpreters import (
+    InterpreterBuildFailed,
+    InterpreterMissing,
+    install,
+    install_command,
+    python_of,
+)
+from policybench.spec import Eval
+
+
+def isolated_interpreter(eval: Eval) -> Interpreter | None:
+    """The interpreter an Eval's env runs in, if it is isolated."""
+    return eval.make_env.interpreter if isinstance(eval.make_env, Isolated) else None
+
+
+def status(interpreter: Interpreter) -> str:
+    """One line for `policybench list`: where it is, or the one command that installs it."""
+    try:
+        return f"installed: {python_of(interpreter)}"
+    except InterpreterMissing:
+        return f"not installed: {install_command(interpreter)}"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("env", help="the interpreters isolated envs run in")
+    commands = parser.add_subparsers(dest="env_command", required=True)
+    install_parser = commands.add_parser(
+        "install", help="build an isolated suite's interpreter from its declared requirements"
+    )
+    install_parser.add_argument(
+        "name",
+        help="the interpreter's name as `policybench list` shows it, or module:attr naming an "
+        "Eval or Interpreter",
+    )
+    install_parser.set_defaults(func=run_install)
+
+
+def run_install(args: argparse.Namespace) -> int:
+    try:
+        interpreter = interpreter_named(args.name)
+        python, built = install(interpreter)
+    except (LookupError, InterpreterBuildFailed) as error:
+        print(f"policybench env install: {error}", file=sys.stderr)
+        return 1
+    print(f"{'built' if built else 'already installed'}: {interpreter.name} at {python}")
+    return 0
+
+
+def interpreter_named(name: str) -> Interpreter:
+    if ":" in name:
+        module_name, _, attribute = name.partition(":")
+        value = getattr(importlib.import_module(module_name), attribute, None)
+        value = isolated_interpreter(value) if isinstance(value, Eval) else value
+        if not isinstance(value, Interpreter):
+            raise LookupError(f"{name} is neither an isolated Eval nor an Interpreter")
+        return value
+    known = registered_interpreters()
+    if name not in known:
+        raise LookupError(
+            f"no registered isolated suite declares an interpreter named {name!r}; known: "
+            f"{sorted(known) or 'none'} (or give module:attr of an Eval or Interpreter)"
+        )
+    return known[name]
+
+
+def registered_interpreters() -> dict[str, Interpreter]:
+    """The interpreters of the registered suites' isolated Evals, by name."""
+    from policybench.suites import registered_evals
+
+    found: dict[str, Interpreter] = {}
+    for value in registered_evals().values():
+        interpreter = isolated_interpreter(value)
+        if interpreter is not None:
+            found.setdefault(interpreter.name, interpreter)
+    return found
