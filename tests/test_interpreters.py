@@ -84,15 +84,15 @@ def test_concurrent_installs_build_once_and_list_shows_where_it_is(cache, tmp_pa
     built = built_dir(NUMPY1_INTERPRETER)
     built.mkdir(parents=True)
     (built / "left-by-an-interrupted-build").touch()  # no marker: built again
-    installs = [
+    installs = [  # by its registered name, and as module:attr of its Eval
         subprocess.Popen(
-            [*cli, "env", "install", "numpy1"],
+            [*cli, "env", "install", name],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(2)
+        for name in ("numpy1", "tests.isolated_envs.evals:NUMPY1")
     ]
     said = [install.communicate(timeout=600) for install in installs]
     assert [install.returncode for install in installs] == [0, 0], said
