@@ -245,6 +245,19 @@ def test_no_env_server_survives_its_controller_killed(fault_run):
     assert not _alive(server)
 
 
+def test_a_step_hung_in_the_env_server_is_ended_by_the_rollout_watchdog(fault_run, monkeypatch):
+    monkeypatch.setenv("HANG_IN_STEP", "1")
+    started = time.monotonic()
+    result = fault_run.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-k", "die", "--rollouts", "1", "--rollout-wall-timeout", "3"
+    )
+    assert time.monotonic() - started < 45  # the step would sleep 60 s
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # without xdist a hang stops the run
+    record = records_of(fault_run.path / "reports")["die/seed=0"]
+    assert record["outcome"] == "error" and "no end within 3 s" in record["reason"]
+    assert not _alive(int((fault_run.path / "hanging").read_text()))
+
+
 def _alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, ended but not yet reaped by init, does not)."""
     try:

@@ -58,6 +58,7 @@ class EnvServer:
     def __init__(self, python: Path, script: Path | None = None) -> None:
         self.python = python
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._interrupted = False
         command = [str(python), str(script or server_script())]
         self._process = _spawn(
             lambda: subprocess.Popen(
@@ -86,12 +87,19 @@ class EnvServer:
 
     def request(self, op: str, **args: Any) -> Any:
         process = self._process
+        if self._interrupted:
+            raise EnvServerError(
+                f"env server in {self.python} (pid {process.pid}) was interrupted in a request "
+                f"(its answer would come before {op}'s): discard the env and build another"
+            )
+        self._interrupted = True  # until the answer is in: a watchdog may interrupt the wait
         try:
             process.stdin.write(protocol.pack({"op": op, **args}))
             process.stdin.flush()
             answer = protocol.read_frame(process.stdout)
         except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
             answer = None
+        self._interrupted = False
         if answer is None:
             raise EnvServerGone(self._ended(op))
         if "error" in answer:
@@ -104,13 +112,16 @@ class EnvServer:
         return answer["ok"]
 
     def close(self) -> None:
-        """Ends the server: asks it to close its env, and kills it if it does not end."""
+        """Ends the server: asks it to close its env, and kills it if it does not end (or is
+        still busy with an interrupted request)."""
         process = self._process
         try:
-            if process.poll() is None:
+            if process.poll() is None and not self._interrupted:
                 with contextlib.suppress(EnvServerGone):  # it ended meanwhile: nothing to close
                     self.request("close")
         finally:
+            if self._interrupted:  # it is still busy with a request nobody waits for
+                process.kill()
             try:
                 process.wait(CLOSE_WAIT_S)
             except subprocess.TimeoutExpired:
