@@ -19,6 +19,7 @@ import pytest
 
 from policybench.envserver import ENV_PYTHON_VARIABLE, Interpreter, Isolated
 from policybench.envserver.proxy import SERVER_SOURCE, EnvProxy, EnvServer, EnvServerError
+from policybench.world import EnvCache
 from tests.test_plugin import ENVS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,3 +323,14 @@ def test_isolated_is_an_ordinary_make_env_whose_env_lives_in_its_own_process(ent
     finally:
         env.close()
     assert not _alive(env.server_pid)
+
+
+def test_an_env_cache_of_one_closes_a_server_when_it_builds_the_next(entries):
+    make_env = Isolated("echo_env:Echo", Interpreter("tests", python=sys.executable))
+    cache = EnvCache(capacity=1)
+    first = cache.get(("echo", "a", None), lambda: make_env("a"))
+    assert _alive(first.server_pid)
+    second = cache.get(("echo", "b", None), lambda: make_env("b"))
+    assert not _alive(first.server_pid) and _alive(second.server_pid)
+    cache.close()
+    assert not _alive(second.server_pid) and cache.closed == 2
