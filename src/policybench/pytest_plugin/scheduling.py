@@ -40,12 +40,44 @@ def _dist_given(config: pytest.Config) -> bool:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With K > 1 under xdist, each group's rollouts go to one worker (so that it can run them
     side by side); with a `--dist` that sends units of work (loadscope, loadfile, loadgroup),
-    xdist's scheduler, able to run a crashed item again; xdist's own choice otherwise."""
+    xdist's scheduler, able to run a crashed item again; else xdist's scheduler of the `--dist`
+    (`each` and `no` its own choice). Each takes the collection of known workers only."""
     slots = slots_of(config)
     dist = getattr(config.option, "dist", "no")
-    if is_worker(config) or (slots == 1 and dist not in UNITS_OF_WORK):
+    if is_worker(config):
         return None
+    if slots == 1 and dist not in UNITS_OF_WORK:
+        return _item_scheduling(config, log, dist)
     return _unit_scheduling(config, log, slots, dist)
+
+
+class KnownWorkersOnly:
+    """Takes the collection of the workers it was given only. xdist tells a worker that comes
+    up while the run shuts down (every worker on its last rollout) to stop, without giving it to
+    the scheduler; when another worker then dies and its rollout is to run again, xdist ends the
+    shutdown and the stopped worker's collection still arrives, which xdist's schedulers take
+    for an internal error (`assert node in ...`). That worker runs nothing: its collection is
+    dropped, and the new worker xdist starts for the dead one runs the rollout."""
+
+    nodes: list[Any]
+
+    def add_node_collection(self, node: Any, collection: Any) -> None:
+        if node in self.nodes:
+            super().add_node_collection(node, collection)  # type: ignore[misc]
+
+
+def _item_scheduling(config: pytest.Config, log: Any, dist: str) -> Any:
+    """xdist's scheduler of single items (`load`, `worksteal`), taking known workers only."""
+    from xdist import scheduler  # xdist is imported only when it runs
+
+    base = {"load": scheduler.LoadScheduling, "worksteal": scheduler.WorkStealingScheduling}
+    if dist not in base:
+        return None
+
+    class ItemScheduling(KnownWorkersOnly, base[dist]):
+        pass
+
+    return ItemScheduling(config, log)
 
 
 UNITS_OF_WORK = ("loadscope", "loadfile", "loadgroup")  # xdist's schedulers of whole units
@@ -67,7 +99,7 @@ def _unit_scheduling(config: pytest.Config, log: Any, slots: int, dist: str) -> 
     }
     base = scheduler.LoadScopeScheduling if slots > 1 else by_unit[dist]
 
-    class UnitScheduling(base):
+    class UnitScheduling(KnownWorkersOnly, base):
         """xdist's scheduling by units of work (with K > 1, a group of K rollouts to a unit),
         where a dead worker's items in flight (its group's; else the one it ran) run again
         only when the crash handler asks with `mark_test_pending`, as under xdist's other
