@@ -15,16 +15,18 @@ from typing import Any
 import pytest
 
 from policybench.preflight import Preflight, Verdict
-from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import is_worker
+from policybench.report.arms import sealed_description
 
 PREFLIGHT = "preflight"  # the run directory's folder of preflights
 ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
 
 
 class PreflightStore:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, blinded: bool = False) -> None:
         self.directory = directory
+        self.blinded = blinded  # under --blind, a file names its arm's letter, not its policy
         self._known: dict[tuple[str, str | None], Preflight] = {}
 
     def get(self, eval_name: str, arm: str | None, run: Callable[[], Preflight]) -> Preflight:
@@ -45,6 +47,8 @@ class PreflightStore:
                 found = run()
                 if found.verdict is not Verdict.INCONCLUSIVE:
                     data = {**found.as_json(), ARM: arm}
+                    if self.blinded:
+                        data["policy"] = sealed_description(found.policy, arm)
                     path.write_text(json.dumps(data, indent=1, sort_keys=True))
         self._known[(eval_name, arm)] = found
         return found
@@ -62,7 +66,7 @@ def file_name(eval_name: str) -> str:
 
 
 def store_of(config: pytest.Config) -> PreflightStore:
-    return PreflightStore(run_dir_of(config) / PREFLIGHT)
+    return PreflightStore(run_dir_of(config) / PREFLIGHT, settings_of(config).blinding is not None)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -81,6 +81,13 @@ def blinded_command(args: Sequence[str]) -> list[str]:
     return shown
 
 
+def sealed_description(described: Mapping[str, Any], letter: Any) -> dict[str, Any]:
+    """What a blinded run's files show of a policy's description: its letter and the run-wide
+    settings (`KEPT`), nothing that tells the policy apart."""
+    kept = {name: described[name] for name in KEPT if name in described}
+    return {keys.POLICY_NAME: letter, **kept}
+
+
 class Sealer:
     """Blinds records on their way to results.jsonl: the policy's description (its name,
     checkpoint, codec) goes to the sealed file, the record keeps its letter."""
@@ -99,8 +106,7 @@ class Sealer:
         self._file.flush()
         if not isinstance(described, Mapping):
             return dict(record)
-        kept = {name: described[name] for name in KEPT if name in described}
-        return {**record, keys.POLICY: {keys.POLICY_NAME: record.get(keys.ARM), **kept}}
+        return {**record, keys.POLICY: sealed_description(described, record.get(keys.ARM))}
 
     def close(self) -> None:
         if self._file is not None:
