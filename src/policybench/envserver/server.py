@@ -2,9 +2,9 @@
 proxy's requests over its stdin and stdout. Needs only the standard library, numpy and msgpack.
 
 Frames are a 4-byte big-endian length and a msgpack map. A request is {"op": name, **args}; an
-answer is {"ok": value} or {"error": {"type", "message", "traceback"}}. Arrays cross as
-{dtype, shape, bytes} (numpy 1.x and 2.x read each other's), tuples as {tuple: items}. The
-proxy's first request is `hello` with its protocol version; the server answers with its own.
+answer is {"ok": value} or {"error": {"type", "message", "traceback"}}. Arrays cross as a
+msgpack ext of dtype, shape and bytes (numpy 1.x and 2.x read each other's), tuples as another.
+The proxy's first request is `hello` with its protocol version; the server answers with its own.
 The env comes from `make`: `entry` ("module:callable") is imported and called with the task.
 """
 
@@ -30,6 +30,7 @@ PR_SET_PDEATHSIG = 1  # this module imports nothing of policybench
 HEADER = struct.Struct(">I")
 SHORT = struct.Struct(">H")
 ARRAY, TUPLE = 1, 2  # msgpack ext type codes
+OPS = ("hello", "make", "spaces", "reset", "step", "render", "close")  # Server's methods
 METADATA = ("render_modes", "render_fps")  # what crosses of an env's metadata
 
 
@@ -166,6 +167,8 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
     while (request := read_frame(requests)) is not None:
         op = request.pop("op")
         try:
+            if op not in OPS:
+                raise ValueError(f"an env server answers the ops {', '.join(OPS)}; got {op!r}")
             answer = {"ok": getattr(server, op)(**request)}
             frame = pack(answer)
         except Exception as error:
