@@ -73,13 +73,16 @@ class EnvServer:
             target=self._keep_stderr, name="env-server-stderr", daemon=True
         )
         self._stderr_reader.start()
-        answer = self.request("hello", protocol=protocol.PROTOCOL)
-        if answer.get("protocol") != protocol.PROTOCOL:
+        try:
+            answer = self.request("hello", protocol=protocol.PROTOCOL)
+            if answer.get("protocol") != protocol.PROTOCOL:
+                raise EnvServerError(
+                    f"env server in {python} speaks protocol {answer.get('protocol')}, we speak "
+                    f"{protocol.PROTOCOL}: both sides must come from the same policybench"
+                )
+        except BaseException:
             self.close()
-            raise EnvServerError(
-                f"env server in {python} speaks protocol {answer.get('protocol')}, we speak "
-                f"{protocol.PROTOCOL}: both sides must come from the same policybench"
-            )
+            raise
 
     @property
     def pid(self) -> int:
@@ -161,7 +164,7 @@ class EnvProxy(gym.Env):
         self._server = EnvServer(python)
         try:
             made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
-        except EnvServerError:
+        except BaseException:
             self._server.close()
             raise
         self.action_space = space_of(made["action_space"])
