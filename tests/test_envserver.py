@@ -48,6 +48,9 @@ class Echo(gym.Env):
 
     def step(self, action):
         return action, 1.5, False, True, {"nested": (action, {"again": action})}
+
+    def render(self):
+        return np.full((2, 3, 3), 9, np.uint8)
 """
 
 
@@ -85,7 +88,7 @@ def test_arrays_of_several_dtypes_and_shapes_cross_both_ways_byte_exact(entries)
         env.close()
 
 
-def test_spaces_metadata_and_path_of_the_server_are_the_envs(entries):
+def test_spaces_metadata_render_and_path_of_the_server_are_the_envs(entries):
     env = EnvProxy(PYTHON, "echo_env:Echo", "task")
     try:
         assert env.action_space == gym.spaces.Dict(
@@ -100,6 +103,7 @@ def test_spaces_metadata_and_path_of_the_server_are_the_envs(entries):
         assert obs == 5
         # The launcher puts the server module's own folder first, and nothing else beside it.
         assert info["listed"] == ["policybench_envserver.py"]
+        assert env.render().tolist() == np.full((2, 3, 3), 9, np.uint8).tolist()
     finally:
         env.close()
     assert env._server._process.returncode == 0
