@@ -55,6 +55,7 @@ def test_a_worker_killed_by_a_signal_leaves_an_error_record_naming_the_signal(py
         assert len(record["retried"]) == 1 and "killed by SIGKILL" in record["retried"][0]
     assert all(records[r]["outcome"] == "solved" for r in ("reach/seed=0", "reach/seed=1"))
     assert all("retried" not in records[r] for r in ("reach/seed=0", "reach/seed=1"))
+    assert not list(path.parent.glob("hangs/*"))  # a killed worker is no hang
 
 
 ONCE = """

@@ -19,7 +19,7 @@ from policybench.pytest_plugin.lockstep import group_items, slots_of
 from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of, rollout_record
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.scheduling import in_flight_with
-from policybench.pytest_plugin.watchdog import hang_of
+from policybench.pytest_plugin.watchdog import hang_file, hang_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import Episode, Outcome, OutcomeKind
 
@@ -86,6 +86,8 @@ class CrashWatch:
         if hung is not None:
             reason = f"worker {worker_id} was ended by the watchdog: {hung}"
         else:
+            # The watchdog's file names the rollout it watched, not a hang: nothing hung.
+            hang_file(self.run_dir, worker_id).unlink(missing_ok=True)
             reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
         crashitem, *mates = in_flight_with(sched, crashitem)
         for nodeid in mates:
