@@ -128,7 +128,7 @@ def _build(interpreter: Interpreter, built: Path) -> None:
         _run(interpreter, [*pip, "install", *requirements])
         freeze = _run(interpreter, [*pip, "freeze", "--all"])
     marker = {
-        "name": interpreter.name,
+        "interpreter": interpreter.name,
         "requirements": list(requirements),
         "python": platform.python_version(),
         "built_with": sys.executable,

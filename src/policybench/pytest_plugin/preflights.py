@@ -9,6 +9,7 @@ import fcntl
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ class PreflightStore:
             else:
                 found = run()
                 if found.verdict is not Verdict.INCONCLUSIVE:
-                    data = {**found.as_json(), ARM: arm}
+                    stored = found
                     if self.blinded:
-                        data["policy"] = sealed_description(found.policy, arm)
+                        stored = replace(found, policy=sealed_description(found.policy, arm))
+                    data = {**stored.as_json(), ARM: arm}
                     path.write_text(json.dumps(data, indent=1, sort_keys=True))
         self._known[(eval_name, arm)] = found
         return found
