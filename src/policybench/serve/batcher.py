@@ -5,13 +5,22 @@ connection is likely to ask within the window; requests that meet are answered b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from policybench.policy.base import Chunk, ChunkSource, Model, Observation, SessionContext
+from policybench.policy.base import (
+    Chunk,
+    ChunkSource,
+    Model,
+    Observation,
+    SessionContext,
+    release,
+)
 from policybench.policy.chunk_player import coded
 from policybench.policy.codec import IDENTITY, Codec
 from policybench.serve.model_thread import ModelThread
@@ -303,6 +312,14 @@ class Batcher:
                 future.set_result(Answer(result, queue_ms, call_s * 1e3, len(batch)))
         self._consider()
 
+    def release(self, rollouts: Iterable[RolloutState]) -> None:
+        """Closes the sources of rollouts that ended (their connection closed) on the model's
+        thread, after the calls queued before."""
+        for rollout in rollouts:
+            if rollout.source is not None:
+                with contextlib.suppress(RuntimeError):  # the model's thread is shut down
+                    self.model_thread.call(_release, rollout.source)
+
     def close(self) -> None:
         """Cancels the requests still waiting; a running model call finishes on its thread."""
         if self._window is not None:
@@ -353,6 +370,19 @@ def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk
         finally:
             request.in_model = False
     return results
+
+
+def _release(source: ChunkSource) -> None:
+    """Calls a source's `close()`. Its rollout's record is written by the client by then, so
+    what it raises can only be said here, in the server's output."""
+    try:
+        release(source)
+    except Exception as error:
+        print(
+            f"policybench serve: a rollout's close() raised {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _checked(chunk: Any) -> Chunk:

@@ -159,13 +159,15 @@ class PolicyServer:
             return
         batcher = self._batcher_for(served)
         peer = batcher.connect()
+        rollouts: dict[str, RolloutState] = {}  # the connection's rollouts, by prompt
         try:
             # A client that goes away (a worker ending, a killed process) ends this quietly.
             with contextlib.suppress(websockets.ConnectionClosed):
                 await connection.send(packb(metadata))
-                await self._answer_each(connection, batcher, peer, served, codec, context)
+                await self._answer_each(connection, batcher, peer, served, codec, context, rollouts)
         finally:
             batcher.disconnect(peer)
+            batcher.release(rollouts.values())
 
     async def _answer_each(
         self,
@@ -175,8 +177,8 @@ class PolicyServer:
         served: ServedModel,
         codec: Codec,
         context: SessionContext | None,
+        rollouts: dict[str, RolloutState],
     ) -> None:
-        rollouts: dict[str, RolloutState] = {}
         previous_total_ms: float | None = None
         async for frame in connection:
             started = time.perf_counter()
