@@ -30,17 +30,22 @@ class Interpreter:
 @dataclass(frozen=True)
 class Isolated:
     """A `make_env` that builds each env in `interpreter`: `entry` ("module:callable") is called
-    there as `callable(task, **kwargs)` and returns a gymnasium env."""
+    there as `callable(task, **kwargs)` and returns a gymnasium env. `modules` names modules of
+    ours (dotted, importable here, needing nothing of policybench) that the launcher puts beside
+    the server as top-level modules under their last name: an entry that interpreter cannot
+    import otherwise, and the leaf modules it imports."""
 
     entry: str
     interpreter: Interpreter
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
 
     def __call__(self, task: str) -> gym.Env:
         from policybench.envserver.interpreters import python_of
-        from policybench.envserver.proxy import EnvProxy
+        from policybench.envserver.proxy import EnvProxy, server_script
 
-        return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs)
+        script = server_script(self.modules)
+        return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
 
 
 ENV_PYTHON_VARIABLE = "POLICYBENCH_ENV_PYTHON"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import importlib.util
 import os
 import queue
 import subprocess
@@ -35,20 +36,30 @@ class EnvServerGone(EnvServerError):
     """An env server ended (it crashed, was killed, or failed to start) before it answered."""
 
 
-def server_script() -> Path:
-    """A copy of server.py alone in a directory of its own (its name tells its content), so that
-    the other interpreter's path gains that module and nothing of policybench."""
-    source = SERVER_SOURCE.read_bytes()
-    folder = (
-        Path(tempfile.gettempdir())
-        / f"policybench-envserver-{hashlib.sha256(source).hexdigest()[:12]}"
-    )
+def server_script(modules: tuple[str, ...] = ()) -> Path:
+    """A copy of server.py in a directory of its own (its name tells its content), with a copy
+    of each of `modules` (dotted names of modules importable here) under its last name, so that
+    the other interpreter's path gains those modules and nothing else of policybench."""
+    files = {"policybench_envserver.py": SERVER_SOURCE.read_bytes()}
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            raise EnvServerError(
+                f"an isolated env's module {name!r} is not a module file importable here; "
+                "name modules of policybench's suites (dotted, as they are imported)"
+            )
+        files[f"{name.rpartition('.')[2]}.py"] = Path(spec.origin).read_bytes()
+    digest = hashlib.sha256()
+    for file_name, source in files.items():
+        digest.update(file_name.encode() + b"\0" + source + b"\0")
+    folder = Path(tempfile.gettempdir()) / f"policybench-envserver-{digest.hexdigest()[:12]}"
     script = folder / "policybench_envserver.py"
     if not script.is_file():
         folder.mkdir(exist_ok=True)
-        partial = folder / f".{os.getpid()}.{threading.get_ident()}.tmp"
-        partial.write_bytes(source)
-        partial.replace(script)
+        for file_name, source in files.items():  # the server last: it marks the folder complete
+            partial = folder / f".{os.getpid()}.{threading.get_ident()}.tmp"
+            partial.write_bytes(source)
+            partial.replace(folder / file_name)
     return script
 
 
@@ -159,9 +170,14 @@ class EnvProxy(gym.Env):
     reset, step, render, close and the spaces are the server's env's."""
 
     def __init__(
-        self, python: Path, entry: str, task: str, kwargs: Mapping[str, Any] | None = None
+        self,
+        python: Path,
+        entry: str,
+        task: str,
+        kwargs: Mapping[str, Any] | None = None,
+        script: Path | None = None,
     ) -> None:
-        self._server = EnvServer(python)
+        self._server = EnvServer(python, script)
         try:
             made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
         except BaseException:

@@ -1,0 +1,105 @@
+"""LIBERO-PRO: LIBERO's spatial, object, goal and 10 suites with objects replaced (`_object`),
+positions swapped (`_swap`), instructions reworded (`_lan`) or tasks replaced (`_task`), each env
+in LIBERO-PRO's own interpreter (`policybench env install libero-pro`), staged as LIBERO-PRO's
+evaluator stages its episodes; rollout i of a task starts from its init state i (`--rollouts` at
+most 50). Select with -k or --suite, e.g. -k "lan and task0"."""
+
+import policybench
+from policybench.suites.libero_pro import (
+    LIBERO_10_LAN,
+    LIBERO_10_OBJECT,
+    LIBERO_10_SWAP,
+    LIBERO_10_TASK,
+    LIBERO_GOAL_LAN,
+    LIBERO_GOAL_OBJECT,
+    LIBERO_GOAL_SWAP,
+    LIBERO_GOAL_TASK,
+    LIBERO_OBJECT_LAN,
+    LIBERO_OBJECT_OBJECT,
+    LIBERO_OBJECT_SWAP,
+    LIBERO_OBJECT_TASK,
+    LIBERO_SPATIAL_LAN,
+    LIBERO_SPATIAL_OBJECT,
+    LIBERO_SPATIAL_SWAP,
+    LIBERO_SPATIAL_TASK,
+)
+
+
+@policybench.evaluate(LIBERO_SPATIAL_OBJECT)
+def test_libero_spatial_object(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_SPATIAL_SWAP)
+def test_libero_spatial_swap(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_SPATIAL_LAN)
+def test_libero_spatial_lan(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_SPATIAL_TASK)
+def test_libero_spatial_task(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_OBJECT_OBJECT)
+def test_libero_object_object(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_OBJECT_SWAP)
+def test_libero_object_swap(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_OBJECT_LAN)
+def test_libero_object_lan(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_OBJECT_TASK)
+def test_libero_object_task(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_GOAL_OBJECT)
+def test_libero_goal_object(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_GOAL_SWAP)
+def test_libero_goal_swap(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_GOAL_LAN)
+def test_libero_goal_lan(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_GOAL_TASK)
+def test_libero_goal_task(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_10_OBJECT)
+def test_libero_10_object(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_10_SWAP)
+def test_libero_10_swap(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_10_LAN)
+def test_libero_10_lan(rollout, harness):
+    harness(rollout)
+
+
+@policybench.evaluate(LIBERO_10_TASK)
+def test_libero_10_task(rollout, harness):
+    harness(rollout)

