@@ -2,10 +2,21 @@
 positions swapped (`_swap`), instructions reworded (`_lan`) or tasks replaced (`_task`), each env
 in LIBERO-PRO's own interpreter (`policybench env install libero-pro`), staged as LIBERO-PRO's
 evaluator stages its episodes; rollout i of a task starts from its init state i (`--rollouts` at
-most 50). Select with -k or --suite, e.g. -k "lan and task0"."""
+most 50). Select with -k or --suite, e.g. -k "lan and task0". Its goldens (`-m golden`) pin one
+task of each kind where its interpreter is installed."""
+
+import dataclasses
+
+import pytest
 
 import policybench
+from benchmarks.golden_pipelines import FixedActions, _libero_moves
+from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.harness import run_rollout
+from policybench.policy.chunk_player import ChunkPolicy
+from policybench.record.trace import TraceRecorder, canonical_trace
 from policybench.suites.libero_pro import (
+    INTERPRETER,
     LIBERO_10_LAN,
     LIBERO_10_OBJECT,
     LIBERO_10_SWAP,
@@ -23,6 +34,34 @@ from policybench.suites.libero_pro import (
     LIBERO_SPATIAL_SWAP,
     LIBERO_SPATIAL_TASK,
 )
+from policybench.world import World
+
+GOLDENS = {
+    "spatial-object-task0": (LIBERO_SPATIAL_OBJECT, "task0"),
+    "object-swap-task1": (LIBERO_OBJECT_SWAP, "task1"),
+    "goal-lan-task2": (LIBERO_GOAL_LAN, "task2"),
+    "10-task-task3": (LIBERO_10_TASK, "task3"),
+}
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("name", GOLDENS)
+def test_libero_pro_golden(name, golden):
+    """Rollout 0 of the task as LIBERO-PRO's evaluator stages it, then 8 fixed actions."""
+    eval, task = GOLDENS[name]
+    try:
+        python_of(INTERPRETER)
+    except InterpreterMissing as missing:
+        pytest.skip(str(missing))
+    rollout = next(r for r in eval.rollouts(1, 0) if r.scene.task == task)
+    rollout = dataclasses.replace(rollout, timeout_s=0.4)
+    recorder = TraceRecorder()
+    world = World(eval)
+    try:
+        episode = run_rollout(rollout, world, ChunkPolicy(FixedActions(_libero_moves())), recorder)
+    finally:
+        world.close()
+    assert canonical_trace(episode, recorder.observations) == golden
 
 
 @policybench.evaluate(LIBERO_SPATIAL_OBJECT)
