@@ -65,10 +65,10 @@ def records(pytester: pytest.Pytester) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
-def rollout_seconds(pytester: pytest.Pytester) -> float:
-    """The time the run's rollouts took, all together (their testcases' times in junitxml)."""
+def rollout_seconds(pytester: pytest.Pytester) -> list[float]:
+    """The time each of the run's rollouts took (their testcases' times in junitxml)."""
     suite = ElementTree.parse(pytester.path / "junit.xml").getroot()
-    return sum(float(case.get("time")) for case in suite.iter("testcase"))
+    return [float(case.get("time")) for case in suite.iter("testcase")]
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -77,7 +77,7 @@ def test_a_missing_server_ends_every_rollout_in_one_line_within_the_server_wait(
 ):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     pytester.makepyfile(envs=ENVS, test_point=SERVED)
-    url, wait_s = f"ws://127.0.0.1:{free_port()}", 5
+    url, wait_s = f"ws://127.0.0.1:{free_port()}", 8
     result = pytester.runpytest_subprocess(
         *("-n", str(workers), "--rollouts", "4", "--junitxml=junit.xml"),
         *("--policy=openpi", f"--policy-url={url}", f"--server-wait={wait_s}"),
@@ -91,8 +91,10 @@ def test_a_missing_server_ends_every_rollout_in_one_line_within_the_server_wait(
     for record in found:
         assert line in record["reason"] and "start one with `policybench serve" in record["reason"]
     assert (run_dir(pytester) / "summary.json").is_file()
-    # Each process waits the full --server-wait once; later rollouts fail at once.
-    assert rollout_seconds(pytester) < wait_s * max(workers, 1) + 5
+    # The run waits the full --server-wait once, in whichever process meets the absence first;
+    # every later rollout, in any process, fails at once.
+    seconds = sorted(rollout_seconds(pytester))
+    assert seconds[-1] < wait_s + 3 and seconds[-2] < wait_s / 2, seconds
 
 
 def test_a_hang_without_xdist_says_which_rollout_where_and_how_to_resume(

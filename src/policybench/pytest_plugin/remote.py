@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.registry import OPENPI, RANDOM, SCRIPTED
-from policybench.serve.client import give_up_waiting_when
+from policybench.serve.client import give_up_waiting_when, share_outages_in
 from policybench.serve.command import API_KEY_VARIABLE
 from policybench.serve.supervisor import ServerFailed, Supervisor
 
@@ -43,9 +44,18 @@ SERVER = pytest.StashKey["SharedServer"]()
 SERVER_LOG = "server.log"  # in the run directory: everything the run's server wrote
 SERVER_GONE = "server-gone.txt"  # in the run directory once the server is given up: why
 NOWHERE = "ws://127.0.0.1:0"  # handed to workers when the server never started: nothing listens
+# In the run directory while the run lasts: a policy URL one process waited out --server-wait for,
+# so that the run's other processes fail at once instead of each waiting as long again.
+UNREACHABLE = ".unreachable"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    absences = run_dir_of(config) / UNREACHABLE
+    if not is_worker(config):  # a resumed run awaits its servers afresh
+        shutil.rmtree(absences, ignore_errors=True)
+        absences.mkdir(parents=True)
+        config.add_cleanup(lambda: shutil.rmtree(absences, ignore_errors=True))
+    share_outages_in(absences)
     if is_worker(config):
         url = from_controller(config, SHARED_URL)
         if url is not None:  # waiting for it ends as soon as the controller gives it up

@@ -14,8 +14,10 @@ import logging
 import re
 import socket
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import websockets
@@ -228,13 +230,16 @@ class Outages:
     """Waits for unreachable servers, with backoff, up to the endpoint's `server_wait_s`; says
     so once per outage (not once per rollout) and when the server is back. Once a wait has run
     its full length for a URL, later waits for it try once and fail at once with the same
-    reason, until a try reaches it. Each wait runs inside `paused()`, so a clock bounding a
-    rollout's wall time (a hang watchdog) can stand still while a server is awaited."""
+    reason, until a try reaches it; with `share_in(directory)` that holds for every process
+    sharing the directory (a run's workers), so a run waits out one --server-wait, not one per
+    worker. Each wait runs inside `paused()`, so a clock bounding a rollout's wall time (a hang
+    watchdog) can stand still while a server is awaited."""
 
     def __init__(self) -> None:
         self._down_since: dict[str, float] = {}
         self._absent: dict[str, str] = {}  # URL -> why the last full wait for it gave up
         self._gone: dict[str, Callable[[], str | None]] = {}  # URL -> why it is gone, if it is
+        self._shared: Path | None = None  # where processes of one run tell each other of absences
         self.paused: Callable[[], contextlib.AbstractContextManager[object]] = (
             contextlib.nullcontext
         )
@@ -247,11 +252,15 @@ class Outages:
             connection = connect_once()
         except _Unreachable as error:
             self._raise_if_gone(url)
-            if url in self._absent:
-                raise RemoteDown(self._absent[url]) from None
+            absent = self._absent.get(url) or self._absent_elsewhere(url)
+            if absent is not None:
+                raise RemoteDown(absent) from None
             with self.paused():
                 connection = self._wait(endpoint, connect_once, error)
         self._absent.pop(url, None)
+        if self._shared is not None:
+            with contextlib.suppress(OSError):
+                self._absence_file(url).unlink(missing_ok=True)
         down_since = self._down_since.pop(url, None)
         if down_since is not None:
             LOG.warning(
@@ -289,7 +298,27 @@ class Outages:
             f"{wait_s:g}; last try: {error}); {HOW_TO_SERVE}, or point --policy-url at a "
             "running one"
         )
+        if self._shared is not None:
+            with contextlib.suppress(OSError):
+                self._absence_file(url).write_text(self._absent[url])
         raise RemoteDown(self._absent[url])
+
+    def share_in(self, directory: Path) -> None:
+        """Tells the other processes using `directory` when a full wait for a URL gave up, and
+        takes their word for it."""
+        self._shared = directory
+
+    def _absence_file(self, url: str) -> Path:
+        assert self._shared is not None
+        return self._shared / f"unreachable-{zlib.crc32(url.encode()):08x}.txt"
+
+    def _absent_elsewhere(self, url: str) -> str | None:
+        if self._shared is None:
+            return None
+        try:
+            return self._absence_file(url).read_text() or None
+        except OSError:
+            return None
 
     def give_up_when(self, url: str, why_gone: Callable[[], str | None]) -> None:
         """Ends every wait for `url` at once, with RemoteGone, when `why_gone()` says why its
@@ -307,6 +336,7 @@ class Outages:
 
 _OUTAGES = Outages()  # one per process: an outage is logged once, whichever rollout meets it
 give_up_waiting_when = _OUTAGES.give_up_when  # for every wait of this process
+share_outages_in = _OUTAGES.share_in  # with the other processes of a run
 
 
 def pause_while_waiting(paused: Callable[[], contextlib.AbstractContextManager[object]]) -> None:
