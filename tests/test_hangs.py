@@ -121,15 +121,18 @@ from policybench import keys
 POINT3 = point_eval("point3", tasks={"a": "reach a", "b": "reach b", "c": "reach c"})
 
 
-class HangsOnB:
-    # Solves the point task, but its second call on task b never returns.
-    name = "hangs-on-b"
+class Hangs:
+    # Solves the point task, but from its call number `first` on `task` no call returns.
+    name = "hangs"
+
+    def __init__(self, task, first):
+        self.task, self.first = task, first
 
     def open(self, context):
         greedy, calls = GreedyPointModel().open(context), itertools.count()
 
         def predict(obs):
-            if context.instruction == "reach b" and next(calls) >= 1:
+            if context.instruction == self.task and next(calls) >= self.first:
                 time.sleep(3600)
             return greedy(obs)
 
@@ -139,7 +142,8 @@ class HangsOnB:
         return {keys.POLICY_NAME: self.name}
 
 
-HANGS_ON_B = HangsOnB()
+HANGS_ON_B = Hangs("reach b", first=1)
+HANGS_ON_A_AT_ONCE = Hangs("reach a", first=0)  # the Eval's preflight asks about task a
 """
 
 
@@ -184,22 +188,29 @@ def test_a_served_call_past_the_call_timeout_fails_its_task_only_and_ends_the_se
     assert "exiting with status 75" in server.stdout.read()
 
 
+@pytest.mark.parametrize(
+    ("model", "task"),
+    [("HANGS_ON_B", "reach b"), ("HANGS_ON_A_AT_ONCE", "reach a")],
+    ids=["later-call", "preflight-call"],
+)
 def test_a_model_call_that_hangs_on_the_shared_server_errors_its_rollout_only(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, model: str, task: str
 ):
+    """A hung call says nothing of the model's contract: when it is the Eval's preflight call,
+    the preflight is inconclusive and the other tasks still run."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     benchmark = "import policybench\n" + HANGING_MODEL + BENCHMARK_OF_POINT3
     pytester.makepyfile(envs=ENVS, test_point=benchmark)
     result = pytester.runpytest_subprocess(
-        *("-n", "2", "--rollouts", "1", "--policy=test_point:HANGS_ON_B"),
+        *("-n", "2", "--rollouts", "1", f"--policy=test_point:{model}"),
         *("--policy-sharing=shared", "--infer-timeout=4"),
     )
     out = result.stdout.str()
     by_task = {record["instruction"]: record for record in records(pytester)}
-    hung = by_task.pop("reach b")
+    hung = by_task.pop(task)
     assert hung["outcome"] == "error" and "retried" not in hung, out[-3000:]
     assert "model call did not return within 3.6 s" in hung["reason"]
-    assert "'reach b'" in hung["reason"]
+    assert f"'{task}'" in hung["reason"]
     # The others finished, run again on the restarted server if the hang cut them short.
     assert [record["outcome"] for record in by_task.values()] == ["solved", "solved"], out[-3000:]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from policybench.harness import ActionError, check_action
 from policybench.policy.base import (
+    CallHung,
     Chunk,
     EndEpisode,
     InfrastructureError,
@@ -135,7 +136,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         for action in actions:
             check_action(action, space.shape, policy.name)
         described = policy.describe()
-    except InfrastructureError as error:  # says nothing of the contract: the rollouts find out
+    except (InfrastructureError, CallHung) as error:  # says nothing of the contract
         problem = f"{type(error).__name__}: {error}"
         return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, sent), shown)
     except ActionError as error:

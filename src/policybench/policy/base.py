@@ -18,6 +18,11 @@ class InfrastructureError(Exception):
     of the policy or the env: a rollout that ends in one may be run again from its start."""
 
 
+class CallHung(Exception):
+    """A model call did not return within its limit: the rollout that made it ends in this error
+    (not run again: the model would hang again), and it says nothing of the model's contract."""
+
+
 @dataclass(frozen=True)
 class SessionContext:
     """All a policy learns about a rollout besides its observations.

@@ -57,9 +57,12 @@ class Request:
     in_model: bool = False  # the model is working on it (set and cleared on the model's thread)
 
 
+CALL_HUNG = "model call did not return within"  # how ModelCallHung's message, sent, begins
+
+
 class ModelCallHung(RuntimeError):
-    """A model call ran past the server's call timeout; its message names the limit and the
-    tasks (instructions) of the requests the model was working on."""
+    """A model call ran past the server's call timeout; its message (the error frame its
+    requests' clients get) names the limit and the tasks (instructions) of those requests."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +276,7 @@ class Batcher:
         hung = [waiting for waiting in batch if waiting.request.in_model] or batch
         tasks = sorted({waiting.request.rollout.context.instruction for waiting in hung})
         error = ModelCallHung(
-            f"model call did not return within {self.call_timeout_s:g} s (the server's call "
+            f"{CALL_HUNG} {self.call_timeout_s:g} s (the server's call "
             f"timeout) on task {', '.join(map(repr, tasks))}"
         )
         for waiting in hung:

@@ -25,6 +25,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from policybench import keys
 from policybench.policy.base import (
+    CallHung,
     Chunk,
     ChunkSource,
     InfrastructureError,
@@ -32,6 +33,7 @@ from policybench.policy.base import (
     SessionContext,
 )
 from policybench.policy.codec import NATIVE
+from policybench.serve.batcher import CALL_HUNG
 from policybench.serve.server import (
     CODEC_HEADER,
     CONTEXT_HEADER,
@@ -55,6 +57,11 @@ LOG = logging.getLogger("policybench.serve")
 
 class RemotePolicyError(RuntimeError):
     """The server answered an error (openpi's text frame); the message is the server's."""
+
+
+class RemoteCallHung(RemotePolicyError, CallHung):
+    """The server gave up on the model call this rollout's observation was in (its call
+    timeout): this rollout's error, not the next one's."""
 
 
 class RemoteUnavailable(ConnectionError):
@@ -219,7 +226,9 @@ class _Connection:
             ) from None
         if isinstance(answer, str):
             _drop(connection)
-            raise RemotePolicyError(_server_error(endpoint.shown, answer))
+            hung = answer.startswith(CALL_HUNG)
+            error = RemoteCallHung if hung else RemotePolicyError
+            raise error(_server_error(endpoint.shown, answer))
         return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), self._fps)
 
     def close(self) -> None:
