@@ -55,7 +55,8 @@ class Aggregator:
         )
         # As typed but for secrets, kept aside under --blind.
         self.command = shlex.join(["pytest", *redacted_command(config.invocation_params.args)])
-        self.sealer = Sealer(self.run_dir) if settings.blinding else None
+        servers = [(arm.endpoint.shown, arm.label) for arm in settings.arms if arm.endpoint]
+        self.sealer = Sealer(self.run_dir, servers) if settings.blinding else None
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped

@@ -16,12 +16,11 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.lockstep import group_items, slots_of
-from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of, rollout_record
+from policybench.pytest_plugin.outcomes import RECORD, crashed_record, planned_record, record_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.scheduling import in_flight_with
 from policybench.pytest_plugin.watchdog import hang_file, hang_of
 from policybench.pytest_plugin.workers import is_worker
-from policybench.record.episode import Episode, Outcome, OutcomeKind
 
 # The setup report's user property: the planned_record of each rollout of the item's group.
 PLANNED = "policybench_planned"
@@ -110,9 +109,8 @@ class CrashWatch:
         planned = self.planned.get(report.nodeid)
         if planned is None:  # it crashed before its setup was reported: nothing is known of it
             return
-        crash = Episode({}, (), Outcome(OutcomeKind.ERROR, reason), 0.0, 0.0, None)
         added = {keys.WORKER: worker_id, **({keys.RETRIED: list(crashed)} if crashed else {})}
-        report.user_properties.append((RECORD, rollout_record(planned, crash, added)))
+        report.user_properties.append((RECORD, crashed_record(planned, reason, added)))
 
     def cause(self, worker: Any) -> str:
         """How the worker process ended, and whether the kernel ran out of memory meanwhile."""

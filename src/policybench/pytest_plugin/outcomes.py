@@ -25,7 +25,7 @@ from policybench.pytest_plugin.fixtures import (
     PolicyCannotRun,
     RolloutError,
 )
-from policybench.record.episode import Episode, OutcomeKind
+from policybench.record.episode import Episode, Outcome, OutcomeKind
 
 RECORD = "policybench"  # name of the call report's user property that carries the record
 # The user property of a rollout skipped because its policy cannot run on its Eval: [eval, why].
@@ -52,7 +52,10 @@ def pytest_runtest_makereport(
         report.user_properties.append((NO_POLICY, why))
     if call.excinfo is not None and isinstance(call.excinfo.value, RolloutError):
         outcome = call.excinfo.value.outcome
-        report.longrepr = f"{outcome.reason}\n\n{outcome.details}".rstrip()
+        # What serves the policy failed (a server unreachable, say): its reason says all a user
+        # can act on, and the client's traceback would repeat it once per rollout.
+        details = "" if outcome.transient else outcome.details
+        report.longrepr = f"{outcome.reason}\n\n{details}".rstrip()
     return report
 
 
@@ -91,6 +94,19 @@ def rollout_record(
         **planned,
         **added,
     }
+
+
+# What only a rollout that ran reports of itself: None in the record of one whose worker crashed.
+NEVER_REPORTED_BY_A_CRASH = (keys.STEPS, keys.SIM_S, keys.WALL_S, keys.MODEL_CALLS, keys.SUM_REWARD)
+
+
+def crashed_record(
+    planned: Mapping[str, Any], reason: str, added: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The error record of a rollout whose worker crashed: `reason` says how, and what the
+    rollout never reported is None (not 0: it may have made steps before the crash)."""
+    crash = Episode({}, (), Outcome(OutcomeKind.ERROR, reason), 0.0, 0.0, None)
+    return {**rollout_record(planned, crash, added), **dict.fromkeys(NEVER_REPORTED_BY_A_CRASH)}
 
 
 CRASHED = "???"  # the phase of xdist's report of an item whose worker crashed

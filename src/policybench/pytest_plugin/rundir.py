@@ -26,7 +26,7 @@ from policybench.pytest_plugin.options import (
 )
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.report.arms import blinded_command
-from policybench.report.results import RESULTS, new_run_dir, resolve_run
+from policybench.report.results import LATEST, RESULTS, new_run_dir, resolve_run
 
 if TYPE_CHECKING:
     from policybench.pytest_plugin.resume import Resumed
@@ -132,10 +132,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     not rollouts records nothing either, and is not told so)."""
     context = config.stash.get(CONTEXT, None)
     if discarded(context) and config.stash.get(NOTHING_RAN, False):
+        reports = _shown(context.run_dir.parent, config.invocation_params.dir)
         terminalreporter.write_line(
             f"policybench: no rollout ran, so no run directory is kept ({context.run_dir.name} "
-            f"removed; {context.run_dir.parent.name}/latest is unchanged)"
+            f"removed; {reports / LATEST} is unchanged)"
         )
+
+
+def _shown(path: Path, invoked_in: Path) -> Path:
+    """`path` as the user can find it from where pytest was invoked: relative when under it."""
+    try:
+        return path.relative_to(invoked_in)
+    except ValueError:
+        return path
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

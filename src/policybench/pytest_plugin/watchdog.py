@@ -150,7 +150,6 @@ def watched(
     limit *= rollouts
     run_dir = run_dir_of(config)
     path = hang_file(run_dir, worker)
-    path.parent.mkdir(parents=True, exist_ok=True)
     interrupt = worker == MAIN and threading.current_thread() is threading.main_thread()
     fired = False
 
@@ -162,7 +161,7 @@ def watched(
         file.flush()
         raise RolloutHung(hang_of(run_dir, worker))
 
-    with path.open("a") as file:
+    with _opened(path) as file:
         file.write(f"rollout {rollout.eval} {rollout.id}: no end within {limit:g} s\n")
         file.flush()
         previous = signal.signal(signal.SIGALRM, expired) if interrupt else None
@@ -178,6 +177,20 @@ def watched(
         config.stash[HUNG] = _stopped_by(config, rollout, limit, path)
     else:
         path.unlink(missing_ok=True)  # finished in time: nothing to tell
+        with contextlib.suppress(OSError):  # nor an empty hangs/ (another worker's file stays)
+            path.parent.rmdir()
+
+
+def _opened(path: Path) -> IO[str]:
+    """The hang file, opened to append (with hangs/, which another worker that just finished
+    may have removed as empty between the two steps)."""
+    for _ in range(10):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return path.open("a")
+        except FileNotFoundError:
+            continue
+    return path.open("a")
 
 
 def _stopped_by(config: pytest.Config, rollout: Rollout, limit: float, path: Path) -> list[str]:

@@ -92,9 +92,27 @@ class Sealer:
     """Blinds records on their way to results.jsonl: the policy's description (its name,
     checkpoint, codec) goes to the sealed file, the record keeps its letter."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, servers: Iterable[tuple[str, str]] = ()) -> None:
+        """`servers`: (URL as messages show it, letter) of each arm served at its own URL."""
         self.path = run_dir / SEALED_FILE
         self._file: IO[str] | None = None
+        letters: dict[str, set[str]] = {}
+        for url, letter in servers:
+            letters.setdefault(url, set()).add(letter)
+        # A URL that serves several arms tells none apart; the longest first, so that a URL
+        # that begins another is not replaced inside it.
+        self._servers = {
+            url: f"<arm {next(iter(ls))}'s server>" for url, ls in letters.items() if len(ls) == 1
+        }
+        urls = sorted(self._servers, key=len, reverse=True)
+        self._url = re.compile("|".join(map(re.escape, urls))) if urls else None
+
+    def _without_urls(self, text: Any) -> Any:
+        """`text` with each arm's URL replaced by its letter's placeholder (the URL tells the
+        arms apart)."""
+        if self._url is None or not isinstance(text, str):
+            return text
+        return self._url.sub(lambda match: self._servers[match.group(0)], text)
 
     def seal(self, record: Mapping[str, Any]) -> dict[str, Any]:
         described = record.get(keys.POLICY)
@@ -104,9 +122,14 @@ class Sealer:
         sealed = {keys.NODEID: record.get(keys.NODEID), keys.POLICY: described}
         self._file.write(json.dumps(sealed, sort_keys=True) + "\n")
         self._file.flush()
+        sealed_record = dict(record)
+        if keys.REASON in record:
+            sealed_record[keys.REASON] = self._without_urls(record[keys.REASON])
+        if isinstance(record.get(keys.RETRIED), list):
+            sealed_record[keys.RETRIED] = list(map(self._without_urls, record[keys.RETRIED]))
         if not isinstance(described, Mapping):
-            return dict(record)
-        return {**record, keys.POLICY: sealed_description(described, record.get(keys.ARM))}
+            return sealed_record
+        return {**sealed_record, keys.POLICY: sealed_description(described, record.get(keys.ARM))}
 
     def close(self) -> None:
         if self._file is not None:

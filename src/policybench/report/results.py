@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import NoneType
 from typing import IO, Any
 
 from policybench import keys
@@ -22,9 +23,9 @@ REQUIRED: Mapping[str, tuple[type, ...]] = {
     keys.EVAL: (str,),
     keys.TASK: (str,),
     keys.OUTCOME: (str,),
-    keys.STEPS: (int,),
-    keys.SIM_S: (int, float),
-    keys.WALL_S: (int, float),
+    keys.STEPS: (int, NoneType),  # None: a rollout whose worker crashed never reported it
+    keys.SIM_S: (int, float, NoneType),
+    keys.WALL_S: (int, float, NoneType),
 }
 
 
@@ -117,7 +118,7 @@ def record_problem(record: Any) -> str | None:
             return f"missing field {name!r}"
         value = record[name]
         if not isinstance(value, types) or isinstance(value, bool):
-            wanted = " or ".join(t.__name__ for t in types)
+            wanted = " or ".join("null" if t is NoneType else t.__name__ for t in types)
             return f"field {name!r} should be {wanted}, got {value!r}"
     if record[keys.OUTCOME] not in OUTCOMES:
         return f"outcome should be one of {', '.join(OUTCOMES)}, got {record[keys.OUTCOME]!r}"

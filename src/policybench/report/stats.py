@@ -82,6 +82,12 @@ class Spread:
         )
 
 
+def _reported(records: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    """The records' values of `key`, without the None of rollouts that never reported it (a
+    crashed worker's)."""
+    return [record[key] for record in records if record.get(key) is not None]
+
+
 def step_wall_ms(record: Mapping[str, Any]) -> float | None:
     """Wall time per control step of a rollout (policy, codecs and simulator together), in ms."""
     steps = record.get(keys.STEPS) or 0
@@ -115,8 +121,8 @@ class GroupStats:
         walls = [ms for ms in map(step_wall_ms, records) if ms is not None]
         return cls(
             tally=tally_of(records),
-            steps=Spread.of([record[keys.STEPS] for record in records]),
-            sim_s=Spread.of([record[keys.SIM_S] for record in records]),
+            steps=Spread.of(_reported(records, keys.STEPS)),
+            sim_s=Spread.of(_reported(records, keys.SIM_S)),
             step_wall_ms=Spread.of(walls),
             infer_ms=Spread.of([ms for ms in map(infer_ms, records) if ms is not None]),
             latency=tuple(sorted({latency_setting(record) for record in records})),
