@@ -19,7 +19,7 @@ from policybench.pytest_plugin.lockstep import group_items, slots_of
 from policybench.pytest_plugin.outcomes import RECORD, crashed_record, planned_record, record_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.scheduling import in_flight_with
-from policybench.pytest_plugin.watchdog import hang_file, hang_of
+from policybench.pytest_plugin.watchdog import discard_hang_file, hang_of
 from policybench.pytest_plugin.workers import is_worker
 
 # The setup report's user property: the planned_record of each rollout of the item's group.
@@ -86,7 +86,7 @@ class CrashWatch:
             reason = f"worker {worker_id} was ended by the watchdog: {hung}"
         else:
             # The watchdog's file names the rollout it watched, not a hang: nothing hung.
-            hang_file(self.run_dir, worker_id).unlink(missing_ok=True)
+            discard_hang_file(self.run_dir, worker_id)
             reason = f"worker {worker_id} crashed while running this rollout: {self.cause(worker)}"
         crashitem, *mates = in_flight_with(sched, crashitem)
         for nodeid in mates:

@@ -71,6 +71,15 @@ def hang_file(run_dir: Path, worker: str) -> Path:
     return run_dir / HANGS / f"{worker}.txt"
 
 
+def discard_hang_file(run_dir: Path, worker: str) -> None:
+    """Removes the worker's hang file, and hangs/ when that leaves it empty (a run without a
+    hang keeps none; another worker's file stays)."""
+    path = hang_file(run_dir, worker)
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
+
+
 class _Deadline:
     """A limit that runs while the rollout runs and stands still while one or more of its
     threads wait for a policy server. It ends the process (`faulthandler`, from a thread of its
@@ -176,9 +185,7 @@ def watched(
     if fired:
         config.stash[HUNG] = _stopped_by(config, rollout, limit, path)
     else:
-        path.unlink(missing_ok=True)  # finished in time: nothing to tell
-        with contextlib.suppress(OSError):  # nor an empty hangs/ (another worker's file stays)
-            path.parent.rmdir()
+        discard_hang_file(run_dir, worker)  # finished in time: nothing to tell
 
 
 def _opened(path: Path) -> IO[str]:
