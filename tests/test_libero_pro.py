@@ -5,6 +5,7 @@ env server, shows the same first observation and instruction, bit for bit."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -142,7 +143,10 @@ def test_policybench_stages_what_libero_pros_evaluator_stages(
     max_steps = eval.metadata["max_steps"]
     command = [str(libero_pro_python), "-c", LIBERO_PRO_LOOP, eval.name, str(index)]
     command += [str(EPISODES), str(max_steps), str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # LIBERO-PRO's own config, as its env server keeps it (not hf-libero's, which the tests run).
+    config = {"LIBERO_CONFIG_PATH": str(libero_pro_python.parent.parent / "libero-config")}
+    environment = {**os.environ, **config}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = np.load(out)
 

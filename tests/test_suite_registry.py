@@ -38,6 +38,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "libero": "policybench.suites.libero",
+        "libero-pro": "policybench.suites.libero_pro",
     }
     assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial"} <= set(registered_evals())
 

@@ -26,12 +26,18 @@ INTERPRETER = Interpreter(
     ),
 )
 BASE_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
-PERTURBATIONS = {
-    "object": "objects replaced by others of another look (e.g. the black bowl by an akita one)",
-    "swap": "the objects' initial positions swapped",
-    "lan": "the instruction reworded, meaning the same",
-    "task": "the task replaced by another in the same scene",
-}
+# LIBERO-PRO's suite suffixes (its names, not record keys) and what each perturbs.
+PERTURBATIONS = dict(
+    (
+        (
+            "object",
+            "objects replaced by others of another look (e.g. the black bowl by an akita one)",
+        ),
+        ("swap", "the objects' initial positions swapped"),
+        ("lan", "the instruction reworded, meaning the same"),
+        ("task", "the task replaced by another in the same scene"),
+    )
+)
 # LIBERO-PRO's evaluator (libero/evaluation: configs/eval.yaml, runner.py): every task's env
 # seeded once with 7 after it is built, episode i its reset i + 1 then init state i, 10 warm-up
 # steps of [0]*6 + [-1], 256x256 renders, 5 actions of each chunk played. Its single default

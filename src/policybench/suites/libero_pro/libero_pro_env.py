@@ -5,6 +5,8 @@ the server, with the two leaf modules it uses (`keys`, LIBERO's `replay`)."""
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,12 @@ import gymnasium as gym
 import keys
 import numpy as np
 import replay
+
+# LIBERO-PRO's `libero` finds its files through the config LIBERO_CONFIG_PATH names; inherited
+# from a process that runs hf-libero, it would name hf-libero's. It keeps one of its own, made
+# there on first import.
+CONFIG_PATH = Path(sys.prefix) / "libero-config"
+os.environ["LIBERO_CONFIG_PATH"] = str(CONFIG_PATH)
 
 INIT_STATE = "init_state"  # the reset option naming the init state (as policybench's LIBERO)
 AGENT_CAMERA, WRIST_CAMERA = "agentview", "robot0_eye_in_hand"
