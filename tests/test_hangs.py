@@ -208,8 +208,13 @@ def test_a_model_call_that_hangs_on_the_shared_server_errors_its_rollout_only(
     out = result.stdout.str()
     by_task = {record["instruction"]: record for record in records(pytester)}
     hung = by_task.pop(task)
-    assert hung["outcome"] == "error" and "retried" not in hung, out[-3000:]
-    assert "model call did not return within 3.6 s" in hung["reason"]
+    limit = "model call did not return within 3.6 s"
+    assert hung["outcome"] == "error" and limit in hung["reason"], out[-3000:]
+    # The hung call is never run again. A hang at the preflight's call makes the server exit
+    # as the rollout connects, so its first attempt may be cut short by that restart and retried.
+    assert not any(limit in why for why in hung.get("retried", [])), hung
+    if model == "HANGS_ON_B":
+        assert "retried" not in hung, hung
     assert f"'{task}'" in hung["reason"]
     # The others finished, run again on the restarted server if the hang cut them short.
     assert [record["outcome"] for record in by_task.values()] == ["solved", "solved"], out[-3000:]
