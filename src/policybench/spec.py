@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from policybench import keys
+from policybench.policy.base import control_period_ns
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -142,7 +143,7 @@ class Eval:
 
     @property
     def control_period_ns(self) -> int:
-        return round(1e9 / self.control_hz)
+        return control_period_ns(self.control_hz)
 
     def rollouts(self, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]:
         return self.plan(self.name, rollouts_per_task, base_seed)
