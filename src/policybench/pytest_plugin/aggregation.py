@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from policybench.pytest_plugin import gates
+from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
@@ -56,7 +57,8 @@ class Aggregator:
         # As typed but for secrets, kept aside under --blind.
         self.command = shlex.join(["pytest", *redacted_command(config.invocation_params.args)])
         servers = [(arm.endpoint.shown, arm.label) for arm in settings.arms if arm.endpoint]
-        self.sealer = Sealer(self.run_dir, servers) if settings.blinding else None
+        kept = sealed_fields(settings.arms)
+        self.sealer = Sealer(self.run_dir, servers, kept) if settings.blinding else None
         self.config = config
         self.records: list[dict[str, Any]] = []
         self.not_run: dict[tuple[str, str], int] = {}  # (eval, why) -> items skipped

@@ -1,6 +1,6 @@
-"""The arms of an A/B run (`--policy A --policy B`): what names each policy in item ids and
-reports, where it is served, which arm runs each scene under `--assign balanced`, and the letters
-`--blind` shows instead of names."""
+"""The arms of an A/B run (`--policy A --policy B`, or one policy under each setting of
+`--latency-sweep`): what names each arm in item ids and reports, where it is served, which arm runs
+each scene under `--assign balanced`, and the letters `--blind` shows instead of names."""
 
 from __future__ import annotations
 
@@ -8,13 +8,22 @@ import random
 import re
 import string
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Any
 
 from policybench import keys
+from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.registry import LEROBOT_PREFIX, is_import_path
-from policybench.report.arms import ARM_IN_ID, ARMS, ASSIGN, BLINDED, BLINDING, Blinding
+from policybench.report.arms import (
+    ARM_IN_ID,
+    ARMS,
+    ASSIGN,
+    BLINDED,
+    BLINDING,
+    KEPT,
+    Blinding,
+)
 from policybench.serve.client import Endpoint
 from policybench.spec import Rollout
 
@@ -36,6 +45,7 @@ class Arm:
     policy: str
     url: str | None = None
     endpoint: Endpoint | None = None  # resolved from `url` and the run's server options
+    latency: InferenceLatency | None = None  # a latency sweep's setting (None: the run's)
 
     @property
     def spec(self) -> str:
@@ -152,7 +162,7 @@ def blinded(arms: Sequence[Arm], key: str) -> tuple[tuple[Arm, ...], Blinding]:
     random.Random(f"blind/{key}").shuffle(order)
     letters = {arm.label: string.ascii_uppercase[i] for i, arm in enumerate(order)}
     lettered = tuple(
-        Arm(letters[arm.label], arm.policy, arm.url, arm.endpoint)
+        replace(arm, label=letters[arm.label])
         for arm in sorted(arms, key=lambda arm: letters[arm.label])
     )
     real = {letters[arm.label]: {"label": arm.label, keys.POLICY: arm.policy} for arm in arms}
@@ -168,7 +178,96 @@ def arm_settings(
         return {}
     policies: Any = BLINDED if blinding else [arm.policy for arm in arms]
     settings: dict[str, Any] = {keys.POLICY: policies, ARMS: [arm.label for arm in arms]}
+    if swept(arms):  # the run's latency is the sweep's settings (sorted: they name no letter)
+        settings[keys.INFERENCE_LATENCY] = sorted(str(arm.latency) for arm in arms)
     settings[ASSIGN] = None if assignment is None else assignment.as_record()
     if blinding is not None:
         settings[BLINDING] = blinding.digest
     return settings
+
+
+SWEEP_OPTION = "--latency-sweep"
+
+
+def declared_arms(
+    policies: Sequence[str], sweep: str | None, latency: str | None
+) -> tuple[Arm, ...]:
+    """The run's arms: the policies `--policy` names, or one policy under each setting of
+    `--latency-sweep`, which neither a second policy nor `--inference-latency` (its given
+    value, None when not given) may join."""
+    arms = parse_arms(policies)
+    if sweep is None:
+        return arms
+    if len(arms) > 1:
+        raise ValueError(
+            f"{SWEEP_OPTION} runs one policy under each latency, but --policy named "
+            f"{len(arms)} ({', '.join(arm.label for arm in arms)}); sweep one policy per run"
+        )
+    if latency is not None:
+        raise ValueError(
+            f"{SWEEP_OPTION} {sweep} sets the latency of each arm, so --inference-latency "
+            f"{latency} has nothing to set; give one of them (a setting of its own belongs in "
+            "the sweep)"
+        )
+    return sweep_arms(arms[0], sweep)
+
+
+def swept(arms: Sequence[Arm]) -> bool:
+    """Whether the arms are one policy under the settings of a latency sweep."""
+    return any(arm.latency is not None for arm in arms)
+
+
+def sealed_fields(arms: Sequence[Arm]) -> tuple[str, ...]:
+    """What a blinded record keeps of its policy's description: the run-wide settings, which
+    in a latency sweep leave out the latency (it tells the arms apart)."""
+    if not swept(arms):
+        return KEPT
+    return tuple(name for name in KEPT if name != keys.INFERENCE_LATENCY)
+
+
+def sweep_arms(policy: Arm, sweep: str) -> tuple[Arm, ...]:
+    """`policy` once under each latency setting of `--latency-sweep` (e.g. `0,steps:2,steps:4`),
+    each arm labelled by its setting; the zero-latency arm, which every other is compared
+    against, first. A setting that does not parse, a repeated one, a sweep of fewer than two or
+    without zero latency is refused, naming what came and what is expected."""
+    texts = [text.strip() for text in sweep.split(",")]
+    if any(not text for text in texts):
+        raise ValueError(
+            f"{SWEEP_OPTION} {sweep!r}: an empty setting; give latency settings joined by "
+            "commas, e.g. 0,steps:2,steps:4"
+        )
+    settings = []
+    for text in texts:
+        try:
+            settings.append(InferenceLatency.parse(text))
+        except ValueError as error:
+            raise ValueError(f"{SWEEP_OPTION} setting {text!r}: {error}") from None
+    arms: dict[str, Arm] = {}
+    for text, latency in zip(texts, settings, strict=True):
+        label = latency_label(latency)
+        if label in arms:
+            raise ValueError(
+                f"{SWEEP_OPTION} {sweep!r}: {text!r} is the setting {label!r} again; give each "
+                "latency once"
+            )
+        arms[label] = replace(policy, label=label, latency=latency)
+    if len(arms) < 2:
+        raise ValueError(
+            f"{SWEEP_OPTION} {sweep!r}: a sweep compares two or more latency settings, e.g. "
+            f"{SWEEP_OPTION} 0,steps:2,steps:4 (one setting is --inference-latency {sweep})"
+        )
+    zero = [arm for arm in arms.values() if arm.latency == NO_LATENCY]
+    if not zero:
+        raise ValueError(
+            f"{SWEEP_OPTION} {sweep!r}: each setting is compared against zero latency, which "
+            f"the sweep lacks; add 0, e.g. {SWEEP_OPTION} 0,{sweep}"
+        )
+    return (*zero, *(arm for arm in arms.values() if arm.latency != NO_LATENCY))
+
+
+def latency_label(latency: InferenceLatency) -> str:
+    """An arm's label for a latency setting: the setting as written (`none`, `0.1`, `steps:2`),
+    a profile named by its file's name, and only the characters item ids take."""
+    kind, colon, rest = str(latency).partition(":")
+    text = f"{kind}{colon}{PurePath(rest).name}" if colon else kind
+    return re.sub(r"[^A-Za-z0-9_.:-]+", "_", text)

@@ -25,11 +25,12 @@ from policybench.policy.chunk_player import ChunkAnchor
 from policybench.policy.latency import InferenceLatency
 from policybench.pytest_plugin.arms import (
     BALANCED,
+    SWEEP_OPTION,
     Arm,
     Assignment,
     arm_settings,
     blinded,
-    parse_arms,
+    declared_arms,
 )
 from policybench.registry import (
     LEROBOT_PREFIX,
@@ -92,6 +93,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--inference-latency",
         default="none",
         help="simulated inference latency: none (default), seconds (e.g. 0.1), or measured",
+    )
+    group.addoption(
+        SWEEP_OPTION,
+        default=None,
+        metavar="L1,L2,...",
+        help="run every scene under each inference latency (e.g. 0,steps:2,steps:4), as arms "
+        "of one run labelled by their setting, each compared (paired) with zero latency; the "
+        "report plots success against latency per Eval",
     )
     group.addoption(
         "--chunk-anchor",
@@ -158,8 +167,10 @@ class RunSettings:
         return len(self.arms) > 1
 
     def policy_settings_of(self, arm: Arm) -> PolicySettings:
-        """How `arm` is played: the run's settings, served where the arm is."""
-        return replace(self.policy_settings, endpoint=arm.endpoint)
+        """How `arm` is played: the run's settings, served where the arm is (at the arm's
+        latency in a latency sweep)."""
+        latency = self.policy_settings.latency if arm.latency is None else arm.latency
+        return replace(self.policy_settings, endpoint=arm.endpoint, latency=latency)
 
     @property
     def policy_shown(self) -> str:
@@ -284,13 +295,25 @@ def served_by_shared_server(
 
 
 def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...], Blinding | None]:
-    """The arms `--policy` names, checkpoints made absolute; lettered under --blind."""
-    arms = parse_arms(config.getoption("policy") or [SCRIPTED])
+    """The arms `--policy` (or `--latency-sweep`) names, checkpoints made absolute; lettered
+    under --blind."""
+    arms = declared_arms(
+        config.getoption("policy") or [SCRIPTED],
+        config.getoption("latency_sweep"),
+        _given(config, "--inference-latency"),
+    )
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")
     if key is None or len(arms) < 2:
         return arms, None
     return blinded(arms, key or _blinding_key(resumed))
+
+
+def _given(config: pytest.Config, flag: str) -> str | None:
+    """The value of `flag` when the command line gave it (None: its default)."""
+    args = [str(arg) for arg in config.invocation_params.args]
+    given = any(arg == flag or arg.startswith(f"{flag}=") for arg in args)
+    return config.getoption(flag.removeprefix("--").replace("-", "_")) if given else None
 
 
 def _blinding_key(resumed: Path | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,18 +16,22 @@ from typing import Any
 import pytest
 
 from policybench.preflight import Preflight, Verdict
+from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import is_worker
-from policybench.report.arms import sealed_description
+from policybench.report.arms import KEPT, sealed_description
 
 PREFLIGHT = "preflight"  # the run directory's folder of preflights
 ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
 
 
 class PreflightStore:
-    def __init__(self, directory: Path, blinded: bool = False) -> None:
+    def __init__(
+        self, directory: Path, blinded: bool = False, kept_fields: Sequence[str] = KEPT
+    ) -> None:
         self.directory = directory
         self.blinded = blinded  # under --blind, a file names its arm's letter, not its policy
+        self.kept_fields = kept_fields  # what a blinded file keeps of its policy's description
         self._known: dict[tuple[str, str | None], Preflight] = {}
 
     def get(self, eval_name: str, arm: str | None, run: Callable[[], Preflight]) -> Preflight:
@@ -49,7 +53,8 @@ class PreflightStore:
                 if found.verdict is not Verdict.INCONCLUSIVE:
                     stored = found
                     if self.blinded:
-                        stored = replace(found, policy=sealed_description(found.policy, arm))
+                        sealed = sealed_description(found.policy, arm, self.kept_fields)
+                        stored = replace(found, policy=sealed)
                     data = {**stored.as_json(), ARM: arm}
                     path.write_text(json.dumps(data, indent=1, sort_keys=True))
         self._known[(eval_name, arm)] = found
@@ -68,7 +73,9 @@ def file_name(eval_name: str) -> str:
 
 
 def store_of(config: pytest.Config) -> PreflightStore:
-    return PreflightStore(run_dir_of(config) / PREFLIGHT, settings_of(config).blinding is not None)
+    settings = settings_of(config)
+    blinded, kept = settings.blinding is not None, sealed_fields(settings.arms)
+    return PreflightStore(run_dir_of(config) / PREFLIGHT, blinded, kept)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -81,10 +81,12 @@ def blinded_command(args: Sequence[str]) -> list[str]:
     return shown
 
 
-def sealed_description(described: Mapping[str, Any], letter: Any) -> dict[str, Any]:
+def sealed_description(
+    described: Mapping[str, Any], letter: Any, kept_fields: Sequence[str] = KEPT
+) -> dict[str, Any]:
     """What a blinded run's files show of a policy's description: its letter and the run-wide
-    settings (`KEPT`), nothing that tells the policy apart."""
-    kept = {name: described[name] for name in KEPT if name in described}
+    settings (`kept_fields`: `KEPT` but those that tell the arms apart), nothing more."""
+    kept = {name: described[name] for name in kept_fields if name in described}
     return {keys.POLICY_NAME: letter, **kept}
 
 
@@ -92,9 +94,16 @@ class Sealer:
     """Blinds records on their way to results.jsonl: the policy's description (its name,
     checkpoint, codec) goes to the sealed file, the record keeps its letter."""
 
-    def __init__(self, run_dir: Path, servers: Iterable[tuple[str, str]] = ()) -> None:
-        """`servers`: (URL as messages show it, letter) of each arm served at its own URL."""
+    def __init__(
+        self,
+        run_dir: Path,
+        servers: Iterable[tuple[str, str]] = (),
+        kept_fields: Sequence[str] = KEPT,
+    ) -> None:
+        """`servers`: (URL as messages show it, letter) of each arm served at its own URL;
+        `kept_fields`: what a record keeps of its policy's description (see sealed_description)."""
         self.path = run_dir / SEALED_FILE
+        self.kept_fields = tuple(kept_fields)
         self._file: IO[str] | None = None
         letters: dict[str, set[str]] = {}
         for url, letter in servers:
@@ -129,7 +138,8 @@ class Sealer:
             sealed_record[keys.RETRIED] = list(map(self._without_urls, record[keys.RETRIED]))
         if not isinstance(described, Mapping):
             return sealed_record
-        return {**sealed_record, keys.POLICY: sealed_description(described, record.get(keys.ARM))}
+        sealed_policy = sealed_description(described, record.get(keys.ARM), self.kept_fields)
+        return {**sealed_record, keys.POLICY: sealed_policy}
 
     def close(self) -> None:
         if self._file is not None:

@@ -16,6 +16,7 @@ from policybench.report.compare import Comparison
 from policybench.report.results import OUTCOMES
 from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Row, RunInfo, Summary
+from policybench.report.sweep import sweep_of
 
 INDEX = "index.html"
 ROLLOUTS = "rollouts"
@@ -69,6 +70,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
                 row.label for row in tasks if row.stats.tally.errors == row.stats.tally.rollouts
             ],
             arms=arm_grid(summary.arms),
+            latency_sweep=sweep_of(summary, findings.run),
             histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
             rollouts=rollouts,
             choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},

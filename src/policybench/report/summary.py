@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.record.protocol import Protocol
 from policybench.report.arms import arm_order
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.stats import CONFIDENCE, GroupStats, group
+from policybench.report.sweep import sweep_json
 from policybench.world import SUCCESS_INFO_KEYS
 
 Records = Sequence[Mapping[str, Any]]
@@ -213,8 +215,12 @@ class Summary:
             for (e, t), members in group(by_arm[arm], keys.EVAL, keys.TASK).items()
         ]
         assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
+        same = (Protocol.of(()), Protocol.of(()))  # the arms of one run share its protocol
         versus = [
-            ArmComparison(compare_runs(by_arm[before], by_arm[after], (before, after)), assigned)
+            ArmComparison(
+                compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same),
+                assigned,
+            )
             for i, before in enumerate(order)
             for after in order[i + 1 :]
         ]
@@ -249,6 +255,7 @@ class Summary:
             "interval_method": "wilson",
             "problems": list(self.problems),
             **found,
+            **sweep_json(self, run),
         }
 
     def _arm_json(self, arm: str | None) -> dict[str, Any]:

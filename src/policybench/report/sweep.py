@@ -1,0 +1,217 @@
+"""A latency sweep's findings (`--latency-sweep`): per Eval, the success rate under each latency
+setting with its interval, and each setting compared, paired by scene, with zero latency."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from policybench import keys
+from policybench.policy.latency import NO_LATENCY as ZERO
+from policybench.report.arms import ARMS
+from policybench.report.compare import TaskComparison
+from policybench.report.paired import Pairs
+
+if TYPE_CHECKING:
+    from policybench.report.summary import RunInfo, Summary
+
+NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is compared with it
+_STEPS = re.compile(r"^steps:(\d+)$")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One latency setting of one Eval: its rollouts' success rate and interval, and the
+    change from zero latency (None for the zero-latency setting itself)."""
+
+    setting: str
+    rollouts: int
+    solved: int
+    errors: int
+    rate: float
+    low: float
+    high: float
+    versus: TaskComparison | None
+
+    def as_json(self) -> dict[str, Any]:
+        versus = self.versus
+        return {
+            keys.INFERENCE_LATENCY: self.setting,
+            "rollouts": self.rollouts,
+            "solved": self.solved,
+            "errors": self.errors,
+            "success_rate": self.rate,
+            "interval": [self.low, self.high],
+            "versus_no_latency": None if versus is None else versus.as_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Success against latency for one Eval, in the sweep's order of settings."""
+
+    eval: str
+    points: tuple[Point, ...]
+
+
+@dataclass(frozen=True)
+class LatencySweep:
+    settings: tuple[str, ...]  # ordered: zero, then seconds, steps and the rest by size
+    curves: tuple[Curve, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "reference": NO_LATENCY,
+            "settings": list(self.settings),
+            "evals": [
+                {keys.EVAL: curve.eval, "points": [point.as_json() for point in curve.points]}
+                for curve in self.curves
+            ],
+        }
+
+
+def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
+    """The sweep of a run whose arms are latency settings (run.json's inference latency lists
+    them); None for any other run, and for a blinded one (its letters hide which is zero)."""
+    settings = {} if run is None else run.settings
+    swept, arms = settings.get(keys.INFERENCE_LATENCY), settings.get(ARMS)
+    if not isinstance(swept, list) or not arms or set(arms) != set(swept):
+        return None
+    if NO_LATENCY not in arms:
+        return None
+    order = tuple(sorted(arms, key=_size))
+    versus = _versus_no_latency(summary)
+    rows = {(row.eval, row.arm): row for row in summary.arms}
+    curves = []
+    for eval in (row.eval for row in summary.evals):
+        points = []
+        for setting in order:
+            row = rows.get((eval, setting))
+            tally = None if row is None else row.stats.tally
+            interval = None if tally is None else tally.interval()
+            if tally is None or tally.rate is None or interval is None:
+                continue
+            compared = None if setting == NO_LATENCY else versus.get((eval, setting))
+            points.append(
+                Point(
+                    setting,
+                    tally.rollouts,
+                    tally.solved,
+                    tally.errors,
+                    tally.rate,
+                    *interval,
+                    compared,
+                )
+            )
+        curves.append(Curve(eval, tuple(points)))
+    return LatencySweep(order, tuple(curves))
+
+
+def _versus_no_latency(summary: Summary) -> dict[tuple[str, str], TaskComparison]:
+    """Each Eval's pooled comparison of a setting with zero latency, zero as `before` (an arm
+    listed before zero, as unblinding may order them, was compared the other way round)."""
+    found: dict[tuple[str, str], TaskComparison] = {}
+    for arm_comparison in summary.versus:
+        comparison = arm_comparison.comparison
+        for row in comparison.evals:
+            if comparison.before == NO_LATENCY:
+                found[(row.eval, comparison.after)] = row
+            elif comparison.after == NO_LATENCY:
+                found[(row.eval, comparison.before)] = _reversed(row)
+    return found
+
+
+def _reversed(row: TaskComparison) -> TaskComparison:
+    """A comparison with its sides swapped: Newcombe's interval negated, McNemar's p the same."""
+    pairs = row.pairs
+    if pairs is not None:
+        pairs = Pairs(pairs.both, pairs.gained, pairs.lost, pairs.neither)
+    low, high = row.interval
+    return replace(
+        row,
+        before=row.after,
+        after=row.before,
+        pairs=pairs,
+        left_out=(row.left_out[1], row.left_out[0]),
+        interval=(-high, -low),
+    )
+
+
+def _size(setting: str) -> tuple[int, float, str]:
+    """Sorts settings by how much they delay: zero, then seconds, then control steps, each by
+    size, then anything else (a profile) by name."""
+    if setting == NO_LATENCY:
+        return 0, 0.0, setting
+    try:
+        return 1, float(setting), setting
+    except ValueError:
+        pass
+    steps = _STEPS.match(setting)
+    if steps is not None:
+        return 2, float(steps[1]), setting
+    return 3, 0.0, setting
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point of a drawn curve: where it is (pixels), its interval's ends, what it says."""
+
+    x: float
+    y: float
+    y_low: float
+    y_high: float
+    point: Point
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One Eval's curve as drawn: an SVG of `width` x `height`, the plot area from `left` to
+    `right` and `top` to `bottom`, a mark per setting and the settings' x positions."""
+
+    eval: str
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    ticks: tuple[tuple[str, float], ...]  # (setting, x)
+    marks: tuple[Mark, ...]
+
+    def y(self, rate: float) -> float:
+        return self.bottom - rate * (self.bottom - self.top)
+
+    @property
+    def line(self) -> str:
+        return " ".join(f"{mark.x:.1f},{mark.y:.1f}" for mark in self.marks)
+
+
+def plots(sweep: LatencySweep, width: int = 520, height: int = 260) -> list[Plot]:
+    """An SVG plot per Eval: success (with its interval) against the sweep's settings, evenly
+    spaced in the sweep's order (steps, seconds and profiles share no scale)."""
+    left, right, top, bottom = 52, width - 20, 16, height - 44
+    step = (right - left) / max(len(sweep.settings), 1)
+    x = {setting: left + step * (i + 0.5) for i, setting in enumerate(sweep.settings)}
+    drawn = []
+    for curve in sweep.curves:
+        blank = Plot(curve.eval, width, height, left, right, top, bottom, (), ())
+        marks = tuple(
+            Mark(x[p.setting], blank.y(p.rate), blank.y(p.low), blank.y(p.high), p)
+            for p in curve.points
+        )
+        drawn.append(replace(blank, ticks=tuple(x.items()), marks=marks))
+    return drawn
+
+
+def sweep_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
+    """What the HTML report shows of a latency sweep: the sweep and its plots (empty: none)."""
+    sweep = latency_sweep(summary, run)
+    return {} if sweep is None else {"sweep": sweep, "plots": plots(sweep)}
+
+
+def sweep_json(summary: Summary, run: RunInfo | None) -> dict[str, Any]:
+    """summary.json's `latency_sweep` (nothing for a run that swept no latency)."""
+    sweep = latency_sweep(summary, run)
+    return {} if sweep is None else {"latency_sweep": sweep.as_json()}
