@@ -24,7 +24,8 @@ from policybench.spec import Eval, Plan
 from policybench.world import World
 
 PIPELINE_LATENCY_S = 0.03  # 2.4 control periods at 80 Hz: chunks land between ticks
-PIPELINE_REPLAN_EVERY = 5
+# A new chunk when the last is played out: each call then waits 3 steps (the delay) holding.
+PIPELINE_EXECUTE_STEPS = None
 PIPELINE_TIMEOUT_S = 0.6  # 48 steps at 80 Hz
 PIPELINE_CODEC = Codec("golden", (rotate_180(keys.IMAGE), action_dims(4)))
 
@@ -124,7 +125,7 @@ class _TappedSession:
 def pipeline_trace(
     latency_s: float = PIPELINE_LATENCY_S, codec: Codec = PIPELINE_CODEC
 ) -> dict[str, Any]:
-    """GoldenReacher -> codec -> ChunkPlayer (fixed latency, replanning) -> harness, on
+    """GoldenReacher -> codec -> ChunkPlayer (fixed latency, a chunk at a time) -> harness, on
     MetaWorld reach-v3 seen through a 64x64 corner camera."""
     from policybench.suites.metaworld import mt10
 
@@ -133,7 +134,7 @@ def pipeline_trace(
     tap = WaypointTap(
         GoldenReacher(),
         codec,
-        replan_every=PIPELINE_REPLAN_EVERY,
+        execute_steps=PIPELINE_EXECUTE_STEPS,
         latency=InferenceLatency(LatencyMode.FIXED, latency_s),
     )
     recorder = TraceRecorder()

@@ -25,7 +25,7 @@ def bench(pytester: pytest.Pytester) -> pytest.Pytester:
         (["--server-wait", "-1"], "--server-wait"),
         (["--retry-errors", "-1"], "--retry-errors"),
         (["--max-envs-per-worker", "0"], "--max-envs-per-worker"),
-        (["--replan-every", "0"], "--replan-every"),
+        (["--execute-steps", "0"], "--execute-steps"),
         (["--envs-per-worker", "0"], "--envs-per-worker"),
         (["--success-fail-under", "1.5"], "--success-fail-under"),
         (["--regression-alpha", "1"], "--regression-alpha"),

@@ -54,7 +54,7 @@ CHANGES = [
     pytest.param(["--seed", "5"], True, True, id="base-seed"),
     pytest.param(["--inference-latency", "0.1"], True, True, id="inference-latency"),
     pytest.param(["--chunk-anchor", "arrival"], True, True, id="chunk-anchor"),
-    pytest.param(["--replan-every", "1"], True, True, id="replan-every"),
+    pytest.param(["--execute-steps", "1"], True, True, id="execute-steps"),
     pytest.param(["timeout_s=3.0"], True, True, id="timeout"),
     pytest.param(["--policy", "random"], True, False, id="policy"),
 ]

@@ -7,6 +7,8 @@ independent of machine load. The harness never raises: whatever breaks becomes a
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import time
 import traceback
@@ -131,6 +133,7 @@ def run_rollout(
             instruction=rollout.instruction,
             control_hz=eval.control_hz,
             fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
+            draws_key=draws_key(rollout, eval),
         )
         session = checked_session(policy.new_session(context), policy.name)
         expected_shape, policy_name = world.action_space.shape, policy.name
@@ -180,6 +183,13 @@ def run_rollout(
         return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
     why = "timeout" if time_ns >= timeout_ns else "env ended the episode"
     return finish(OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)")
+
+
+def draws_key(rollout: Rollout, eval: Eval) -> str:
+    """A digest of the rollout's Eval and scene: what seeds its session's latency draws (with the
+    run's seed), so the same scene gets the same draws in any run, at any -n, in any order."""
+    scene = json.dumps(rollout.scene.as_record(), sort_keys=True, default=str)
+    return hashlib.sha256(f"{eval.name}\n{scene}".encode()).hexdigest()[:32]
 
 
 def error_episode(rollout: Rollout, world: World, reason: str, details: str = "") -> Episode:

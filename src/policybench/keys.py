@@ -8,6 +8,14 @@ STATE = "state"
 IMAGE = "image"
 WRIST_IMAGE = "wrist_image"
 
+# What a model request carries in a run with latency (in the observation a model's source gets,
+# and on the wire): the delay d of this call in control steps (the previous chunk plays on for
+# d steps before this one arrives), and the actions of the current chunk still to play, `[n, D]`
+# in the model's own action space (the real-time chunking prefix; `[0, 0]` before any chunk).
+# Named as LeRobot's `predict_action_chunk` names them.
+INFERENCE_DELAY = "inference_delay"
+ACTION_PREFIX = "prev_chunk_left_over"
+
 # Statics: what an Episode records about the rollout it ran.
 EVAL = "eval"
 TASK = "task"
@@ -20,6 +28,13 @@ POLICY = "policy"
 POLICY_NAME = "name"
 INFERENCE_LATENCY = "inference_latency"
 CHUNK_ANCHOR = "chunk_anchor"
+# The execution horizon s: control steps from one model call to the next, a call's delay
+# included (None: a new chunk is asked for when the current one is played out).
+EXECUTE_STEPS = "execute_steps"
+# The digest of the latency profile a run drew its latencies from (only in such runs).
+LATENCY_PROFILE = "latency_profile"
+# The first chunk was computed before the clock started (only where it was).
+WARM_START = "warm_start"
 CONTROL_HZ = "control_hz"
 TIMEOUT_S = "timeout_s"
 STOP_ON_SUCCESS = "stop_on_success"
@@ -43,6 +58,18 @@ SUCCESS_REPORTED = "success_reported"
 MODEL_CALLS = "model_calls"
 INFER_MS_MEAN = "infer_ms_mean"
 INFER_MS_MAX = "infer_ms_max"
+# Real-time figures of a rollout in a run with latency (absent without): the simulated latency
+# charged to each call (ms, in call order), its mean in control steps, its 50th/95th/99th
+# percentiles (ms); the share of control steps taken while a newer call was in flight (played
+# from an older chunk, or held, during a delay; the wait for the first chunk aside), and the
+# rate of the other steps, those played from the newest chunk (per simulated second).
+CALL_LATENCY_MS = "call_latency_ms"
+DELAY_STEPS_MEAN = "delay_steps_mean"
+LATENCY_MS_P50 = "latency_ms_p50"
+LATENCY_MS_P95 = "latency_ms_p95"
+LATENCY_MS_P99 = "latency_ms_p99"
+STALE_ACTION_SHARE = "stale_action_share"
+FRESH_ACTION_HZ = "fresh_action_hz"
 # Sum and maximum of the env's per-step rewards (as lerobot-eval names them).
 SUM_REWARD = "sum_reward"
 MAX_REWARD = "max_reward"

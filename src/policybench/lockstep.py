@@ -24,7 +24,7 @@ from typing import Any
 
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk, Observation, Policy, SessionContext
-from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
+from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy, rollout_draws
 from policybench.record.episode import Episode
 from policybench.serve.batcher import BatchedModel, Request, RolloutState, infer
 from policybench.spec import Eval, Rollout
@@ -197,13 +197,16 @@ class _SlotPolicy:
         self.name = policy.name
 
     def new_session(self, context: SessionContext) -> ChunkPlayer:
-        rollout = RolloutState(context)
+        rollout = RolloutState(context.for_model())
         policy = self._policy
         return ChunkPlayer(
             lambda obs: self._barrier.ask(self._slot, rollout, obs),
-            replan_every=policy.replan_every,
+            execute_steps=policy.execute_steps,
             latency=policy.latency,
             anchor=policy.anchor,
+            period_ns=context.control_period_ns,
+            draws=rollout_draws(policy.seed, context),
+            warm_start=policy.warm_start,
             wall_clock_ns=self._barrier.clock_of(self._slot),
         )
 

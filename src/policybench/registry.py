@@ -51,7 +51,7 @@ class PolicySettings:
     seed: int = 0
     latency: InferenceLatency = NO_LATENCY
     anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
-    replan_every: int | None = None
+    execute_steps: int | None = None
     endpoint: Endpoint | None = None
     device: str = "cpu"  # where a local model with weights runs (LeRobot checkpoints)
 
@@ -209,9 +209,10 @@ def _played(model: Model, codec: Codec, settings: PolicySettings) -> ChunkPolicy
     return ChunkPolicy(
         model,
         codec,
-        replan_every=settings.replan_every,
+        execute_steps=settings.execute_steps,
         latency=settings.latency,
         anchor=settings.anchor,
+        seed=settings.seed,
     )
 
 

@@ -4,7 +4,7 @@ now and when to be called next. A Model predicts action Chunks and knows nothing
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -28,12 +28,29 @@ class SessionContext:
     """All a policy learns about a rollout besides its observations.
 
     `fields` holds only the scene fields an Eval declares policy-facing; the scene itself never
-    reaches a policy.
+    reaches a policy. `draws_key` (a digest of the rollout's Eval and scene) seeds the session's
+    latency draws, so a scene gets the same draws in any run order; a model never sees it (see
+    `for_model`).
     """
 
     instruction: str
     control_hz: float
     fields: Mapping[str, ContextValue] = field(default_factory=dict)
+    draws_key: str = ""
+
+    def for_model(self) -> SessionContext:
+        """What a model is told of its rollout: all but the session's own `draws_key`."""
+        return replace(self, draws_key="") if self.draws_key else self
+
+    @property
+    def control_period_ns(self) -> int:
+        """The control period the harness steps the clock by (an Eval's `control_period_ns`)."""
+        return control_period_ns(self.control_hz)
+
+
+def control_period_ns(control_hz: float) -> int:
+    """One control period in whole nanoseconds: the simulated clock's step."""
+    return round(1e9 / control_hz)
 
 
 class Step(NamedTuple):

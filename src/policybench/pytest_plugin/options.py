@@ -21,8 +21,8 @@ from policybench.options import (
     SERVER_WAIT,
     api_key,
 )
-from policybench.policy.chunk_player import ChunkAnchor
-from policybench.policy.latency import InferenceLatency
+from policybench.policy.chunk_player import ChunkAnchor, check_execute_steps
+from policybench.policy.latency import InferenceLatency, LatencyMode
 from policybench.pytest_plugin.arms import (
     BALANCED,
     SWEEP_OPTION,
@@ -92,7 +92,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--inference-latency",
         default="none",
-        help="simulated inference latency: none (default), seconds (e.g. 0.1), or measured",
+        help="simulated inference latency per model call: none (default), seconds (e.g. 0.1), "
+        "steps:D (D control periods, the real-time chunking paper's delay), profile:FILE (drawn "
+        "per call from a latency profile, seeded per rollout: the same on any host), or measured "
+        "(this host's wall time: changes with its load)",
     )
     group.addoption(
         SWEEP_OPTION,
@@ -109,10 +112,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where a late chunk starts: at its observation (default) or at its arrival",
     )
     group.addoption(
-        "--replan-every",
+        "--execute-steps",
         type=int,
         default=None,
-        help="ask for a new chunk after this many played waypoints (default: when drained)",
+        metavar="S",
+        help="the execution horizon: a new chunk is asked for S control steps after the previous "
+        "call, the call's delay included (valid: max(1, D) <= S <= H - D for a delay of D steps "
+        "and chunks of H); default: when the chunk is played out",
     )
     group.addoption(
         "--suite",
@@ -187,9 +193,16 @@ def protocol_settings(settings: RunSettings) -> dict[str, Any]:
         "base_seed": policy.seed,
         keys.INFERENCE_LATENCY: str(policy.latency),
         keys.CHUNK_ANCHOR: policy.anchor.value,
-        "replan_every": policy.replan_every,
+        keys.EXECUTE_STEPS: policy.execute_steps,
+        **played_profile(policy.latency),
         **arm_settings(settings.arms, settings.assignment, settings.blinding),
     }
+
+
+def played_profile(latency: InferenceLatency) -> dict[str, str]:
+    """The digest of the latency profile a run draws from, as its settings keep it."""
+    digest = latency.profile_digest
+    return {} if digest is None else {keys.LATENCY_PROFILE: digest}
 
 
 @pytest.hookimpl
@@ -206,7 +219,7 @@ AT_LEAST = {
     "rollouts": (1, "rollouts per task"),
     "retry_errors": (0, "reruns of a rollout that hit an infrastructure error"),
     "max_envs_per_worker": (1, "live envs per process"),
-    "replan_every": (1, "waypoints played before the next chunk is asked for"),
+    keys.EXECUTE_STEPS: (1, "control steps from one model call to the next"),
     "envs_per_worker": (1, "rollouts stepped side by side"),
     "shard_count": (1, "shards"),
 }
@@ -235,7 +248,9 @@ def refusals(config: pytest.Config) -> Iterator[str]:
     if alpha is not None and not 0.0 < alpha < 1.0:
         yield f"--regression-alpha must lie in (0, 1), e.g. 0.05, got {alpha:g}"
     try:
-        InferenceLatency.parse(option("inference_latency"))
+        latency = InferenceLatency.parse(option("inference_latency"))
+        if latency.mode is LatencyMode.STEPS:
+            check_execute_steps(option("execute_steps", None), latency.steps)
     except ValueError as error:
         yield str(error)
     report_dir = config.rootpath / option("report_dir")
@@ -270,7 +285,7 @@ def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSett
             seed=config.getoption("seed"),
             latency=InferenceLatency.parse(config.getoption("inference_latency")),
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
-            replan_every=config.getoption("replan_every"),
+            execute_steps=config.getoption("execute_steps"),
             endpoint=arms[0].endpoint,
             device=config.getoption("policy_device"),
         ),

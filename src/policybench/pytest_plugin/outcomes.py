@@ -3,10 +3,10 @@ own status (`u`, UNSOLVED) without failing the run, an error is an error with it
 
 Each rollout's record is built by `rollout_record`, the one builder of records: from what its
 plan says (`planned_record`: statics, arm, item id), its Episode and what the run added (the
-process, retries, recorders' `add_to_record`). A rollout whose worker crashed gets its record
-from the same builder on the controller. Records travel to the controller on the call report
-(under xdist too). With `--junitxml`, the testcase carries the outcome, reason, steps and sum
-reward as properties.
+process, retries, recorders' `add_to_record`) and, in a run with latency, its real-time figures
+(record.realtime). A rollout whose worker crashed gets its record from the same builder on the
+controller. Records travel to the controller on the call report (under xdist too). With
+`--junitxml`, the testcase carries the outcome, reason, steps and sum reward as properties.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from policybench.pytest_plugin.fixtures import (
     RolloutError,
 )
 from policybench.record.episode import Episode, Outcome, OutcomeKind
+from policybench.record.realtime import rollout_realtime
 
 RECORD = "policybench"  # name of the call report's user property that carries the record
 # The user property of a rollout skipped because its policy cannot run on its Eval: [eval, why].
@@ -91,6 +92,7 @@ def rollout_record(
     return {
         **dict.fromkeys(REPORTED_BY_THE_RUN),
         **episode.record(),
+        **rollout_realtime(episode.statics, episode.calls, episode.steps),
         **planned,
         **added,
     }

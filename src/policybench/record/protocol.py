@@ -4,7 +4,8 @@ readable difference, asked by `--resume`, `report merge`, `report compare` and `
 
 What it holds (every value as JSON text; a field that takes several values keeps them all):
 - of the run: the base seed (it names the scenes and seeds latency draws and seeded policies),
-  the inference latency, where a late chunk is anchored and the replan interval;
+  the inference latency (and the digest of a latency profile), where a late chunk is anchored
+  and the execution horizon;
 - per Eval: control rate, hold, stop-on-success, the Eval's settings, the simulator packages'
   versions, which fields name a scene (task, seed, init state, ...);
 - per task: its instruction and timeout;
@@ -41,9 +42,15 @@ Fields = Mapping[str, frozenset[str]]  # field -> the JSON texts of the values i
 
 OVERRIDE = "--allow-protocol-change"
 FORMER_OVERRIDE = "--allow-protocol-mismatch"  # its name in some commands once; still accepted
-BASE_SEED, REPLAN_EVERY = "base_seed", "replan_every"
+BASE_SEED = "base_seed"
 # How the harness plays a policy: run settings, also in the policy's description.
-PLAYED = (keys.INFERENCE_LATENCY, keys.CHUNK_ANCHOR, REPLAN_EVERY)
+PLAYED = (
+    keys.INFERENCE_LATENCY,
+    keys.LATENCY_PROFILE,
+    keys.CHUNK_ANCHOR,
+    keys.EXECUTE_STEPS,
+    keys.WARM_START,
+)
 RUN_FIELDS = (BASE_SEED, *PLAYED)
 RUN_POLICY = (keys.POLICY, ARMS, ASSIGN, BLINDING)  # which policy or arms the run evaluated
 EVAL_FIELDS = (keys.CONTROL_HZ, keys.HOLD, keys.STOP_ON_SUCCESS, keys.EVAL_SETTINGS, keys.PACKAGES)

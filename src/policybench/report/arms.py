@@ -24,7 +24,13 @@ UNBLINDED = "unblinded"  # the run setting `report unblind` adds
 BLINDING_FILE, SEALED_FILE = "blinding.json", "blinding-policies.jsonl"
 COMMAND_LINE = "command_line"  # in blinding.json: the command as typed
 # What a blinded record keeps of its policy's description: run-wide settings, the same per arm.
-KEPT = (keys.INFERENCE_LATENCY, keys.CHUNK_ANCHOR, "replan_every")
+KEPT = (
+    keys.INFERENCE_LATENCY,
+    keys.LATENCY_PROFILE,
+    keys.CHUNK_ANCHOR,
+    keys.EXECUTE_STEPS,
+    keys.WARM_START,
+)
 # An arm label: letters, digits, _ . - and, in a latency sweep's (`steps:2`), a colon.
 _ARM_AT_END = re.compile(rf"/{ARM_IN_ID}=([A-Za-z0-9_.:-]+)\]$")
 
