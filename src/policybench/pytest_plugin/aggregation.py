@@ -24,6 +24,7 @@ from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
+from policybench.record.realtime import Realtime
 from policybench.report.arms import Sealer
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.html import Findings, write_html
@@ -260,11 +261,36 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
     }
 
 
+REALTIME_COLUMNS = ("delay", "latency p50/p95/p99 ms", "stale", "fresh Hz")
+
+
+def realtime_cells(realtime: Realtime | None) -> tuple[str, ...]:
+    """A row's real-time cells: mean delay in steps, latency percentiles, stale share, fresh
+    rate ('-' where the row has none)."""
+    if realtime is None:
+        return ("-",) * len(REALTIME_COLUMNS)
+    ms = "/".join("-" if v is None else f"{v:.1f}" for v in realtime.latency_ms)
+    delay, stale, fresh = (
+        realtime.delay_steps_mean,
+        realtime.stale_action_share,
+        realtime.fresh_action_hz,
+    )
+    return (
+        "-" if delay is None else f"{delay:.2f}",
+        ms,
+        "-" if stale is None else f"{stale:.1%}",
+        "-" if fresh is None else f"{fresh:.1f}",
+    )
+
+
 def format_table(rows: list[Row]) -> list[str]:
-    """The per-Eval table; with an `arm` column when the rows are an A/B run's."""
+    """The per-Eval table; with an `arm` column when the rows are an A/B run's, and real-time
+    columns (record.realtime) in a run with latency."""
     arms = any(row.arm is not None for row in rows)
+    timed = any(row.stats.realtime is not None for row in rows)
     header = ("eval", "rollouts", "solved", "unsolved", "errors", "success", "95% CI")
     header = ("eval", "arm", *header[1:]) if arms else header
+    header = (*header, *REALTIME_COLUMNS) if timed else header
     cells = [header]
     for row in rows:
         tally = row.stats.tally
@@ -279,6 +305,7 @@ def format_table(rows: list[Row]) -> list[str]:
                 str(tally.errors),
                 "-" if tally.rate is None else f"{tally.rate:.1%}",
                 "-" if interval is None else f"[{interval[0]:.1%}, {interval[1]:.1%}]",
+                *(realtime_cells(row.stats.realtime) if timed else ()),
             )
         )
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

@@ -102,16 +102,6 @@ class Realtime:
             keys.FRESH_ACTION_HZ: self.fresh_action_hz,
         }
 
-    def line(self) -> str:
-        """One line for the terminal: delay, latency percentiles, stale share, fresh rate."""
-        p50, p95, p99 = (_shown(ms, "{:.1f}") for ms in self.latency_ms)
-        stale = _shown(self.stale_action_share, "{:.0%}")
-        return (
-            f"delay {_shown(self.delay_steps_mean, '{:.2f}')} steps/call, latency p50/p95/p99 "
-            f"{p50}/{p95}/{p99} ms, stale {stale}, "
-            f"fresh {_shown(self.fresh_action_hz, '{:.1f}')} Hz"
-        )
-
 
 def _ticks(ns: int, period: int) -> int:
     """Control ticks up to `ns` (the first tick at or after it)."""
@@ -131,7 +121,3 @@ def _percentiles(values: Sequence[float]) -> tuple[float | None, ...]:
 def _weighted(pairs: Sequence[tuple[float, float]]) -> float | None:
     total = sum(weight for _, weight in pairs)
     return round(sum(v * w for v, w in pairs) / total, 6) if total else None
-
-
-def _shown(value: float | None, form: str) -> str:
-    return "-" if value is None else form.format(value)

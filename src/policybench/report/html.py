@@ -71,6 +71,11 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             ],
             arms=arm_grid(summary.arms),
             latency_sweep=sweep_of(summary, findings.run),
+            realtime=[
+                row
+                for row in (summary.arms or [*summary.evals, summary.overall])
+                if row.stats.realtime is not None
+            ],
             histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
             rollouts=rollouts,
             choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},

@@ -11,6 +11,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.record.realtime import Realtime
 
 CONFIDENCE = 0.95
 
@@ -115,6 +116,7 @@ class GroupStats:
     step_wall_ms: Spread | None
     infer_ms: Spread | None  # of each rollout's mean model-call wall time
     latency: tuple[str, ...]
+    realtime: Realtime | None = None  # in a run with latency
 
     @classmethod
     def of(cls, records: Sequence[Mapping[str, Any]]) -> GroupStats:
@@ -126,6 +128,7 @@ class GroupStats:
             step_wall_ms=Spread.of(walls),
             infer_ms=Spread.of([ms for ms in map(infer_ms, records) if ms is not None]),
             latency=tuple(sorted({latency_setting(record) for record in records})),
+            realtime=Realtime.of(records),
         )
 
 

@@ -25,6 +25,8 @@ from policybench.report.stats import CONFIDENCE, GroupStats, group
 from policybench.report.sweep import sweep_json
 from policybench.world import SUCCESS_INFO_KEYS
 
+REALTIME = "realtime"  # a row's real-time figures (record.realtime), in a run with latency
+
 Records = Sequence[Mapping[str, Any]]
 SUMMARY = "summary.json"
 RUN_INFO = "run.json"
@@ -130,6 +132,7 @@ class Row:
             keys.POLICY: dict(self.policy),
             keys.PACKAGES: dict(self.packages),
             keys.SUCCESS_REPORTED: self.success_reported,
+            **({} if self.stats.realtime is None else {REALTIME: self.stats.realtime.as_json()}),
         }
 
 
