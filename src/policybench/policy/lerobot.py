@@ -63,10 +63,11 @@ def checkpoint_of(policy_name: str) -> Path:
 def as_lerobot_inputs(encoded: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """A codec's output as LeRobot's env conventions hand it to a policy (its
     `preprocess_observation`): uint8 HxWxC images as float32 CxHxW in [0, 1], everything else
-    float32. The instruction is left out (it travels as `task`)."""
+    float32. The instruction is left out (it travels as `task`), and so is what a request is
+    told in a run with latency (it travels as `predict_action_chunk`'s arguments)."""
     inputs: dict[str, np.ndarray] = {}
     for name, value in encoded.items():
-        if name == TASK:
+        if name in (TASK, keys.INFERENCE_DELAY, keys.ACTION_PREFIX):
             continue
         array = np.asarray(value)
         if array.dtype == np.uint8 and array.ndim == 3:
@@ -149,6 +150,11 @@ class LeRobotModel:
         self.action_shape = None if action is None else tuple(action.shape)
         self._checked = False
         self._memories: dict[int, RolloutMemory] = {}
+        # Real-time chunking (pi0, pi0.5, SmolVLA with `rtc_config.enabled`): each rollout's last
+        # chunk as the policy answered it (normalized), whose tail is the next call's prefix.
+        rtc = getattr(config, "rtc_config", None)
+        self.rtc = bool(rtc is not None and getattr(rtc, "enabled", False))
+        self._answered: dict[int, Any] = {}
 
     def open(self, context: SessionContext) -> ChunkSource:
         self._memories.pop(id(context), None)  # a session starts its rollout afresh
@@ -172,6 +178,8 @@ class LeRobotModel:
                 contexts = [context for context, _ in requests]
                 memories = [self._memory(c, one) for c, one in zip(contexts, inputs, strict=True)]
                 actions = self._post(self._select_actions(self._pre(batch), memories))[:, None]
+            elif self.rtc:
+                actions = self._post(self._rtc_chunks(self._pre(batch), requests))
             else:
                 actions = self._policy.predict_action_chunk(self._pre(batch))
                 actions = self._post(actions[:, : self.n_action_steps])
@@ -180,6 +188,35 @@ class LeRobotModel:
             Chunk(chunk, context.control_hz)
             for (context, _), chunk in zip(requests, actions, strict=True)
         ]
+
+    def _rtc_chunks(
+        self, batch: dict[str, Any], requests: Sequence[tuple[SessionContext, Observation]]
+    ) -> Any:
+        """Each rollout's chunk as LeRobot's RTC loop asks for it: one rollout at a time (the
+        delay is one number per call), with `inference_delay` and `prev_chunk_left_over` (the
+        unplayed tail of the rollout's last chunk, normalized) where the request carries them."""
+        import torch
+
+        chunks = []
+        for row, (context, obs) in enumerate(requests):
+            one = {
+                name: value[row : row + 1] if isinstance(value, torch.Tensor | list) else value
+                for name, value in batch.items()
+            }
+            told: dict[str, Any] = {}
+            if keys.INFERENCE_DELAY in obs:
+                left = len(obs[keys.ACTION_PREFIX])
+                last = self._answered.get(id(context))
+                told = {
+                    "inference_delay": int(obs[keys.INFERENCE_DELAY]),
+                    "prev_chunk_left_over": None if last is None or not left else last[-left:],
+                }
+            chunk = self._policy.predict_action_chunk(one, **told)[:, : self.n_action_steps]
+            if id(context) not in self._answered:
+                weakref.finalize(context, self._answered.pop, id(context), None)
+            self._answered[id(context)] = chunk[0]
+            chunks.append(chunk)
+        return torch.cat(chunks)
 
     def _memory(self, context: SessionContext, inputs: Mapping[str, np.ndarray]) -> RolloutMemory:
         """The rollout's memory, made at its first observation and dropped with its context."""
@@ -287,6 +324,7 @@ class LeRobotModel:
             "n_action_steps": self.n_action_steps,
             "n_obs_steps": self.n_obs_steps,
             "temporal_ensemble_coeff": self.ensemble_coeff,
+            **({"real_time_chunking": True} if self.rtc else {}),
             "actions_per_call": 1 if self.stepwise else self.n_action_steps,
             "sampling": f"per rollout: torch generator seeded from seed {self.seed} and the "
             "rollout's first observation",
