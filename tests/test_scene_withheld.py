@@ -7,10 +7,12 @@ import dataclasses
 import pickle
 
 import numpy as np
+import pytest
 
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk
 from policybench.policy.chunk_player import ChunkPolicy
+from policybench.policy.latency import InferenceLatency
 from policybench.spec import Rollout, Scene
 from policybench.world import World
 from tests.envs import PointEnv, point_eval
@@ -46,18 +48,24 @@ class RecordingModel:
         return {"name": self.name}
 
 
-def inputs_for(eval, scene: Scene) -> list[bytes]:
+def inputs_for(eval, scene: Scene, latency: str = "none") -> list[bytes]:
     model = RecordingModel()
     rollout = Rollout(eval.name, 0, 1, "reach the goal", timeout_s=1.0, scene=scene)
-    episode = run_rollout(rollout, World(eval), ChunkPolicy(model))
+    policy = ChunkPolicy(model, latency=InferenceLatency.parse(latency), execute_steps=2)
+    episode = run_rollout(rollout, World(eval), policy)
     assert episode.steps == 10
     return model.inputs
 
 
-def test_perturbing_every_scene_field_leaves_the_model_inputs_byte_identical():
+# With a delay in steps, requests also carry the delay and the rest of the model's own chunk,
+# and the session seeds its latency draws from the scene: none of it may tell scenes apart.
+# (A latency profile's draws do differ by scene, by design: the delay each request is told is
+# then a draw seeded by the scene, though never the scene itself.)
+@pytest.mark.parametrize("latency", ["none", "steps:1"])
+def test_perturbing_every_scene_field_leaves_the_model_inputs_byte_identical(latency):
     eval = dataclasses.replace(point_eval(), make_env=lambda task: SceneBlindPointEnv())
     base = Scene(task="reach", seed=3, fields={"init_state": 4, "placement": "left", "x": 0.25})
-    reference = inputs_for(eval, base)
+    reference = inputs_for(eval, base, latency)
     perturbed = [
         dataclasses.replace(base, task="reach-other"),
         dataclasses.replace(base, seed=99),
@@ -67,7 +75,7 @@ def test_perturbing_every_scene_field_leaves_the_model_inputs_byte_identical():
         ),
     ]
     for scene in perturbed:
-        assert inputs_for(eval, scene) == reference, f"{scene} leaked into the model's inputs"
+        assert inputs_for(eval, scene, latency) == reference, f"{scene} leaked into the model"
 
 
 def test_only_declared_policy_facing_fields_reach_the_session_context():
