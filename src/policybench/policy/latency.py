@@ -111,8 +111,13 @@ class InferenceLatency:
         """Latency drawn from the profile in `path`; ValueError if it cannot be read."""
         if not str(path):
             raise ValueError("inference latency profile:FILE needs a file, e.g. profile:pi0.json")
-        from policybench.policy.latency_profile import LatencyProfile
-
+        try:
+            from policybench.policy.latency_profile import LatencyProfile
+        except ImportError as missing:
+            raise ValueError(
+                f"inference latency profile:{path} needs latency profiles "
+                f"(policybench.policy.latency_profile), which this installation lacks: {missing}"
+            ) from None
         profile = LatencyProfile.load(path)
         return cls(LatencyMode.PROFILE, profile=profile, profile_digest=profile.digest)
 
