@@ -123,3 +123,14 @@ def test_a_run_without_latency_shows_no_real_time_figures(bench):
     assert "realtime" not in summary["evals"][0]
     assert not any("fresh Hz" in line for line in result.outlines)
     assert 'id="realtime-table"' not in html
+
+
+def test_warm_start_is_a_run_setting_recorded_with_the_protocol(bench):
+    bench.runpytest("--rollouts", "1", "--inference-latency", "steps:2", "--warm-start")
+    records, _, _ = run_files(bench)
+    latest = (bench.path / "reports" / "latest").resolve()
+    fingerprint = json.loads((latest / "run.json").read_text())["fingerprint"]
+    assert records[0][keys.POLICY][keys.WARM_START] is True
+    assert fingerprint["run"][keys.WARM_START] is True
+    # The first chunk is in hand at step 0: no step waits for it.
+    assert records[0][keys.CALL_LATENCY_MS][0] == 0.0

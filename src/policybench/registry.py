@@ -52,6 +52,7 @@ class PolicySettings:
     latency: InferenceLatency = NO_LATENCY
     anchor: ChunkAnchor = ChunkAnchor.OBSERVATION
     execute_steps: int | None = None
+    warm_start: bool = False  # the first chunk computed before the clock starts
     endpoint: Endpoint | None = None
     device: str = "cpu"  # where a local model with weights runs (LeRobot checkpoints)
 
@@ -213,6 +214,7 @@ def _played(model: Model, codec: Codec, settings: PolicySettings) -> ChunkPolicy
         latency=settings.latency,
         anchor=settings.anchor,
         seed=settings.seed,
+        warm_start=settings.warm_start,
     )
 
 

@@ -31,6 +31,7 @@ from policybench.pytest_plugin.arms import (
     arm_settings,
     blinded,
     declared_arms,
+    sweep_latencies,
 )
 from policybench.registry import (
     LEROBOT_PREFIX,
@@ -121,6 +122,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "and chunks of H); default: when the chunk is played out",
     )
     group.addoption(
+        "--warm-start",
+        action="store_true",
+        default=False,
+        help="compute each rollout's first chunk before its clock starts (not charged), as the "
+        "real-time chunking paper's simulated evaluation does; default: hold until it arrives",
+    )
+    group.addoption(
         "--suite",
         action="append",
         default=[],
@@ -195,6 +203,7 @@ def protocol_settings(settings: RunSettings) -> dict[str, Any]:
         keys.CHUNK_ANCHOR: policy.anchor.value,
         keys.EXECUTE_STEPS: policy.execute_steps,
         **played_profile(policy.latency),
+        **({keys.WARM_START: True} if policy.warm_start else {}),
         **arm_settings(settings.arms, settings.assignment, settings.blinding),
     }
 
@@ -249,8 +258,9 @@ def refusals(config: pytest.Config) -> Iterator[str]:
         yield f"--regression-alpha must lie in (0, 1), e.g. 0.05, got {alpha:g}"
     try:
         latency = InferenceLatency.parse(option("inference_latency"))
-        if latency.mode is LatencyMode.STEPS:
-            check_execute_steps(option("execute_steps", None), latency.steps)
+        for played in (latency, *sweep_latencies(option("latency_sweep", None))):
+            if played.mode is LatencyMode.STEPS:
+                check_execute_steps(option("execute_steps", None), played.steps)
     except ValueError as error:
         yield str(error)
     report_dir = config.rootpath / option("report_dir")
@@ -286,6 +296,7 @@ def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSett
             latency=InferenceLatency.parse(config.getoption("inference_latency")),
             anchor=ChunkAnchor(config.getoption("chunk_anchor")),
             execute_steps=config.getoption("execute_steps"),
+            warm_start=config.getoption("warm_start"),
             endpoint=arms[0].endpoint,
             device=config.getoption("policy_device"),
         ),
@@ -315,7 +326,7 @@ def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...],
     arms = declared_arms(
         config.getoption("policy") or [SCRIPTED],
         config.getoption("latency_sweep"),
-        _given(config, "--inference-latency"),
+        _given(config, "--inference-latency", "none"),
     )
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")
@@ -324,11 +335,13 @@ def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...],
     return blinded(arms, key or _blinding_key(resumed))
 
 
-def _given(config: pytest.Config, flag: str) -> str | None:
-    """The value of `flag` when the command line gave it (None: its default)."""
+def _given(config: pytest.Config, flag: str, default: str) -> str | None:
+    """The value of `flag` when it was given (on the command line, or other than its
+    `default` through addopts); None when not."""
     args = [str(arg) for arg in config.invocation_params.args]
-    given = any(arg == flag or arg.startswith(f"{flag}=") for arg in args)
-    return config.getoption(flag.removeprefix("--").replace("-", "_")) if given else None
+    value = config.getoption(flag.removeprefix("--").replace("-", "_"))
+    typed = any(arg == flag or arg.startswith(f"{flag}=") for arg in args)
+    return value if typed or value != default else None
 
 
 def _blinding_key(resumed: Path | None) -> str:
