@@ -19,7 +19,7 @@ from policybench.pytest_plugin.arms import declared_arms, sweep_arms
 pytest.importorskip("metaworld")
 
 # Two MT10 tasks. With no latency their experts solve them; they replan every control step
-# (80 Hz), so 0.1 s (8 steps) of latency leaves push's expert acting on a stale state.
+# (80 Hz), so a delay of 8 steps (0.1 s) leaves push's expert acting on a stale state.
 BENCHMARK = """
 import policybench
 from policybench.suites.metaworld import MT10, mt10
@@ -31,8 +31,10 @@ MT = mt10(tasks={task: MT10[task] for task in ("reach-v3", "push-v3")})
 def test_mt(rollout, harness):
     harness(rollout)
 """
-SWEEP = ("--policy", "scripted", "--latency-sweep", "0,0.05,0.1")
-SETTINGS = ["none", "0.05", "0.1"]  # the arms' labels: each setting as the run names it
+SWEEP = ("--policy", "scripted", "--latency-sweep", "0,steps:8,0.05")
+# The arms' labels: each setting as the run names it, zero first, then seconds, then steps.
+SETTINGS = ["none", "0.05", "steps:8"]
+ARMS = ["none", "steps:8", "0.05"]  # the run's arms: zero first, then as given
 
 
 @pytest.fixture
@@ -62,21 +64,21 @@ def test_sweep_runs_every_scene_once_under_each_latency_as_arms(bench):
         f"test_mt.py::test_mt[{task}/seed={seed}/policy={setting}]"
         for task in ("reach-v3", "push-v3")
         for seed in (0, 1)
-        for setting in SETTINGS
+        for setting in ARMS
     ]
 
 
 def test_sweep_charges_each_arm_its_latency_and_compares_it_with_zero_on_the_same_scenes(bench):
     result = bench.runpytest("--rollouts", "2", *SWEEP)
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*policybench: arms none, 0.05, 0.1*"])
+    result.stdout.fnmatch_lines(["*policybench: arms none, steps:8, 0.05*"])
     found = records(run_dir(bench))
     assert Counter(r[keys.ARM] for r in found) == dict.fromkeys(SETTINGS, 4)
     assert {r[keys.ARM]: r[keys.POLICY][keys.INFERENCE_LATENCY] for r in found} == {
         setting: setting for setting in SETTINGS
     }
     settings = json.loads((run_dir(bench) / "run.json").read_text())["settings"]
-    assert settings["arms"] == SETTINGS
+    assert settings["arms"] == ARMS
     assert sorted(settings[keys.INFERENCE_LATENCY]) == sorted(SETTINGS)
 
     sweep = sweep_of(run_dir(bench))
@@ -86,7 +88,7 @@ def test_sweep_charges_each_arm_its_latency_and_compares_it_with_zero_on_the_sam
     assert list(points) == SETTINGS
     assert points["none"]["versus_no_latency"] is None
     assert points["none"]["solved"] == 4  # both experts solve both scenes with no latency
-    late = points["0.1"]
+    late = points["steps:8"]
     assert late["solved"] < points["none"]["solved"]  # push's expert fails 8 steps late
     versus = late["versus_no_latency"]
     assert versus["design"] == "paired" and versus["left_out"] == [0, 0]  # every scene paired
@@ -175,6 +177,8 @@ def test_blind_sweep_hides_each_letters_latency_until_unblinded(bench):
         ("0.05,0.1", "lacks; add 0, e.g. --latency-sweep 0,0.05,0.1"),
         ("0", "two or more latency settings"),
         ("0,none", "'none' is the setting 'none' again"),
+        ("0,steps:0", "'steps:0' is the setting 'none' again"),
+        ("0,steps:x", "setting 'steps:x': inference latency steps:D takes a whole number"),
     ],
 )
 def test_a_bad_sweep_is_refused_naming_what_came_and_what_to_give(sweep, said):
@@ -194,3 +198,13 @@ def test_sweep_with_another_latency_or_policy_is_a_usage_error(bench, args, said
     result = bench.runpytest("--collect-only", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--latency-sweep*{said}*"])
+
+
+def test_an_execution_horizon_shorter_than_a_swept_delay_is_a_usage_error(bench):
+    result = bench.runpytest(
+        "--collect-only", "--latency-sweep", "0,steps:4", "--execute-steps", "2"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--execute-steps 2 is shorter than the delay of 4 control steps*"]
+    )

@@ -180,6 +180,9 @@ def arm_settings(
     settings: dict[str, Any] = {keys.POLICY: policies, ARMS: [arm.label for arm in arms]}
     if swept(arms):  # the run's latency is the sweep's settings (sorted: they name no letter)
         settings[keys.INFERENCE_LATENCY] = sorted(str(arm.latency) for arm in arms)
+        profiles = sorted({arm.latency.profile_digest for arm in arms if arm.latency} - {None})
+        if profiles:
+            settings[keys.LATENCY_PROFILE] = profiles
     settings[ASSIGN] = None if assignment is None else assignment.as_record()
     if blinding is not None:
         settings[BLINDING] = blinding.digest
@@ -187,6 +190,7 @@ def arm_settings(
 
 
 SWEEP_OPTION = "--latency-sweep"
+SWEPT = (keys.INFERENCE_LATENCY, keys.LATENCY_PROFILE)  # what a sweep's arms differ in
 
 
 def declared_arms(
@@ -222,47 +226,59 @@ def sealed_fields(arms: Sequence[Arm]) -> tuple[str, ...]:
     in a latency sweep leave out the latency (it tells the arms apart)."""
     if not swept(arms):
         return KEPT
-    return tuple(name for name in KEPT if name != keys.INFERENCE_LATENCY)
+    return tuple(name for name in KEPT if name not in SWEPT)
 
 
 def sweep_arms(policy: Arm, sweep: str) -> tuple[Arm, ...]:
     """`policy` once under each latency setting of `--latency-sweep` (e.g. `0,steps:2,steps:4`),
     each arm labelled by its setting; the zero-latency arm, which every other is compared
-    against, first. A setting that does not parse, a repeated one, a sweep of fewer than two or
-    without zero latency is refused, naming what came and what is expected."""
+    against, first."""
+    arms = [
+        replace(policy, label=latency_label(latency), latency=latency)
+        for latency in sweep_latencies(sweep)
+    ]
+    return (
+        *(arm for arm in arms if arm.latency == NO_LATENCY),
+        *(arm for arm in arms if arm.latency != NO_LATENCY),
+    )
+
+
+def sweep_latencies(sweep: str | None) -> tuple[InferenceLatency, ...]:
+    """The settings of `--latency-sweep` (none when not given). A setting that does not parse,
+    a repeated one, a sweep of fewer than two or without zero latency is refused, naming what
+    came and what is expected."""
+    if sweep is None:
+        return ()
     texts = [text.strip() for text in sweep.split(",")]
     if any(not text for text in texts):
         raise ValueError(
             f"{SWEEP_OPTION} {sweep!r}: an empty setting; give latency settings joined by "
             "commas, e.g. 0,steps:2,steps:4"
         )
-    settings = []
+    settings: dict[str, InferenceLatency] = {}
     for text in texts:
         try:
-            settings.append(InferenceLatency.parse(text))
+            latency = InferenceLatency.parse(text)
         except ValueError as error:
             raise ValueError(f"{SWEEP_OPTION} setting {text!r}: {error}") from None
-    arms: dict[str, Arm] = {}
-    for text, latency in zip(texts, settings, strict=True):
         label = latency_label(latency)
-        if label in arms:
+        if label in settings:
             raise ValueError(
                 f"{SWEEP_OPTION} {sweep!r}: {text!r} is the setting {label!r} again; give each "
                 "latency once"
             )
-        arms[label] = replace(policy, label=label, latency=latency)
-    if len(arms) < 2:
+        settings[label] = latency
+    if len(settings) < 2:
         raise ValueError(
             f"{SWEEP_OPTION} {sweep!r}: a sweep compares two or more latency settings, e.g. "
             f"{SWEEP_OPTION} 0,steps:2,steps:4 (one setting is --inference-latency {sweep})"
         )
-    zero = [arm for arm in arms.values() if arm.latency == NO_LATENCY]
-    if not zero:
+    if NO_LATENCY not in settings.values():
         raise ValueError(
             f"{SWEEP_OPTION} {sweep!r}: each setting is compared against zero latency, which "
             f"the sweep lacks; add 0, e.g. {SWEEP_OPTION} 0,{sweep}"
         )
-    return (*zero, *(arm for arm in arms.values() if arm.latency != NO_LATENCY))
+    return tuple(settings.values())
 
 
 def latency_label(latency: InferenceLatency) -> str:
