@@ -134,3 +134,53 @@ def test_warm_start_is_a_run_setting_recorded_with_the_protocol(bench):
     assert fingerprint["run"][keys.WARM_START] is True
     # The first chunk is in hand at step 0: no step waits for it.
     assert records[0][keys.CALL_LATENCY_MS][0] == 0.0
+
+
+# Stands in for latency profile files in the run's processes (controller and workers): what is
+# tested is how draws are seeded, not a profile's file format.
+STAND_IN_PROFILES = """
+import sys
+import types
+
+
+class UniformProfile:
+    digest = "0123456789ab"
+
+    def __init__(self, path):
+        self.path = path
+
+    @classmethod
+    def load(cls, path):
+        return cls(path)
+
+    def draw_seconds(self, rng):
+        return float(rng.uniform(0.0, 0.5))
+
+
+module = types.ModuleType("policybench.policy.latency_profile")
+module.LatencyProfile = UniformProfile
+sys.modules[module.__name__] = module
+"""
+
+
+def profiled_records(pytester: pytest.Pytester, *workers: str) -> dict[str, tuple]:
+    result = pytester.runpytest_subprocess(
+        "--rollouts", "4", "--inference-latency", "profile:uniform.json", "-p", "no:cacheprovider",
+        *workers,
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    records, _, _ = run_files(pytester)
+    return {
+        r[keys.NODEID]: (r[keys.OUTCOME], r[keys.STEPS], tuple(r[keys.CALL_LATENCY_MS]))
+        for r in records
+    }
+
+
+def test_a_profile_run_gives_the_same_records_in_one_process_and_in_two(bench):
+    bench.makeconftest(STAND_IN_PROFILES)
+    alone = profiled_records(bench)
+    assert len(alone) == 4 and len({draws for *_, draws in alone.values()}) == 4
+    assert profiled_records(bench, "-n", "2") == alone
+    latest = (bench.path / "reports" / "latest").resolve()
+    fingerprint = json.loads((latest / "run.json").read_text())["fingerprint"]
+    assert fingerprint["run"][keys.LATENCY_PROFILE] == "0123456789ab"
