@@ -42,7 +42,13 @@ from policybench.serve.server import (
     SERVED_MODEL,
     context_to_json,
 )
-from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES, actions_of, packb, unpackb
+from policybench.serve.wire import (
+    DEFAULT_MAX_FRAME_BYTES,
+    SERVER_TIMING,
+    actions_of,
+    packb,
+    unpackb,
+)
 
 # websockets >= 17 asks to be told that a connection is used without a `with` block.
 _DIRECT = {"legacy": True} if int(websockets.__version__.split(".")[0]) >= 17 else {}
@@ -205,6 +211,8 @@ class _Connection:
 
     def __init__(self, connection: ClientConnection, endpoint: Endpoint, fps: float) -> None:
         self._connection, self._endpoint, self._fps = connection, endpoint, fps
+        # What the server said of the last answer's timing (openpi's `server_timing`), if it did.
+        self.server_timing: dict[str, Any] | None = None
 
     def __call__(self, obs: Observation) -> Chunk:
         connection, endpoint = self._connection, self._endpoint
@@ -229,7 +237,10 @@ class _Connection:
             hung = answer.startswith(CALL_HUNG)
             error = RemoteCallHung if hung else RemotePolicyError
             raise error(_server_error(endpoint.shown, answer))
-        return Chunk(actions_of(unpackb(answer, endpoint.max_frame_bytes)), self._fps)
+        reply = unpackb(answer, endpoint.max_frame_bytes)
+        timing = reply.get(SERVER_TIMING) if isinstance(reply, dict) else None
+        self.server_timing = timing if isinstance(timing, dict) else None
+        return Chunk(actions_of(reply), self._fps)
 
     def close(self) -> None:
         self._connection.close()
