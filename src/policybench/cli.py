@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from policybench import latency_command
 from policybench import probe as probe_command
 from policybench.envserver import command as env_command
 from policybench.registry import known_policies
@@ -43,6 +44,7 @@ COMMANDS = (
     report_command.add_parser,
     plan_command.add_parser,
     probe_command.add_parser,
+    latency_command.add_parser,
 )
 
 
