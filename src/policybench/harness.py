@@ -124,6 +124,7 @@ def run_rollout(
             success_step=success_step,
             calls=() if session is None else tuple(session.calls),
             success_reported=world.success_reported,
+            action_bounds=world.action_bounds,
         )
 
     try:

@@ -132,6 +132,14 @@ class World:
         assert self._env is not None, "World.action_space before World.reset"
         return self._env.action_space
 
+    @property
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The action space's (low, high), or None with no live env (before a reset, after a
+        fault): what a rollout's trace draws its actions against."""
+        space = None if self._env is None else self._env.action_space
+        low, high = getattr(space, "low", None), getattr(space, "high", None)
+        return None if low is None or high is None else (low, high)
+
     def discard(self) -> None:
         """Drops the current env after a fault; the next reset of its task builds a new one."""
         if self._task is not None:

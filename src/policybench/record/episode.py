@@ -51,6 +51,7 @@ class Episode:
     success_step: int | None
     calls: tuple[ModelCall, ...] = ()  # every model call the session made
     success_reported: bool = False  # the env's step info carried a success key (see World)
+    action_bounds: tuple[np.ndarray, np.ndarray] | None = None  # the action space's (low, high)
 
     @property
     def steps(self) -> int:
