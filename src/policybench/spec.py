@@ -98,6 +98,30 @@ def seeded_per_task(instructions: Mapping[str, str], timeout_s: float) -> Seeded
     return SeededPerTask(dict(instructions), timeout_s)
 
 
+@dataclass(frozen=True)
+class Attended:
+    """A person in the loop of each rollout: stages the scene fields named in `staged` (as they
+    are given in the rollout's scene) before it starts and, with `judged`, gives its verdict.
+
+    The harness waits for an Operator (`--operator`) in simulated time: the clock stands still
+    while a person stages or judges. The automatic outcome is kept; a verdict is recorded beside it.
+    """
+
+    staged: Sequence[str] = ()
+    judged: bool = False
+
+    def staging(self, scene: Scene) -> dict[str, SceneValue]:
+        """What a person stages for `scene`: each staged field and its value."""
+        values = scene.as_record()
+        missing = [name for name in self.staged if name not in values]
+        if missing:
+            raise ValueError(
+                f"the attended scene fields {missing} are not in the scene {values}; name fields "
+                f"the plan gives: {sorted(values)}"
+            )
+        return {name: values[name] for name in self.staged}
+
+
 Hold = Callable[["np.ndarray | None", Mapping[str, "np.ndarray"]], "np.ndarray"]
 """What the robot is commanded when the policy has nothing new: (last command, obs) -> action."""
 
@@ -132,6 +156,8 @@ class Eval:
     # The OpenGL library its env renders with ("mujoco": under MUJOCO_GL), checked before its
     # first rollout so that a backend which cannot render fails the Eval at once, not by hanging.
     renderer: str | None = None
+    # A person stages its scenes and, optionally, judges its rollouts (None: self-driven).
+    attended: Attended | None = None
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:
