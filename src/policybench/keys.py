@@ -114,3 +114,11 @@ VERDICT = "verdict"
 VERDICT_NOTE = "note"
 SCORER = "scorer"
 SCORED_AT = "scored_at"
+
+# An attended rollout's record (an Eval with `attended`): the scene fields a person staged (name
+# -> value), the verdict its operator gave at its end (the fields of a verdict above; absent when
+# the Eval is not judged or the rollout ended in error), and the wall seconds the rollout waited
+# on its operator (no simulated time is charged for them).
+STAGED = "staged"
+OPERATOR_VERDICT = "operator_verdict"
+OPERATOR_WAIT_S = "operator_wait_s"
