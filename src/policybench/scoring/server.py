@@ -1,0 +1,198 @@
+"""A small HTTP server for pages where a person works on a run (scoring, attended rollouts):
+routes to handlers, JSON in and out, a run directory's files (with ranges, for video), Jinja2
+pages on one shell (`templates/shell.html.j2`). Loopback by default; standard library only."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+LOOPBACK = "127.0.0.1"
+FILES = "/files/"  # GET /files/<path relative to the served directory>
+JSON_TYPE = "application/json"
+MEDIA_TYPES = {".mp4": "video/mp4", ".png": "image/png", ".json": JSON_TYPE, ".css": "text/css"}
+
+
+class HttpError(Exception):
+    """A request the server refuses: its status and a message saying what was expected."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: Mapping[str, str]  # the first value of each query parameter
+    body: bytes = b""
+
+    def json(self) -> dict[str, Any]:
+        """The body as a JSON object, or a 400 saying so."""
+        try:
+            data = json.loads(self.body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"expected a JSON body: {error}") from None
+        if not isinstance(data, dict):
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"expected a JSON object, got {type(data).__name__}"
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class Response:
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
+    status: HTTPStatus = HTTPStatus.OK
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of_json(cls, data: Any, status: HTTPStatus = HTTPStatus.OK) -> Response:
+        return cls(json.dumps(data, sort_keys=True).encode(), JSON_TYPE, status)
+
+    @classmethod
+    def of_html(cls, text: str) -> Response:
+        return cls(text.encode("utf-8"))
+
+
+Handler = Callable[[Request], Response]
+Routes = Mapping[tuple[str, str], Handler]  # (method, path) -> handler
+
+
+def page_templates() -> Any:
+    """The Jinja2 environment of these pages: this package's templates, then the report's (the
+    shell extends the report's base, so both look alike)."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.ChoiceLoader(
+            [
+                jinja2.PackageLoader("policybench.scoring", "templates"),
+                jinja2.PackageLoader("policybench.report", "templates"),
+            ]
+        ),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def file_response(root: Path, relative: str, range_header: str | None) -> Response:
+    """A file under `root` (a 404 for anything outside it), or the byte range asked for."""
+    path = (root / unquote(relative)).resolve()
+    if not path.is_relative_to(root.resolve()) or not path.is_file():
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no file {relative!r} in {root.name}")
+    media = MEDIA_TYPES.get(path.suffix, "application/octet-stream")
+    size = path.stat().st_size
+    if range_header and range_header.startswith("bytes="):
+        first, _, last = range_header[len("bytes=") :].split(",")[0].partition("-")
+        start = int(first) if first else max(0, size - int(last or 0))
+        end = min(size - 1, int(last)) if first and last else size - 1
+        if start >= size or start > end:
+            raise HttpError(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, f"range {range_header}")
+        with path.open("rb") as file:
+            file.seek(start)
+            body = file.read(end - start + 1)
+        headers = {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes"}
+        return Response(body, media, HTTPStatus.PARTIAL_CONTENT, headers)
+    return Response(path.read_bytes(), media, headers={"Accept-Ranges": "bytes"})
+
+
+class PageServer:
+    """Serves `routes` and, under /files/, the files of `root`; `start()` runs it on a thread of
+    its own (for tests and for a page beside a running harness), `serve()` until interrupted."""
+
+    def __init__(self, routes: Routes, root: Path, host: str = LOOPBACK, port: int = 0) -> None:
+        self.routes, self.root = dict(routes), root
+        self.httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def start(self) -> PageServer:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def serve(self) -> None:
+        try:
+            self.httpd.serve_forever()
+        finally:
+            self.httpd.server_close()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> PageServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def respond(self, request: Request, range_header: str | None = None) -> Response:
+        """What the server answers `request` with; a refusal as a JSON `{"error": message}`."""
+        try:
+            if request.method == "GET" and request.path.startswith(FILES):
+                return file_response(self.root, request.path[len(FILES) :], range_header)
+            handler = self.routes.get((request.method, request.path))
+            if handler is None:
+                known = sorted(f"{method} {path}" for method, path in self.routes)
+                raise HttpError(
+                    HTTPStatus.NOT_FOUND,
+                    f"no page {request.method} {request.path}; this server has {', '.join(known)}",
+                )
+            return handler(request)
+        except HttpError as error:
+            return Response.of_json({"error": error.message}, error.status)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):  # http.server names its methods do_GET, ...
+            def _answer(self, method: str, head: bool = False) -> None:
+                parts = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+                request = Request(method, parts.path, query, self.rfile.read(length))
+                response = server.respond(request, self.headers.get("Range"))
+                self.send_response(response.status)
+                self.send_header("Content-Type", response.content_type)
+                self.send_header("Content-Length", str(len(response.body)))
+                self.send_header("Cache-Control", "no-store")
+                for name, value in response.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                if not head:
+                    self.wfile.write(response.body)
+
+            def do_GET(self) -> None:
+                self._answer("GET")
+
+            def do_HEAD(self) -> None:
+                self._answer("GET", head=True)
+
+            def do_POST(self) -> None:
+                self._answer("POST")
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a person is working on the page; the terminal stays theirs
+
+        return Handler
