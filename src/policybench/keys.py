@@ -90,6 +90,9 @@ ENVS_BUILT = "envs_built"
 # Where a rollout's video lies, relative to its run directory, or why it has none.
 VIDEO = "video"
 VIDEO_MISSING = "video_missing"
+# Where a rollout's compact trace (actions, rewards, model calls per step) lies, relative to its
+# run directory: what its report page plots. Absent without steps or with --no-rollout-traces.
+ROLLOUT_TRACE = "rollout_trace"
 
 # Per-step trace fields.
 TIME_NS = "time_ns"

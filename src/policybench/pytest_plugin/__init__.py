@@ -18,6 +18,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.rundir",
     "policybench.pytest_plugin.preflights",
     "policybench.pytest_plugin.video",
+    "policybench.pytest_plugin.rollout_trace",
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",

@@ -1,0 +1,43 @@
+"""Rollout traces: each rollout's compact trace (record/rollout_trace.py) written by the worker
+that ran it into the run directory's traces/, named as its video is, and added to its record."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from policybench import keys
+from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record
+from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.pytest_plugin.video import video_name
+from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
+
+TRACES = "traces"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("policybench").addoption(
+        "--no-rollout-traces",
+        action="store_true",
+        help="write no per-rollout trace (traces/: actions, rewards, model calls and small "
+        "state vectors per step, which each rollout's report page plots)",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    planned = planned_of(item)
+    if item.config.getoption("no_rollout_traces", False) or planned is None:
+        return (yield)
+    states = StateRecorder()
+    add_observer(item, states)
+    try:
+        return (yield)
+    finally:
+        episode = item.stash.get(EPISODE, None)
+        if episode is not None and episode.trace:
+            name = f"{TRACES}/{video_name(item.nodeid)}.json"
+            write_trace(run_dir_of(item.config) / name, rollout_trace(episode, states))
+            add_to_record(item, {keys.ROLLOUT_TRACE: name})

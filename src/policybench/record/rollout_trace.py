@@ -1,0 +1,183 @@
+"""A rollout's compact trace, what its report page plots: actions, rewards, success and sim time
+per step, its model calls and which chunk waypoint each step played, and small state vectors.
+
+One JSON document per rollout; its arrays are little-endian float32 (float64 for time), zlib'd
+and base64'd, so the page embeds the file as it is and the browser inflates it
+(DecompressionStream). Budget: TRACE_BUDGET_PER_1000_STEPS bytes per 1,000 steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.policy.base import ModelCall, Observation, control_period_ns
+from policybench.record.episode import Episode
+
+FORMAT = "policybench-rollout-trace/1"
+STATE_CAP = 64  # an observation entry of more numbers than this (an image, say) is not kept
+# What a trace may cost, per 1,000 steps, with its state vectors (bench/trace_cost.py measures).
+TRACE_BUDGET_PER_1000_STEPS = 64 * 1024
+NO_CHUNK = -1  # a step not played from a chunk's waypoint: the hold, or a policy without calls
+
+
+@dataclass
+class StateRecorder:
+    """A harness observer that keeps a float32 copy of each small numeric observation entry;
+    what it leaves out (images, long vectors) it names with the reason."""
+
+    cap: int = STATE_CAP
+    states: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+    seen: int = 0
+
+    def __call__(self, time_ns: int, obs: Observation) -> None:
+        for name, value in obs.items():
+            if name in self.left_out:
+                continue
+            kept = self.states.get(name)
+            if kept is None:
+                why = _why_not_kept(value, self.cap)
+                if why is not None:
+                    self.left_out[name] = why
+                    continue
+                kept = self.states[name] = [np.zeros(np.size(value), np.float32)] * self.seen
+            kept.append(np.asarray(value, dtype=np.float32).reshape(-1))
+        self.seen += 1
+
+    def restart(self) -> None:
+        """Forgets what it kept: the rollout runs again from its start."""
+        self.states.clear()
+        self.left_out.clear()
+        self.seen = 0
+
+
+def _why_not_kept(value: Any, cap: int) -> str | None:
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        return f"not numbers (dtype {array.dtype})"
+    if array.ndim > 1:
+        return f"shape {list(array.shape)} is not a vector"
+    if array.size > cap:
+        return f"{array.size} numbers, over the cap of {cap}"
+    return None
+
+
+def chunk_sources(
+    calls: Sequence[ModelCall], times_ns: Sequence[int], period_ns: int, anchor: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, the call whose chunk it played and the waypoint's index in it (NO_CHUNK: the
+    hold). Derived as a ChunkPlayer plays: the newest arrived chunk, its waypoints one control
+    period apart from its anchor (the observation it was asked from, or its arrival); on the
+    step it lands, the latest waypoint due plays even if all are past."""
+    chunk = np.full(len(times_ns), NO_CHUNK, np.int32)
+    waypoint = np.full(len(times_ns), NO_CHUNK, np.int32)
+    current, landed = NO_CHUNK, False
+    for step, time_ns in enumerate(times_ns):
+        while current + 1 < len(calls) and calls[current + 1].arrives_ns <= time_ns:
+            current, landed = current + 1, True
+        if current == NO_CHUNK:
+            continue
+        call = calls[current]
+        start = call.arrives_ns if anchor == "arrival" else call.asked_ns
+        index = (time_ns - start) // period_ns
+        if landed:
+            index, landed = min(max(index, 0), call.horizon - 1), False
+        if 0 <= index < call.horizon:
+            chunk[step], waypoint[step] = current, index
+    return chunk, waypoint
+
+
+def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict[str, Any]:
+    """The trace document of `episode` (states from the recorder that watched it, if any)."""
+    statics = episode.statics
+    steps = len(episode.trace)
+    period_ns = control_period_ns(statics[keys.CONTROL_HZ]) if keys.CONTROL_HZ in statics else 1
+    times = [step.time_ns for step in episode.trace]
+    policy = statics.get(keys.POLICY) or {}
+    anchor = policy.get(keys.CHUNK_ANCHOR)
+    chunk, waypoint = chunk_sources(episode.calls, times, period_ns, anchor)
+    dims = int(np.size(episode.trace[0].command)) if steps else 0
+    arrays = {
+        "time_s": np.asarray(times, np.float64) / 1e9,
+        "action": np.asarray([s.command for s in episode.trace], np.float32).reshape(steps, dims),
+        "reward": np.asarray([s.reward for s in episode.trace], np.float32),
+        "success": np.asarray([s.success for s in episode.trace], np.uint8),
+        "chunk": chunk,
+        "waypoint": waypoint,
+    }
+    left_out: dict[str, str] = {}
+    if states is not None:
+        left_out.update(states.left_out)
+        for name, kept in sorted(states.states.items()):
+            if len(kept) < steps:
+                left_out[name] = f"seen at {len(kept)} of {steps} steps"
+            elif steps:
+                arrays[f"state/{name}"] = np.stack(kept[:steps])
+    bounds = episode.action_bounds
+    return {
+        "format": FORMAT,
+        "steps": steps,
+        "period_s": period_ns / 1e9,
+        "chunk_anchor": anchor,
+        "action_low": None if bounds is None else _floats(bounds[0]),
+        "action_high": None if bounds is None else _floats(bounds[1]),
+        "success_step": episode.success_step,
+        # asked, arrives (sim ns), waypoints, wall time of the call (ns)
+        "calls": [[c.asked_ns, c.arrives_ns, c.horizon, c.wall_ns] for c in episode.calls],
+        "state_left_out": left_out,
+        "arrays": {name: encode_array(array) for name, array in arrays.items()},
+    }
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    """Bounds as JSON numbers; an unbounded side (inf) as null."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, float).reshape(-1)]
+
+
+def encode_array(array: np.ndarray) -> dict[str, Any]:
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    packed = zlib.compress(np.ascontiguousarray(little).tobytes(), 6)
+    return {
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+        "zlib": base64.b64encode(packed).decode("ascii"),
+    }
+
+
+def decode_array(entry: Mapping[str, Any]) -> np.ndarray:
+    raw = zlib.decompress(base64.b64decode(entry["zlib"]))
+    dtype = np.dtype(entry["dtype"]).newbyteorder("<")
+    return np.frombuffer(raw, dtype).reshape(entry["shape"])
+
+
+def write_trace(path: Path, trace: Mapping[str, Any]) -> int:
+    """Writes the trace document; returns its size in bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(trace, separators=(",", ":"))
+    path.write_text(text, encoding="ascii")
+    return len(text)
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """A trace document with its arrays decoded; ValueError naming the file if it is not one."""
+    try:
+        document = json.loads(path.read_text(encoding="ascii"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a readable rollout trace: {error}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(
+            f"{path} is not a rollout trace of format {FORMAT!r} (found {found!r}); it was "
+            "written by another policybench version, or is another file"
+        )
+    arrays = {name: decode_array(entry) for name, entry in document["arrays"].items()}
+    return {**document, "arrays": arrays}
