@@ -1,0 +1,193 @@
+"""verdicts.jsonl: operators' verdicts on a run's rollouts, given from their recordings, one JSON
+line each, appended and fsync'd; read back with a torn line reported and kept, never rewritten."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from policybench import keys
+from policybench.record.episode import OutcomeKind
+
+VERDICTS = "verdicts.jsonl"
+SUCCESS, FAILURE, UNSURE = "success", "failure", "unsure"
+CHOICES = (SUCCESS, FAILURE, UNSURE)
+# What an automatic outcome says, in a verdict's words (an error is no verdict on the policy).
+AUTOMATIC = {OutcomeKind.SOLVED.value: SUCCESS, OutcomeKind.UNSOLVED.value: FAILURE}
+# Where a record judged by operators keeps its own (automatic) outcome.
+AUTOMATIC_OUTCOME = "automatic_outcome"
+_APPEND = threading.Lock()  # the page server's threads append one line at a time
+
+
+class BadVerdict(ValueError):
+    """A verdict that cannot be recorded: the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One operator's verdict on one rollout (its item id), with who gave it and when."""
+
+    rollout: str
+    verdict: str
+    scorer: str
+    scored_at: str
+    note: str = ""
+
+    @classmethod
+    def now(cls, rollout: str, verdict: str, scorer: str, note: str = "") -> Verdict:
+        if verdict not in CHOICES:
+            raise BadVerdict(f"verdict should be one of {', '.join(CHOICES)}, got {verdict!r}")
+        if not scorer.strip():
+            raise BadVerdict("a verdict needs the scorer's name (got an empty one)")
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        return cls(rollout, verdict, scorer.strip(), stamp, note)
+
+    def as_json(self) -> dict[str, str]:
+        return {
+            keys.VERDICT_ROLLOUT: self.rollout,
+            keys.VERDICT: self.verdict,
+            keys.SCORER: self.scorer,
+            keys.SCORED_AT: self.scored_at,
+            keys.VERDICT_NOTE: self.note,
+        }
+
+    @classmethod
+    def of_json(cls, data: Any) -> Verdict:
+        fields = (keys.VERDICT_ROLLOUT, keys.VERDICT, keys.SCORER, keys.SCORED_AT)
+        if not isinstance(data, dict) or any(not isinstance(data.get(f), str) for f in fields):
+            raise BadVerdict(f"expected an object with text fields {', '.join(fields)}")
+        if data[keys.VERDICT] not in CHOICES:
+            raise BadVerdict(f"verdict should be one of {', '.join(CHOICES)}")
+        note = data.get(keys.VERDICT_NOTE) or ""
+        return cls(*(data[f] for f in fields), note=str(note))
+
+
+def rollout_id(record: Mapping[str, Any]) -> str:
+    """What names a rollout in verdicts: its item id (the same in resumed and merged runs)."""
+    nodeid = record.get(keys.NODEID)
+    if isinstance(nodeid, str) and nodeid:
+        return nodeid
+    return f"{record[keys.EVAL]}/{record[keys.TASK]}#{record.get(keys.ROLLOUT_INDEX)}"
+
+
+def append_verdict(run_dir: Path, verdict: Verdict) -> None:
+    """Appends `verdict` to the run's verdicts.jsonl and waits until it is on disk. After a torn
+    last line (a writer killed mid-line) it starts a new line: the torn one stays as it was."""
+    line = (json.dumps(verdict.as_json(), sort_keys=True) + "\n").encode()
+    with _APPEND, (run_dir / VERDICTS).open("ab+") as file:
+        if file.tell():
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":
+                line = b"\n" + line
+        file.write(line)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Every readable verdict of a run, in the order given; a line that is not one is a
+    problem naming its line number (the lines after it still count)."""
+
+    given: tuple[Verdict, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def latest(self) -> dict[str, dict[str, Verdict]]:
+        """rollout -> scorer -> that scorer's latest verdict on it (a later one stands; the
+        earlier stays in the file)."""
+        found: dict[str, dict[str, Verdict]] = {}
+        for verdict in self.given:
+            found.setdefault(verdict.rollout, {})[verdict.scorer] = verdict
+        return found
+
+    @property
+    def scorers(self) -> tuple[str, ...]:
+        return tuple(sorted({verdict.scorer for verdict in self.given}))
+
+
+def read_verdicts(run_dir: Path) -> Verdicts:
+    """The run's verdicts (none when it has no verdicts.jsonl)."""
+    path = run_dir / VERDICTS
+    if not path.is_file():
+        return Verdicts()
+    given, problems = [], []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                given.append(Verdict.of_json(json.loads(line)))
+            except json.JSONDecodeError as error:
+                problems.append(
+                    f"{VERDICTS} line {number}: not valid JSON ({error.msg} at column "
+                    f"{error.colno}), kept in the file and skipped; it was probably cut off "
+                    "while being written (the lines after it are read)"
+                )
+            except BadVerdict as error:
+                problems.append(f"{VERDICTS} line {number}: {error}, skipped")
+    return Verdicts(tuple(given), tuple(problems))
+
+
+def consensus(verdicts: Iterable[str]) -> str | None:
+    """The operators' outcome of a rollout from their latest verdicts: success or failure when
+    every decisive verdict says so; None when none is decisive (unscored, unsure) or they differ."""
+    decisive = {verdict for verdict in verdicts if verdict != UNSURE}
+    return next(iter(decisive)) if len(decisive) == 1 else None
+
+
+def unscored_reason(verdicts: Sequence[str]) -> str:
+    if not verdicts:
+        return "not scored yet"
+    if all(verdict == UNSURE for verdict in verdicts):
+        return "scored unsure"
+    return "scorers disagree"
+
+
+@dataclass(frozen=True)
+class OperatorOutcomes:
+    """A run's records judged by operators (`--outcome-source operator`): each scored record's
+    outcome is the operators' (its own kept as `automatic_outcome`; an error stays an error),
+    and the rollouts without one, each with why, counted apart rather than dropped."""
+
+    records: tuple[dict[str, Any], ...]
+    unscored: tuple[tuple[Mapping[str, Any], str], ...]  # (record, why it has no verdict)
+
+    def lines(self, run: str = "") -> list[str]:
+        """What a report says of the rollouts left out (nothing when every one was judged)."""
+        if not self.unscored:
+            return []
+        where = f" of {run}" if run else ""
+        named = ", ".join(f"{rollout_id(record)} ({why})" for record, why in self.unscored[:5])
+        more = f" and {len(self.unscored) - 5} more" if len(self.unscored) > 5 else ""
+        return [
+            f"outcome source operator: {len(self.unscored)} rollout(s){where} have no operator "
+            f"verdict and are not counted in the rates: {named}{more}; score them with "
+            "`policybench score RUN`"
+        ]
+
+
+def operator_outcomes(
+    records: Sequence[Mapping[str, Any]], verdicts: Verdicts, scorer: str | None = None
+) -> OperatorOutcomes:
+    """The records judged by every scorer together (see `consensus`) or by `scorer` alone."""
+    latest = verdicts.latest()
+    judged, unscored = [], []
+    for record in records:
+        if record[keys.OUTCOME] == OutcomeKind.ERROR.value:
+            judged.append({**record, AUTOMATIC_OUTCOME: record[keys.OUTCOME]})
+            continue
+        given = latest.get(rollout_id(record), {})
+        said = [v.verdict for s, v in sorted(given.items()) if scorer is None or s == scorer]
+        outcome = consensus(said)
+        if outcome is None:
+            unscored.append((record, unscored_reason(said)))
+            continue
+        kind = OutcomeKind.SOLVED if outcome == SUCCESS else OutcomeKind.UNSOLVED
+        judged.append({**record, keys.OUTCOME: kind.value, AUTOMATIC_OUTCOME: record[keys.OUTCOME]})
+    return OperatorOutcomes(tuple(judged), tuple(unscored))
