@@ -18,7 +18,7 @@ CHOICES = {"s": Judgement.SUCCESS, "f": Judgement.FAILURE, "u": Judgement.UNSURE
 def open_terminal() -> IO[str]:
     """The controlling terminal, read and written; OperatorError when the run has none."""
     try:
-        return open(TERMINAL, "r+", buffering=1)  # noqa: SIM115 (the prompter's for the run)
+        return open(TERMINAL, "r+", buffering=1)
     except OSError as error:
         raise OperatorError(
             f"--operator tty asks on the controlling terminal, and this run has none ({error}); "

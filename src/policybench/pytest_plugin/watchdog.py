@@ -5,8 +5,8 @@ rollout is an error (run again with `--retry-errors`) naming where it hung. With
 hung call is interrupted, the rollout is an error, and the run stops there with its summary and
 report written and the `--resume` command printed; a call that cannot be interrupted (C code
 holding the interpreter) ends the process a grace period later. Waiting for an unreachable
-policy server is not a hang: the watchdog's clock stands still meanwhile (`--server-wait`
-bounds that wait)."""
+policy server is not a hang, nor is an attended rollout's wait on its operator: the watchdog's
+clock stands still meanwhile (`--server-wait` bounds the first wait; a person takes their time)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="S",
         help="end a rollout that runs longer than S wall seconds, with a stack dump (default: "
         f"{BASE_S:g} s plus {PER_SIM_S:g} s per simulated second of its timeout; 0: never); "
-        "time spent waiting for an unreachable policy server (--server-wait) does not count",
+        "time spent waiting for an unreachable policy server (--server-wait) or for an attended "
+        "rollout's operator does not count",
     )
 
 
@@ -143,6 +144,12 @@ def _paused() -> Iterator[None]:
 
 
 client.pause_while_waiting(_paused)
+
+
+def not_counted() -> contextlib.AbstractContextManager[None]:
+    """A block the running rollout's watchdog does not count: a wait on a person (an attended
+    rollout's operator staging its scene or judging it), as a wait on a server is not."""
+    return _paused()
 
 
 @contextlib.contextmanager
