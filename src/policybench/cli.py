@@ -13,6 +13,7 @@ from policybench.envserver import command as env_command
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
 from policybench.report import plan as plan_command
+from policybench.scoring import command as score_command
 from policybench.serve import command as serve_command
 from policybench.suites import registered_evals, suite_modules
 
@@ -45,6 +46,7 @@ COMMANDS = (
     plan_command.add_parser,
     probe_command.add_parser,
     latency_command.add_parser,
+    score_command.add_parser,
 )
 
 

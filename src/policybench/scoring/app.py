@@ -1,0 +1,133 @@
+"""The scoring page: walks a scorer through a run's rollouts (video, instruction, the scene it was
+staged from) in an order shuffled per scorer, and appends each verdict to verdicts.jsonl."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+from policybench import keys
+from policybench.report.results import RESULTS, read_results
+from policybench.report.summary import RunInfo
+from policybench.report.verdicts import (
+    CHOICES,
+    BadVerdict,
+    Verdict,
+    append_verdict,
+    read_verdicts,
+    rollout_id,
+)
+from policybench.scoring.server import (
+    FILES,
+    HttpError,
+    PageServer,
+    Request,
+    Response,
+    Routes,
+    page_templates,
+)
+
+PAGE, VERDICT_PATH = "/", "/verdict"
+
+
+def shown(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page shows of a rollout, and no more: no outcome (the scorer judges unprimed)
+    and nothing of the policy but its arm (a letter in a blinded run)."""
+    video = record.get(keys.VIDEO)
+    return {
+        "id": rollout_id(record),
+        keys.EVAL: record[keys.EVAL],
+        keys.TASK: record[keys.TASK],
+        keys.INSTRUCTION: record.get(keys.INSTRUCTION) or "",
+        keys.SCENE: record.get(keys.SCENE) or {},
+        keys.ARM: record.get(keys.ARM),
+        keys.VIDEO: None if not isinstance(video, str) else FILES + video,
+        keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING)
+        or (None if video else "the run recorded no video (run it with --record-video)"),
+    }
+
+
+def scorer_order(ids: Sequence[str], run_id: str, scorer: str) -> list[str]:
+    """The rollouts in the order one scorer sees them: shuffled, seeded by the run and the
+    scorer (the same scorer gets the same order again; arms and seeds are interleaved)."""
+    seed = hashlib.sha256(f"{run_id}\0{scorer}".encode()).digest()
+    order = list(ids)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+class ScoringApp:
+    """The page's routes over one run directory; `scorer` fixes the scorer's name (else the page
+    asks for it)."""
+
+    def __init__(self, run_dir: Path, scorer: str | None = None) -> None:
+        self.run_dir, self.scorer = run_dir, scorer
+        run = RunInfo.load(run_dir)
+        self.run_id = run.run_id if run is not None else run_dir.name
+        self.templates = page_templates()
+
+    def routes(self) -> Routes:
+        return {("GET", PAGE): self.page, ("POST", VERDICT_PATH): self.verdict}
+
+    def server(self, host: str, port: int) -> PageServer:
+        return PageServer(self.routes(), self.run_dir, host, port)
+
+    def rollouts(self) -> dict[str, dict[str, Any]]:
+        """The run's rollouts by id (a rollout recorded twice, as a resumed run's retried one:
+        its last record)."""
+        records = read_results(self.run_dir / RESULTS).records
+        return {rollout_id(record): record for record in records}
+
+    def page(self, request: Request) -> Response:
+        scorer = self.scorer or request.query.get("scorer", "").strip()
+        template = self.templates.get_template("score.html.j2")
+        if not scorer:
+            return Response.of_html(template.render(heading="Score rollouts", run_id=self.run_id))
+        rollouts = self.rollouts()
+        latest = read_verdicts(self.run_dir).latest()
+        given = {
+            rollout: {"verdict": by[scorer].verdict, "note": by[scorer].note}
+            for rollout, by in latest.items()
+            if scorer in by
+        }
+        ordered = [shown(rollouts[i]) for i in scorer_order(sorted(rollouts), self.run_id, scorer)]
+        data = {"scorer": scorer, "rollouts": ordered, "given": given, "choices": list(CHOICES)}
+        return Response.of_html(
+            template.render(
+                heading="Score rollouts",
+                run_id=self.run_id,
+                scorer=scorer,
+                data=json.dumps(data, sort_keys=True).replace("</", "<\\/"),  # in <script>
+            )
+        )
+
+    def verdict(self, request: Request) -> Response:
+        body = request.json()
+        scorer = self.scorer or str(body.get(keys.SCORER) or "")
+        rollout = body.get(keys.VERDICT_ROLLOUT)
+        rollouts = self.rollouts()
+        if rollout not in rollouts:
+            raise HttpError(
+                HTTPStatus.NOT_FOUND,
+                f"no rollout {rollout!r} in run {self.run_id}: a verdict names one of its "
+                f"{len(rollouts)} rollouts by item id; nothing was recorded",
+            )
+        try:
+            verdict = Verdict.now(
+                rollout, str(body.get(keys.VERDICT)), scorer, str(body.get(keys.VERDICT_NOTE) or "")
+            )
+        except BadVerdict as error:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{error}; nothing was recorded") from None
+        earlier = read_verdicts(self.run_dir).latest().get(rollout, {}).get(verdict.scorer)
+        append_verdict(self.run_dir, verdict)
+        return Response.of_json(
+            {
+                "recorded": verdict.as_json(),
+                "replaces": None if earlier is None else earlier.as_json(),
+            }
+        )
