@@ -15,6 +15,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.aggregation",
     "policybench.pytest_plugin.crashes",
     "policybench.pytest_plugin.watchdog",
+    "policybench.pytest_plugin.attended",
     "policybench.pytest_plugin.rundir",
     "policybench.pytest_plugin.preflights",
     "policybench.pytest_plugin.video",

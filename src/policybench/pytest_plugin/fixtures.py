@@ -17,6 +17,7 @@ from policybench.lockstep import Lockstep
 from policybench.policy.base import Observation, Policy
 from policybench.preflight import Preflight, Verdict, preflight
 from policybench.pytest_plugin.arms import Arm
+from policybench.pytest_plugin.attended import attend, is_attended
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.lockstep import group_of, slots_of
 from policybench.pytest_plugin.options import RunSettings
@@ -232,6 +233,7 @@ def harness(
 ) -> Callable[[Rollout], Episode]:
     """`harness(rollout)` runs the item's rollout and returns its Episode; an `error` raises."""
     planned = planned_of(request.node)
+    runner = policybench_runner
 
     def run(rollout: Rollout) -> Episode:
         if planned is None or rollout != planned.rollout:
@@ -241,16 +243,21 @@ def harness(
                 "@policybench.evaluate(*evals)"
             )
         observers = request.node.stash.get(OBSERVERS, [])
-        group = group_of(request.node, policybench_runner.slots)
-        with watched(request.config, planned.rollout, policybench_runner.worker, len(group)):
+        # A person attends one rollout at a time: an attended Eval's rollouts run one by one.
+        group = [planned] if is_attended(planned) else group_of(request.node, runner.slots)
+        fanout = FanOut(observers) if observers else None
+        with watched(request.config, planned.rollout, runner.worker, len(group)):
             try:
-                episode, retried = policybench_runner.run(
-                    planned, FanOut(observers) if observers else None, group
+                (episode, retried), attended = attend(
+                    request.config,
+                    planned,
+                    request.node.nodeid,
+                    lambda: runner.run(planned, fanout, group),
                 )
             except Exception as error:  # raised outside a rollout (a recorder restarting, say)
-                episode, retried = policybench_runner.failed(planned, error), []
+                episode, retried, attended = runner.failed(planned, error), [], {}
         request.node.stash[EPISODE] = episode
-        add_to_record(request.node, policybench_runner.process_record())
+        add_to_record(request.node, {**runner.process_record(), **attended})
         if retried:
             add_to_record(request.node, {keys.RETRIED: retried})
         if episode.outcome.is_error:
