@@ -1,9 +1,9 @@
 """A rollout's compact trace, what its report page plots: actions, rewards, success and sim time
 per step, its model calls and which chunk waypoint each step played, and small state vectors.
 
-One JSON document per rollout; its arrays are little-endian float32 (float64 for time), zlib'd
-and base64'd, so the page embeds the file as it is and the browser inflates it
-(DecompressionStream). Budget: TRACE_BUDGET_PER_1000_STEPS bytes per 1,000 steps.
+One JSON document per rollout; its arrays (a row per dimension; float32, sim times float64, state
+vectors float16) are little-endian, zlib'd and base64'd, so the page embeds the file as it is
+and the browser inflates it (DecompressionStream). Budget: TRACE_BUDGET_PER_1000_STEPS.
 """
 
 from __future__ import annotations
@@ -106,13 +106,19 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
     anchor = policy.get(keys.CHUNK_ANCHOR)
     chunk, waypoint = chunk_sources(episode.calls, times, period_ns, anchor)
     dims = int(np.size(episode.trace[0].command)) if steps else 0
+    actions = np.asarray([s.command for s in episode.trace], np.float32).reshape(steps, dims)
+    calls = episode.calls
     arrays = {
         "time_s": np.asarray(times, np.float64) / 1e9,
-        "action": np.asarray([s.command for s in episode.trace], np.float32).reshape(steps, dims),
+        "action": actions.T,  # a row per action dimension
         "reward": np.asarray([s.reward for s in episode.trace], np.float32),
         "success": np.asarray([s.success for s in episode.trace], np.uint8),
         "chunk": chunk,
         "waypoint": waypoint,
+        "call_asked_s": np.asarray([c.asked_ns for c in calls], np.float64) / 1e9,
+        "call_latency_ms": np.asarray([c.arrives_ns - c.asked_ns for c in calls], np.float32) / 1e6,
+        "call_horizon": np.asarray([c.horizon for c in calls], np.int32),
+        "call_wall_ms": np.asarray([c.wall_ns for c in calls], np.float32) / np.float32(1e6),
     }
     left_out: dict[str, str] = {}
     if states is not None:
@@ -120,8 +126,8 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
         for name, kept in sorted(states.states.items()):
             if len(kept) < steps:
                 left_out[name] = f"seen at {len(kept)} of {steps} steps"
-            elif steps:
-                arrays[f"state/{name}"] = np.stack(kept[:steps])
+            elif steps:  # half precision: a plot's, and half the bytes
+                arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(np.float16)
     bounds = episode.action_bounds
     return {
         "format": FORMAT,
@@ -131,8 +137,6 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
         "action_low": None if bounds is None else _floats(bounds[0]),
         "action_high": None if bounds is None else _floats(bounds[1]),
         "success_step": episode.success_step,
-        # asked, arrives (sim ns), waypoints, wall time of the call (ns)
-        "calls": [[c.asked_ns, c.arrives_ns, c.horizon, c.wall_ns] for c in episode.calls],
         "state_left_out": left_out,
         "arrays": {name: encode_array(array) for name, array in arrays.items()},
     }

@@ -14,6 +14,7 @@ import numpy as np
 from policybench import keys
 from policybench.report.compare import Comparison
 from policybench.report.results import OUTCOMES
+from policybench.report.rollout_page import page_trace, write_plots_js
 from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Row, RunInfo, Summary
 from policybench.report.sweep import sweep_of
@@ -85,12 +86,18 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
     pages = run_dir / ROLLOUTS
     pages.mkdir(exist_ok=True)
     template = env.get_template("rollout.html.j2")
+    plots_js = write_plots_js(pages)
     for i, (row, record) in enumerate(zip(rollouts, findings.records, strict=True)):
+        trace = page_trace(run_dir, record)
         (pages / row["page"]).write_text(
             template.render(
                 row=row,
                 record=record,
                 statics=flatten(record),
+                trace=trace.embedded,
+                no_trace=trace.missing,
+                trace_left_out=trace.left_out,
+                plots_js=plots_js,
                 previous=rollouts[i - 1]["page"] if i else None,
                 next=rollouts[i + 1]["page"] if i + 1 < len(rollouts) else None,
             ),
