@@ -298,7 +298,7 @@ def write_merged(
     with (out / RESULTS).open("w", encoding="utf-8") as results:
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
-            _link_video(record, source, out)
+            _link_files(record, source, out)
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
     summary.write(out, run)
@@ -322,18 +322,18 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _link_video(record: Record, source: Path, out: Path) -> None:
-    """A kept rollout's video, hard-linked (or copied) to the same place under `out`."""
-    video = record.get(keys.VIDEO)
-    if not isinstance(video, str) or not (source / video).is_file():
-        return
-    target = out / video
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source / video, target)
-    except OSError:  # another filesystem, or one without hard links
-        shutil.copy2(source / video, target)
+def _link_files(record: Record, source: Path, out: Path) -> None:
+    """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`."""
+    for name in (record.get(keys.VIDEO), record.get(keys.ROLLOUT_TRACE)):
+        if not isinstance(name, str) or not (source / name).is_file():
+            continue
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(source / name, target)
+        except OSError:  # another filesystem, or one without hard links
+            shutil.copy2(source / name, target)
 
 
 def merged_run_info(
