@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.report.arms import arm_order
 from policybench.report.stats import group
 from policybench.report.verdicts import (
     AUTOMATIC,
@@ -49,6 +50,7 @@ class AgreementRow:
     kappa of automatic vs operator outcomes over the judged rollouts that did not error."""
 
     eval: str
+    arm: str | None  # in an A/B run (the arm's letter in a blinded one)
     rollouts: int
     scored: int  # with an operator outcome (every scorer's latest decisive verdicts agree)
     errors: int  # errored rollouts: no verdict on the policy, neither scored nor unscored
@@ -97,15 +99,13 @@ class Agreement:
     @classmethod
     def of(cls, records: Sequence[Mapping[str, Any]], verdicts: Verdicts) -> Agreement:
         latest = verdicts.latest()
-        groups = [*((e,) for (e,) in group(records, keys.EVAL)), ()]
-        rows = [
-            _row(
-                OVERALL if not eval else eval[0],
-                [r for r in records if not eval or r[keys.EVAL] == eval[0]],
-                latest,
-            )
-            for eval in groups
-        ]
+        rows = []
+        for arm in arm_order(records) or (None,):  # an A/B run's rows are per arm
+            mine = [r for r in records if arm is None or str(r.get(keys.ARM)) == arm]
+            rows += [
+                _row(e, arm, members, latest) for (e,), members in group(mine, keys.EVAL).items()
+            ]
+            rows.append(_row(OVERALL, arm, mine, latest))
         pairs = []
         for first, second in combinations(verdicts.scorers, 2):
             both = [
@@ -154,7 +154,8 @@ class Agreement:
         lines = [f"operator verdicts from {', '.join(self.scorers) or 'no scorer yet'}:"]
         for row in self.rows:
             lines.append(
-                f"  {row.eval}: automatic {_pct(row.automatic_rate)} "
+                f"  {row.eval}{'' if row.arm is None else f', arm {row.arm}'}: automatic "
+                f"{_pct(row.automatic_rate)} "
                 f"({row.automatic_solved}/{row.rollouts}), operator {_pct(row.operator_rate)} "
                 f"({row.operator_solved}/{row.scored} scored, {row.unscored} not), kappa "
                 f"{_kappa(row.kappa)} over {row.compared}"
@@ -172,7 +173,7 @@ class Agreement:
 
 
 def _row(
-    eval: str, members: Sequence[Mapping[str, Any]], latest: Mapping[str, Any]
+    eval: str, arm: str | None, members: Sequence[Mapping[str, Any]], latest: Mapping[str, Any]
 ) -> AgreementRow:
     judged = []
     for record in members:
@@ -189,6 +190,7 @@ def _row(
     operator_solved = sum(outcome == SUCCESS for _, outcome in scored)
     return AgreementRow(
         eval=eval,
+        arm=arm,
         rollouts=len(members),
         scored=len(scored),
         errors=sum(record[keys.OUTCOME] not in AUTOMATIC for record in members),

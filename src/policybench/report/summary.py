@@ -18,11 +18,13 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.protocol import Protocol
+from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.arms import arm_order
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.stats import CONFIDENCE, GroupStats, group
 from policybench.report.sweep import sweep_json
+from policybench.report.verdicts import Verdicts
 from policybench.world import SUCCESS_INFO_KEYS
 
 REALTIME = "realtime"  # a row's real-time figures (record.realtime), in a run with latency
@@ -189,6 +191,7 @@ class Summary:
     arms: tuple[Row, ...] = ()  # an A/B run's arms: per Eval, then over all Evals
     arm_tasks: tuple[Row, ...] = ()  # an A/B run's arms per task
     versus: tuple[ArmComparison, ...] = ()  # each pair of arms, the earlier one as `before`
+    operator: Agreement | None = None  # what operators' verdicts say, in a run that has some
 
     @classmethod
     def of(
@@ -196,8 +199,10 @@ class Summary:
         records: Sequence[Mapping[str, Any]],
         problems: Sequence[str] = (),
         arms: Sequence[str] = (),
+        verdicts: Verdicts | None = None,
     ) -> Summary:
-        """`arms`: the run's arms in its order (an A/B run's records name theirs)."""
+        """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
+        the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes."""
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
@@ -235,6 +240,9 @@ class Summary:
             arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
             arm_tasks=tuple(arm_tasks),
             versus=tuple(versus),
+            operator=None
+            if verdicts is None or not (verdicts.given or verdicts.problems)
+            else Agreement.of(records, verdicts),
         )
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
@@ -259,6 +267,7 @@ class Summary:
             "problems": list(self.problems),
             **found,
             **sweep_json(self, run),
+            **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
         }
 
     def _arm_json(self, arm: str | None) -> dict[str, Any]:
