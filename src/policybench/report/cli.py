@@ -19,6 +19,7 @@ from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
+from policybench.report.verdicts import SOURCE_HELP, judged_records, read_verdicts
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--out", type=Path, default=None, help="where compare.txt/json go (default: AFTER's dir)"
     )
+    compare.add_argument("--outcome-source", default="automatic", help=SOURCE_HELP)
     compare.add_argument(
         "--fail-on-regression",
         action="store_true",
@@ -101,9 +103,12 @@ def run_html(args: argparse.Namespace) -> int:
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)
-    summary = Summary.of(results.records, results.problems, _arms(run))
+    verdicts = read_verdicts(run_dir)
+    summary = Summary.of(results.records, results.problems, _arms(run), verdicts)
     summary.write(run_dir, run)
     index = write_html(run_dir, Findings(summary, results.records, run))
+    if summary.operator is not None:
+        print("\n".join(summary.operator.lines()))
     print(f"{len(results.records)} rollouts; report: {index}")
     return 0
 
@@ -115,13 +120,23 @@ def run_compare(args: argparse.Namespace) -> int:
     runs = [read_results(run_dir / RESULTS) for run_dir in (before, after)]
     for run_dir, results in zip((before, after), runs, strict=True):
         _warn([f"{run_dir.name}: {problem}" for problem in results.problems])
+    judged = []
+    for run_dir, results in zip((before, after), runs, strict=True):
+        try:
+            records, notes = judged_records(
+                results.records, run_dir, args.outcome_source, run_dir.name
+            )
+        except ValueError as error:
+            sys.exit(f"policybench report compare: {error}")
+        _warn(notes)
+        judged.append(records)
     protocols = [
         _protocol(run_dir, results.records)
         for run_dir, results in zip((before, after), runs, strict=True)
     ]
     comparison = compare_runs(
-        runs[0].records,
-        runs[1].records,
+        judged[0],
+        judged[1],
         (before.name, after.name),
         args.alpha,
         Adjustment(args.adjust),
@@ -195,7 +210,8 @@ def run_unblind(args: argparse.Namespace) -> int:
         run.write(run_dir)
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
-    summary = Summary.of(results.records, results.problems, _arms(run))
+    verdicts = read_verdicts(run_dir)
+    summary = Summary.of(results.records, results.problems, _arms(run), verdicts)
     summary.write(run_dir, run)
     index = write_html(run_dir, Findings(summary, results.records, run))
     named = ", ".join(f"{letter} = {unsealed.label(letter)}" for letter in unsealed.letters)

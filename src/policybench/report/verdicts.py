@@ -191,3 +191,43 @@ def operator_outcomes(
         kind = OutcomeKind.SOLVED if outcome == SUCCESS else OutcomeKind.UNSOLVED
         judged.append({**record, keys.OUTCOME: kind.value, AUTOMATIC_OUTCOME: record[keys.OUTCOME]})
     return OperatorOutcomes(tuple(judged), tuple(unscored))
+
+
+AUTOMATIC_SOURCE, OPERATOR_SOURCE = "automatic", "operator"
+SOURCE_HELP = (
+    "whose outcomes count: automatic (the env's success check, the default), operator (the "
+    "scorers' verdicts from `policybench score`, where they agree) or operator:NAME (one "
+    "scorer's); rollouts without a verdict are counted and listed, not in the rates"
+)
+
+
+def parse_outcome_source(value: str) -> tuple[str, str | None]:
+    """`--outcome-source`'s value as (source, scorer or None); a ValueError says what to give."""
+    source, colon, scorer = value.partition(":")
+    if source == AUTOMATIC_SOURCE and not scorer:
+        return source, None
+    if source == OPERATOR_SOURCE and (scorer or not colon):
+        return source, scorer or None
+    raise ValueError(
+        f"--outcome-source {value!r}: expected automatic, operator or operator:NAME (a scorer "
+        "of the run's verdicts.jsonl)"
+    )
+
+
+def judged_records(
+    records: Sequence[Mapping[str, Any]], run_dir: Path, source: str, run: str = ""
+) -> tuple[tuple[Mapping[str, Any], ...], list[str]]:
+    """The records whose outcomes count under `source` (see parse_outcome_source), and what the
+    report must say of them: the rollouts left unscored, the verdicts file's problems."""
+    kind, scorer = parse_outcome_source(source)
+    if kind == AUTOMATIC_SOURCE:
+        return tuple(records), []
+    verdicts = read_verdicts(run_dir)
+    if scorer is not None and scorer not in verdicts.scorers:
+        raise ValueError(
+            f"--outcome-source {source}: {run or run_dir.name} has no verdict by {scorer!r} "
+            f"(its scorers: {', '.join(verdicts.scorers) or 'none yet'})"
+        )
+    judged = operator_outcomes(records, verdicts, scorer)
+    where = f"{run}: " if run else ""
+    return judged.records, [*judged.lines(run), *(where + p for p in verdicts.problems)]
