@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from policybench.envserver import ENV_PYTHON_VARIABLE, Interpreter, Isolated
+from policybench.envserver import server as protocol
 from policybench.envserver.proxy import SERVER_SOURCE, EnvProxy, EnvServer, EnvServerError
 from policybench.world import EnvCache
 from tests.test_plugin import ENVS
@@ -111,8 +112,11 @@ def test_spaces_metadata_render_and_path_of_the_server_are_the_envs(entries):
 
 def test_a_protocol_mismatch_is_a_clear_error_at_connect(tmp_path):
     other = tmp_path / "policybench_envserver.py"
-    other.write_text(SERVER_SOURCE.read_text().replace("PROTOCOL = 1 ", "PROTOCOL = 99 "))
-    with pytest.raises(EnvServerError, match="speaks env server protocol 1, this server 99"):
+    ours = f"PROTOCOL = {protocol.PROTOCOL} "
+    other.write_text(SERVER_SOURCE.read_text().replace(ours, "PROTOCOL = 99 "))
+    with pytest.raises(
+        EnvServerError, match=f"speaks env server protocol {protocol.PROTOCOL}, this server 99"
+    ):
         EnvServer(PYTHON, script=other)
 
 
@@ -338,3 +342,19 @@ def test_an_env_cache_of_one_closes_a_server_when_it_builds_the_next(entries):
     assert not _alive(first.server_pid) and _alive(second.server_pid)
     cache.close()
     assert not _alive(second.server_pid) and cache.closed == 2
+
+
+def test_arrays_cross_with_their_values_dtype_and_layout_and_arrive_writable():
+    codec = protocol.Codec()
+    planar = np.arange(3 * 4 * 5, dtype=np.uint8).reshape(3, 4, 5).transpose(1, 2, 0)  # HWC view
+    flipped = np.arange(6, dtype=">f8")[::-1]
+    message = {"image": planar, "flipped": flipped, "pair": (np.bool_(True), np.zeros(0))}
+    frame = codec.pack(message)
+    body_size, _ = protocol.HEADER.unpack_from(frame)
+    back = codec.unpack(memoryview(bytearray(frame))[protocol.HEADER.size :], body_size)
+    assert back["image"].strides == planar.strides  # a planar image stays planar, uncopied
+    for key in ("image", "flipped"):
+        assert back[key].dtype == message[key].dtype
+        np.testing.assert_array_equal(back[key], message[key])
+        assert back[key].flags.writeable and back[key].flags.aligned
+    assert back["pair"][0] is True and back["pair"][1].shape == (0,)

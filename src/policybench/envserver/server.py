@@ -1,9 +1,10 @@
 """The env server: runs one gymnasium-style env in an interpreter of its own and answers the
 proxy's requests over its stdin and stdout. Needs only the standard library, numpy and msgpack.
 
-Frames are a 4-byte big-endian length and a msgpack map. A request is {"op": name, **args}; an
-answer is {"ok": value} or {"error": {"type", "message", "traceback"}}. Arrays cross as a
-msgpack ext of dtype, shape and bytes (numpy 1.x and 2.x read each other's), tuples as another.
+A frame is a header of two big-endian lengths and a msgpack map, the arrays' bytes following
+the map out of band (Codec). A request is {"op": name, **args}; an answer is {"ok": value} or
+{"error": {"type", "message", "traceback"}}. Arrays cross by dtype, shape and bytes (numpy 1.x
+and 2.x read each other's), tuples as a msgpack ext.
 The proxy's first request is `hello` with its protocol version; the server answers with its own.
 The env comes from `make`: `entry` ("module:callable") is imported and called with the task.
 """
@@ -11,6 +12,7 @@ The env comes from `make`: `entry` ("module:callable") is imported and called wi
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
 import signal
@@ -24,71 +26,168 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
-PROTOCOL = 1  # raise it on any change to the ops or the encoding
+PROTOCOL = 2  # raise it on any change to the ops or the encoding
 PARENT_PID_VARIABLE = "POLICYBENCH_PARENT_PID"  # policybench.lifetime's, spelled here again:
 PR_SET_PDEATHSIG = 1  # this module imports nothing of policybench
-HEADER = struct.Struct(">I")
-SHORT = struct.Struct(">H")
+HEADER = struct.Struct(">II")  # a frame's msgpack bytes, then its raw bytes
+ALIGN = 16  # where each array's bytes start in a frame's raw bytes
 ARRAY, TUPLE = 1, 2  # msgpack ext type codes
 OPS = ("hello", "make", "spaces", "reset", "step", "render", "close")  # Server's methods
 METADATA = ("render_modes", "render_fps")  # what crosses of an env's metadata
 
 
-def encode(value: Any) -> Any:
-    """What msgpack carries for a value it does not know (its `default`): an array as ext
-    ARRAY ({dtype, shape, bytes}), a tuple as ext TUPLE, a numpy scalar as a Python one."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            raise TypeError("an array of Python objects cannot cross to the other interpreter")
-        data = value if value.flags.c_contiguous else value.copy(order="C")
-        header = " ".join([data.dtype.str, *map(str, data.shape)]).encode()
-        return msgpack.ExtType(ARRAY, b"".join([SHORT.pack(len(header)), header, data.data]))
-    if isinstance(value, tuple):
-        return msgpack.ExtType(TUPLE, packb(list(value)))
-    if isinstance(value, np.generic):
-        return value.item()
-    for plain in (dict, list, float, int, str, bytes):  # subclasses: OrderedDict, IntEnum ...
-        if isinstance(value, plain):
-            return plain(value)
-    raise TypeError(f"an env server cannot send a {type(value).__name__}: {value!r:.80}")
+class Codec:
+    """Frames of one connection. A frame is HEADER (the msgpack map's length, then the length of
+    the raw bytes after it), the map padded to ALIGN, and the raw bytes: the map's arrays are ext
+    ARRAY ("dtype shape[/axes]") and their bytes follow in order, each padded to ALIGN. A frame
+    is written with one writev from the arrays' own memory and read into one buffer that the
+    arrays it carries share. Tuples are ext TUPLE."""
+
+    def __init__(self) -> None:
+        self._buffers: list[memoryview] = []
+        self._packer = msgpack.Packer(default=self._encode, use_bin_type=True, strict_types=True)
+        self._frame: memoryview | None = None
+        self._at = 0
+
+    def _encode(self, value: Any) -> Any:
+        """What msgpack carries for a value it does not know (its `default`): an array as ext
+        ARRAY, its bytes kept for after the map; a numpy scalar as a Python one."""
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise TypeError("an array of Python objects cannot cross to the other interpreter")
+            data, axes = in_memory_order(value)
+            self._buffers.append(memoryview(data.reshape(-1).view(np.uint8)))
+            header = " ".join([data.dtype.str, *map(str, data.shape)])
+            if axes is not None:
+                header += "/" + " ".join(map(str, axes))
+            return msgpack.ExtType(ARRAY, header.encode())
+        if isinstance(value, tuple):
+            return msgpack.ExtType(TUPLE, msgpack.packb(list(value), **self._options))
+        if isinstance(value, np.generic):
+            return value.item()
+        for plain in (dict, list, float, int, str, bytes):  # subclasses: OrderedDict, IntEnum ...
+            if isinstance(value, plain):
+                return plain(value)
+        raise TypeError(f"an env server cannot send a {type(value).__name__}: {value!r:.80}")
+
+    @property
+    def _options(self) -> dict[str, Any]:
+        return {"default": self._encode, "use_bin_type": True, "strict_types": True}
+
+    def _decode(self, code: int, payload: bytes) -> Any:
+        """The inverse of `_encode` (msgpack's ext_hook): an array is writable and shares the
+        frame's buffer (each frame has a buffer of its own)."""
+        if code == ARRAY:
+            dtype, shape, count, size, axes = layout_of(payload)
+            at = self._at
+            self._at = at + size
+            array = np.frombuffer(self._frame, dtype, count, at).reshape(shape)
+            return array if axes is None else array.transpose(axes)
+        if code == TUPLE:
+            return tuple(msgpack.unpackb(payload, **self._unpack_options))
+        return msgpack.ExtType(code, payload)
+
+    @property
+    def _unpack_options(self) -> dict[str, Any]:
+        return {"raw": False, "ext_hook": self._decode, "strict_map_key": False}
+
+    def frame(self, message: dict[str, Any]) -> list[Any]:
+        """`message` as the parts of one frame, for writev."""
+        self._buffers.clear()
+        try:
+            body = self._packer.pack(message)
+        except BaseException:
+            self._packer.reset()
+            raise
+        parts: list[Any] = [b"", body, bytes(_aligned(len(body)) - len(body))]
+        size = 0
+        for buffer in self._buffers:
+            parts.append(buffer)
+            padding = _aligned(buffer.nbytes) - buffer.nbytes
+            if padding:
+                parts.append(bytes(padding))
+            size += buffer.nbytes + padding
+        self._buffers.clear()
+        parts[0] = HEADER.pack(len(body), size)
+        return parts
+
+    def pack(self, message: dict[str, Any]) -> bytes:
+        """`message` as one frame, in one piece."""
+        return b"".join(self.frame(message))
+
+    def read(self, stream: BinaryIO) -> dict[str, Any] | None:
+        """The next frame's message from `stream`, None at its end."""
+        header = bytearray(HEADER.size)
+        if _read_into(stream, memoryview(header)) < HEADER.size:
+            return None
+        body_size, raw_size = HEADER.unpack(header)
+        frame = bytearray(_aligned(body_size) + raw_size)
+        view = memoryview(frame)
+        if _read_into(stream, view) < len(frame):
+            return None
+        return self.unpack(view, body_size)
+
+    def unpack(self, frame: memoryview, body_size: int) -> dict[str, Any]:
+        """The message of a frame read whole (without its HEADER)."""
+        self._frame, self._at = frame[_aligned(body_size) :], 0
+        try:
+            return msgpack.unpackb(frame[:body_size], **self._unpack_options)
+        finally:
+            self._frame = None
 
 
-def decode(code: int, payload: bytes) -> Any:
-    """The inverse of `encode` (msgpack's ext_hook); arrays are writable copies."""
-    if code == ARRAY:
-        (length,) = SHORT.unpack_from(payload)
-        dtype, *shape = payload[SHORT.size : SHORT.size + length].decode().split(" ")
-        data = memoryview(payload)[SHORT.size + length :]
-        return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(tuple(map(int, shape))).copy()
-    if code == TUPLE:
-        return tuple(unpackb(payload))
-    return msgpack.ExtType(code, payload)
+@functools.lru_cache(maxsize=256)
+def layout_of(header: bytes) -> tuple[np.dtype, tuple[int, ...], int, int, tuple[int, ...] | None]:
+    """An ext ARRAY's dtype, shape, element count, aligned byte size and axes (`Codec._encode`);
+    an env's frames repeat a few layouts, read once each."""
+    layout, _, axes = header.decode().partition("/")
+    dtype_name, *sizes = layout.split(" ")
+    dtype = np.dtype(dtype_name)
+    shape = tuple(map(int, sizes))
+    count = 1
+    for size in shape:
+        count *= size
+    order = tuple(map(int, axes.split(" "))) if axes else None
+    return dtype, shape, count, _aligned(count * dtype.itemsize), order
 
 
-def packb(value: Any) -> bytes:
-    return msgpack.packb(value, default=encode, use_bin_type=True, strict_types=True)
+def in_memory_order(array: np.ndarray) -> tuple[np.ndarray, tuple[int, ...] | None]:
+    """`array` as a C-contiguous array and the axes that give `array` back from it (None: it is
+    itself): a view when `array` is a transposed contiguous one (a channel-planar image), which
+    then crosses without a copy and arrives with the same strides; a copy otherwise."""
+    if array.flags.c_contiguous:
+        return array, None
+    order = sorted(range(array.ndim), key=lambda axis: -array.strides[axis])
+    transposed = array.transpose(order)
+    if transposed.flags.c_contiguous:
+        return transposed, tuple(sorted(range(array.ndim), key=order.__getitem__))
+    return np.ascontiguousarray(array), None
 
 
-def unpackb(body: bytes) -> Any:
-    return msgpack.unpackb(body, raw=False, ext_hook=decode, strict_map_key=False)
+def _aligned(size: int) -> int:
+    return -(-size // ALIGN) * ALIGN
 
 
-def pack(message: dict[str, Any]) -> bytes:
-    """`message` as one frame."""
-    body = packb(message)
-    return HEADER.pack(len(body)) + body
+def write_frame(fd: int, parts: list[Any]) -> None:
+    """Writes a frame's parts (`Codec.frame`) to the file descriptor `fd`, with one writev
+    where the pipe or socket takes them whole."""
+    written = os.writev(fd, parts)
+    total = sum(memoryview(part).nbytes for part in parts)
+    if written < total:
+        rest = memoryview(b"".join(parts))[written:]
+        while rest:
+            rest = rest[os.write(fd, rest) :]
 
 
-def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
-    """The next frame from `stream`, None at its end."""
-    header = stream.read(HEADER.size)
-    if len(header) < HEADER.size:
-        return None
-    (length,) = HEADER.unpack(header)
-    body = stream.read(length)
-    if len(body) < length:
-        return None
-    return unpackb(body)
+def _read_into(stream: BinaryIO, view: memoryview) -> int:
+    """Fills `view` from `stream`; fewer bytes only at the stream's end."""
+    got = 0
+    while got < len(view):
+        count = stream.readinto(view[got:])
+        if not count:
+            break
+        got += count
+    return got
 
 
 def describe_space(space: Any) -> dict[str, Any] | None:
@@ -161,22 +260,22 @@ class Server:
             self.env.close()
 
 
-def serve(requests: BinaryIO, answers: BinaryIO) -> None:
-    """Answers requests until `close` or the end of `requests`."""
+def serve(requests: BinaryIO, answers: int) -> None:
+    """Answers requests from `requests` on the file descriptor `answers` until `close` or the
+    end of `requests`."""
     server = Server()
-    while (request := read_frame(requests)) is not None:
+    codec = Codec()
+    while (request := codec.read(requests)) is not None:
         op = request.pop("op")
         try:
             if op not in OPS:
                 raise ValueError(f"an env server answers the ops {', '.join(OPS)}; got {op!r}")
-            answer = {"ok": getattr(server, op)(**request)}
-            frame = pack(answer)
+            frame = codec.frame({"ok": getattr(server, op)(**request)})
         except Exception as error:
             tail = traceback.format_exception(type(error), error, error.__traceback__)[-6:]
             failure = {"type": type(error).__name__, "message": str(error), "traceback": tail}
-            frame = pack({"error": failure})
-        answers.write(frame)
-        answers.flush()
+            frame = codec.frame({"error": failure})
+        write_frame(answers, frame)
         if op == "close":
             return
 
@@ -213,7 +312,7 @@ def _watch(parent_pid: int) -> None:
 def main() -> None:
     die_with_starter()
     # The frames own the real stdout; whatever the env prints goes to stderr.
-    answers = os.fdopen(os.dup(1), "wb")
+    answers = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     serve(sys.stdin.buffer, answers)
