@@ -31,6 +31,7 @@ from policybench.report.html import Findings, write_html
 from policybench.report.merge import SELECTED
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import OVERALL, Row, RunInfo, Summary
+from policybench.report.verdicts import read_verdicts
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -114,9 +115,14 @@ class Aggregator:
         if resumed is not None:  # the run's records: carried over, then this session's
             self.records = latest_per_rollout([*resumed.all_records, *self.records])
             compact(self.writer.path, self.records)
-        summary = Summary.of(self.records, arms=[arm.label for arm in self.settings.arms])
+        arms = [arm.label for arm in self.settings.arms]
+        summary = Summary.of(self.records, arms=arms, verdicts=read_verdicts(self.run_dir))
         declared = gates.declared_floors(self.config)
-        breaches, notes = gates.floor_breaches(summary, self.gate_settings, declared)
+        judged, notes = gates.judged_summary(
+            summary, self.records, self.run_dir, self.gate_settings
+        )
+        breaches, more = gates.floor_breaches(judged, self.gate_settings, declared)
+        notes += more
         if not self.records and self.no_policy:  # nothing ran for want of a policy
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.records:  # no report to write; a gate over nothing still fails the run

@@ -7,7 +7,7 @@ the workers, which hand them to the controller when they finish (xdist's workero
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,12 @@ from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, Comparison, nothing_compared
 from policybench.report.summary import OVERALL, Row, Summary
+from policybench.report.verdicts import (
+    AUTOMATIC_SOURCE,
+    SOURCE_HELP,
+    judged_records,
+    parse_outcome_source,
+)
 
 DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
 WORKER_OUTPUT = "policybench_declared_floors"
@@ -52,6 +58,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with --baseline: fail the run if any task is significantly worse",
     )
     group.addoption(
+        "--outcome-source",
+        default=AUTOMATIC_SOURCE,
+        metavar="SOURCE",
+        help=f"what the success gates judge: {SOURCE_HELP}",
+    )
+    group.addoption(
         "--regression-alpha",
         type=float,
         default=ALPHA,
@@ -67,6 +79,7 @@ class GateSettings:
     fail_on_regression: bool
     alpha: float
     allow_protocol_change: bool = False  # judge regressions against another protocol's baseline
+    outcome_source: str = AUTOMATIC_SOURCE  # automatic, operator or operator:NAME
 
 
 def read_gate_settings(config: pytest.Config) -> GateSettings:
@@ -76,6 +89,11 @@ def read_gate_settings(config: pytest.Config) -> GateSettings:
     baseline = config.getoption("baseline")
     if config.getoption("fail_on_regression") and baseline is None:
         raise pytest.UsageError("--fail-on-regression needs --baseline RUN to compare against")
+    source = config.getoption("outcome_source")
+    try:
+        parse_outcome_source(source)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
     return GateSettings(
         overall_floor=overall,
         eval_floors={} if floors_file is None else read_floors(Path(floors_file)),
@@ -83,6 +101,7 @@ def read_gate_settings(config: pytest.Config) -> GateSettings:
         fail_on_regression=config.getoption("fail_on_regression"),
         alpha=alpha,
         allow_protocol_change=config.getoption("allow_protocol_change"),
+        outcome_source=source,
     )
 
 
@@ -140,6 +159,26 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def declared_floors(config: pytest.Config) -> dict[str, float]:
     """The success floors the run's Evals declare."""
     return config.stash.get(DECLARED_FLOORS, {})
+
+
+def judged_summary(
+    summary: Summary, records: Sequence[Mapping[str, Any]], run_dir: Path, settings: GateSettings
+) -> tuple[Summary, list[str]]:
+    """The summary the floors judge, and notes: the run's own, or under `--outcome-source
+    operator` one of the operators' verdicts (verdicts.jsonl), the rollouts they have not
+    judged named in the notes (counted, not silently dropped)."""
+    if settings.outcome_source == AUTOMATIC_SOURCE:
+        return summary, []
+    try:
+        judged, notes = judged_records(records, run_dir, settings.outcome_source)
+    except ValueError as error:
+        return Summary.of([]), [str(error)]
+    arms = [str(row.arm) for row in summary.arms]
+    return Summary.of(judged, arms=list(dict.fromkeys(arms))), [
+        f"success gates judged operator verdicts ({settings.outcome_source}): "
+        f"{len(judged)} of {len(records)} rollouts",
+        *notes,
+    ]
 
 
 @dataclass(frozen=True)

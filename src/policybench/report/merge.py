@@ -19,6 +19,7 @@ from policybench.report.arms import ARMS
 from policybench.report.html import INDEX, ROLLOUTS, Findings, write_html
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
+from policybench.report.verdicts import carry_verdicts, gather_verdicts
 
 Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
@@ -91,7 +92,9 @@ def merge_runs(
     merged = merge_records(parts)
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
     listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
-    summary = Summary.of(merged.records, problems, listed or ())
+    # Operators' verdicts: the parts', and those given on an earlier merge into `out`.
+    verdicts = gather_verdicts([*(part.run_dir for part in parts), out])
+    summary = Summary.of(merged.records, problems, listed or (), verdicts)
     index = write_merged(out, parts, merged, summary, changes, command)
     return MergeResult(parts, merged, summary, changes, index)
 
@@ -299,6 +302,7 @@ def write_merged(
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
             _link_files(record, source, out)
+    carry_verdicts([part.run_dir for part in parts], out)
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
     summary.write(out, run)

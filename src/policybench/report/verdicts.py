@@ -77,17 +77,43 @@ def rollout_id(record: Mapping[str, Any]) -> str:
 
 
 def append_verdict(run_dir: Path, verdict: Verdict) -> None:
-    """Appends `verdict` to the run's verdicts.jsonl and waits until it is on disk. After a torn
-    last line (a writer killed mid-line) it starts a new line: the torn one stays as it was."""
-    line = (json.dumps(verdict.as_json(), sort_keys=True) + "\n").encode()
+    """Appends `verdict` to the run's verdicts.jsonl and waits until it is on disk."""
+    append_verdicts(run_dir, [verdict])
+
+
+def append_verdicts(run_dir: Path, verdicts: Sequence[Verdict]) -> None:
+    """Appends `verdicts` to the run's verdicts.jsonl, then waits until they are on disk. After a
+    torn last line (a writer killed mid-line) it starts a new line: the torn one stays as it was."""
+    lines = "".join(json.dumps(v.as_json(), sort_keys=True) + "\n" for v in verdicts).encode()
     with _APPEND, (run_dir / VERDICTS).open("ab+") as file:
         if file.tell():
             file.seek(-1, os.SEEK_END)
             if file.read(1) != b"\n":
-                line = b"\n" + line
-        file.write(line)
+                lines = b"\n" + lines
+        file.write(lines)
         file.flush()
         os.fsync(file.fileno())
+
+
+def gather_verdicts(run_dirs: Sequence[Path]) -> Verdicts:
+    """The verdicts of several runs (the parts of a merge) in order, each given once."""
+    given: dict[Verdict, None] = {}
+    problems = []
+    for run_dir in run_dirs:
+        found = read_verdicts(run_dir)
+        given.update(dict.fromkeys(found.given))
+        problems += [f"{run_dir.name}: {problem}" for problem in found.problems]
+    return Verdicts(tuple(given), tuple(problems))
+
+
+def carry_verdicts(run_dirs: Sequence[Path], out: Path) -> int:
+    """Appends to `out`'s verdicts.jsonl the verdicts of `run_dirs` it does not hold yet (those
+    given on `out` itself stay); returns how many."""
+    held = set(read_verdicts(out).given)
+    new = [v for v in gather_verdicts(run_dirs).given if v not in held]
+    if new:
+        append_verdicts(out, new)
+    return len(new)
 
 
 @dataclass(frozen=True)
