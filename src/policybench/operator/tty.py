@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import dataclass
 from typing import IO
 
 from policybench import keys
@@ -15,10 +16,24 @@ TERMINAL = "/dev/tty"
 CHOICES = {"s": Judgement.SUCCESS, "f": Judgement.FAILURE, "u": Judgement.UNSURE}
 
 
-def open_terminal() -> IO[str]:
-    """The controlling terminal, read and written; OperatorError when the run has none."""
+@dataclass(frozen=True)
+class Terminal:
+    """The controlling terminal, opened to read and to write (a terminal cannot seek, so one
+    file object cannot do both)."""
+
+    reader: IO[str]
+    writer: IO[str]
+
+    def close(self) -> None:
+        for file in (self.writer, self.reader):
+            with contextlib.suppress(OSError):
+                file.close()
+
+
+def open_terminal() -> Terminal:
+    """The controlling terminal; OperatorError when the run has none."""
     try:
-        return open(TERMINAL, "r+", buffering=1)
+        return Terminal(open(TERMINAL), open(TERMINAL, "w", buffering=1))
     except OSError as error:
         raise OperatorError(
             f"--operator tty asks on the controlling terminal, and this run has none ({error}); "
@@ -29,7 +44,7 @@ def open_terminal() -> IO[str]:
 class TerminalPrompter:
     """Answers the desk's requests on `terminal` until closed."""
 
-    def __init__(self, desk: Desk, terminal: IO[str]) -> None:
+    def __init__(self, desk: Desk, terminal: Terminal) -> None:
         self._desk, self._terminal = desk, terminal
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="operator-tty", daemon=True)
@@ -37,8 +52,7 @@ class TerminalPrompter:
 
     def close(self) -> None:
         self._closed.set()
-        with contextlib.suppress(OSError):
-            self._terminal.close()
+        self._terminal.close()
 
     def _serve(self) -> None:
         seen = 0
@@ -70,13 +84,13 @@ class TerminalPrompter:
         return {keys.VERDICT: CHOICES[choice[:1]].value, keys.VERDICT_NOTE: note}
 
     def _say(self, line: str) -> None:
-        self._terminal.write(line + "\n")
-        self._terminal.flush()
+        self._terminal.writer.write(line + "\n")
+        self._terminal.writer.flush()
 
     def _read(self, prompt: str) -> str:
-        self._terminal.write(prompt)
-        self._terminal.flush()
-        line = self._terminal.readline()
+        self._terminal.writer.write(prompt)
+        self._terminal.writer.flush()
+        line = self._terminal.reader.readline()
         if not line:
             raise OSError("the terminal closed")
         return line.strip()
