@@ -1,6 +1,7 @@
 """Steps per second of an env in this process against the same env behind an env server in
 another interpreter (policybench.envserver), in one run: MetaWorld with state observations
-(the cheapest step we have: the worst case) and PushT with 96x96 pixels.
+(the cheapest step we have: the worst case), PushT with 96x96 pixels, and LIBERO-PRO in its own
+interpreter against LIBERO in this one, both at openpi's camera size (where both are installed).
 
 Run from the repository root:  python bench/isolation.py  (about a minute; --rounds N,
 --python PATH for the other interpreter, default this one). Blocks of steps alternate between
@@ -25,7 +26,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from policybench.envserver import Interpreter, Isolated
 from policybench.envserver import server as protocol
 
-TARGETS = {"metaworld reach-v3 (state)": 0.90, "pusht (pixels 96x96)": 0.98}
+LIBERO_ROW = "libero-pro spatial_lan vs libero spatial (2 cameras)"
+TARGETS = {"metaworld reach-v3 (state)": 0.90, "pusht (pixels 96x96)": 0.98, LIBERO_ROW: 0.99}
+LIBERO_STEPS = 10  # a LIBERO step renders two cameras in software: about 0.2 s here
 
 
 def cases(python: Path):
@@ -43,6 +46,36 @@ def cases(python: Path):
             lambda: Isolated("policybench.suites.pusht:make_env", other)(pusht.TASK),
             lambda rng: rng.uniform(100, 400, 2),
         ),
+        **libero_case(),
+    }
+
+
+def libero_case() -> dict:
+    """LIBERO-PRO's libero_spatial_lan (LIBERO's scenes, instructions reworded) in its own
+    interpreter against LIBERO's libero_spatial here, task 0 of each: none where either is
+    not installed (it says which)."""
+    from policybench.envserver.command import status
+    from policybench.suites import registered_evals
+    from policybench.suites.libero import task_id
+    from policybench.suites.libero_pro import INTERPRETER
+
+    evals = registered_evals()
+    line = status(INTERPRETER)
+    if not line.startswith("installed"):
+        print(f"{LIBERO_ROW}: left out, LIBERO-PRO's interpreter is {line}")
+        return {}
+    try:
+        import libero  # noqa: F401 - hf-libero, in this interpreter
+    except ImportError as error:
+        print(f"{LIBERO_ROW}: left out, LIBERO does not import here ({error})")
+        return {}
+    task = task_id(0)
+    return {
+        LIBERO_ROW: (
+            lambda: evals["libero_spatial"].make_env(task),
+            lambda: evals["libero_spatial_lan"].make_env(task),
+            lambda rng: rng.uniform(-1, 1, 7),
+        )
     }
 
 
@@ -66,7 +99,7 @@ def cpu_seconds(env) -> float:
 def frame_cost(env, action: np.ndarray, repeats: int = 2000) -> float:
     """Microseconds to pack and unpack one step's request and answer."""
     env.reset(seed=0)
-    answer = {"ok": tuple(env.step(action))}
+    answer = {"ok": list(env.step(action))}  # as the server sends it
     request = {"op": "step", "action": action}
     codec = protocol.Codec()
     started = time.perf_counter()
@@ -94,6 +127,7 @@ def main() -> None:
     parser.add_argument("--python", type=Path, default=Path(sys.executable))
     args = parser.parse_args()
     print(f"command: {shlex.join(['python', *sys.argv])}")
+    measured = cases(args.python)
     print(f"other interpreter: {args.python}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print()
     print(
@@ -102,11 +136,13 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
-    for name, (local, isolated, draw) in cases(args.python).items():
+    for name, (local, isolated, draw) in measured.items():
         envs = {"local": local(), "isolated": isolated()}
-        actions = [draw(rng) for _ in range(args.steps)]
+        steps = LIBERO_STEPS if name == LIBERO_ROW else args.steps
+        actions = [draw(rng) for _ in range(steps)]
         times: dict[str, list[tuple[float, float]]] = {"local": [], "isolated": []}
-        for round in range(args.rounds + 1):  # round 0 warms both up
+        rounds = min(args.rounds, 5) if name == LIBERO_ROW else args.rounds
+        for round in range(rounds + 1):  # round 0 warms both up
             for kind, env in envs.items() if round % 2 else reversed(envs.items()):
                 seconds = block(env, actions, seed=round)
                 if round:
@@ -114,8 +150,8 @@ def main() -> None:
         local, isolated = (np.array(times[kind]) for kind in ("local", "isolated"))
         ratio, cpu_ratio = np.median(local / isolated, axis=0)
         local_rate, isolated_rate = (
-            args.steps / np.median(local[:, 0]),
-            args.steps / np.median(isolated[:, 0]),
+            steps / np.median(local[:, 0]),
+            steps / np.median(isolated[:, 0]),
         )
         target = TARGETS[name]
         verdict = "pass" if ratio >= target else "FAIL"
