@@ -64,7 +64,15 @@ class FarPointEnv(PointEnv):
 @pytest.mark.parametrize("anchor", list(ChunkAnchor))
 @pytest.mark.parametrize(
     ("latency", "execute_steps", "horizon"),
-    [("none", None, 1), ("none", None, 4), ("steps:2", 3, 6), ("0.15", None, 5), ("steps:1", 2, 3)],
+    [
+        ("none", None, 1),
+        ("none", None, 4),
+        ("steps:2", 3, 6),
+        ("0.15", None, 5),
+        ("steps:1", 2, 3),
+        ("steps:3", None, 2),
+        ("steps:2", None, 1),
+    ],
 )
 def test_chunk_sources_name_the_waypoint_each_step_played(latency, execute_steps, horizon, anchor):
     eval = point_eval("far", timeout_s=3.0)
