@@ -13,6 +13,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.outcomes",
     "policybench.pytest_plugin.resume",
     "policybench.pytest_plugin.aggregation",
+    "policybench.pytest_plugin.progress",
     "policybench.pytest_plugin.crashes",
     "policybench.pytest_plugin.watchdog",
     "policybench.pytest_plugin.attended",

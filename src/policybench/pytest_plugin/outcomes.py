@@ -134,13 +134,23 @@ def no_policy_of(report: pytest.TestReport) -> tuple[str, str] | None:
     return None
 
 
-def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+STATUS_LINE = pytest.StashKey[bool]()  # set where a status line shows rollouts (progress.py)
+
+
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, str] | None:
     record = record_of(report)
     if record is None:
         return None
     outcome = OutcomeKind(record[keys.OUTCOME])
+    status = None
     if outcome is OutcomeKind.UNSOLVED and report.passed:
-        return "unsolved", "u", "UNSOLVED"
-    if outcome is OutcomeKind.ERROR and report.failed:
-        return "error", "E", "ERROR"
-    return None
+        status = ("unsolved", "u", "UNSOLVED")
+    elif outcome is OutcomeKind.ERROR and report.failed:
+        status = ("error", "E", "ERROR")
+    if not config.stash.get(STATUS_LINE, False):
+        return status
+    # On a terminal the run's status line stands in place of a character per rollout.
+    category, _, word = status or (report.outcome, "", report.outcome.upper())
+    return category, "", word

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
+from policybench.report import status as status_command
 from policybench.report.arms import ARMS, UNBLINDED, Unsealed, unblind_lines
 from policybench.report.compare import ALPHA, compare_runs, nothing_compared
 from policybench.report.html import Findings, write_html
@@ -84,6 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     unblind.add_argument("run", help="a run directory, its results.jsonl, or a run id")
     unblind.add_argument("--report-dir", type=Path, default=Path("reports"))
     unblind.set_defaults(func=run_unblind)
+    status_command.add_parser(commands)
 
 
 def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:

@@ -1,0 +1,125 @@
+"""A long run you can watch: on the controller, a status line (done of total, solved with its
+interval, errors, pace, ETA) kept in place on a terminal or printed every --status-every seconds
+otherwise, and status.json in the run directory rewritten atomically as rollouts finish."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from policybench import keys
+from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
+from policybench.pytest_plugin.rundir import run_context
+from policybench.pytest_plugin.workers import is_worker
+from policybench.record.episode import OutcomeKind
+from policybench.report.status import Status, write_status
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("policybench").addoption(
+        "--status-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="when the output is no terminal (a CI log, a cluster job's file), print the run's "
+        "status line every SECONDS (0: after every rollout); on a terminal it is kept in place "
+        "(default 30)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STATUS_LINE] = False
+    if is_worker(config) or config.option.collectonly:
+        return
+    every = config.getoption("status_every")
+    if every < 0:
+        raise pytest.UsageError(f"--status-every takes seconds >= 0, got {every:g}")
+    config.pluginmanager.register(Progress(config, every), "policybench-progress")
+
+
+def live(config: pytest.Config) -> bool:
+    """Whether the status line stands in place of pytest's progress characters for rollouts."""
+    return config.stash.get(STATUS_LINE, False)
+
+
+class Progress:
+    def __init__(self, config: pytest.Config, every_s: float) -> None:
+        self.config = config
+        self.every_s = every_s
+        self.run_dir = run_context(config).run_dir
+        self.started_at = time.time()
+        self.total = 0
+        self.done: set[str] = set()
+        self.outcomes: dict[str, OutcomeKind] = {}  # the latest attempt's, per rollout
+        self.printed_at = time.monotonic()
+        self.terminal: Any = None
+
+    @pytest.hookimpl(trylast=True)  # after the terminal reporter registers itself
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            self.terminal = terminal
+            self.config.stash[STATUS_LINE] = terminal.isatty and terminal.verbosity <= 0
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = len(session.items)
+        self._update()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.total = max(self.total, len(ids))  # every worker collects the same items
+        self._update()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = record_of(report)
+        if record is not None:
+            self.outcomes[report.nodeid] = OutcomeKind(record[keys.OUTCOME])
+        if report.when in ("teardown", CRASHED):
+            self.done.add(report.nodeid)
+            self._update()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        status = self._update(finished=True)
+        if not self.outcomes:
+            return
+        if self.terminal is not None and live(self.config):
+            self.terminal.write_line("")
+        elif self.terminal is not None and status.done:
+            self._print(status)
+
+    def status(self, finished: bool = False) -> Status:
+        counts = list(self.outcomes.values())
+        return Status(
+            run_id=self.run_dir.name,
+            total=max(self.total, len(self.done)),
+            done=len(self.done),
+            solved=counts.count(OutcomeKind.SOLVED),
+            unsolved=counts.count(OutcomeKind.UNSOLVED),
+            errors=counts.count(OutcomeKind.ERROR),
+            started_at=self.started_at,
+            updated_at=time.time(),
+            finished=finished,
+        )
+
+    def _update(self, finished: bool = False) -> Status:
+        status = self.status(finished)
+        if not self.outcomes:  # no rollout yet (or a run of other tests): nothing to say
+            return status
+        write_status(self.run_dir, status)
+        if self.terminal is None or finished or not status.done:
+            return status
+        if live(self.config):
+            self.terminal.rewrite(f"policybench: {status.line()}", erase=True)
+        elif time.monotonic() - self.printed_at >= self.every_s:
+            self._print(status)
+            self.printed_at = time.monotonic()
+        return status
+
+    def _print(self, status: Status) -> None:
+        """The line on a line of its own, also after pytest's progress characters (xdist's
+        reporter writes them without marking the line as begun)."""
+        if self.terminal._tw.width_of_current_line:
+            self.terminal.write("\n")
+        self.terminal.write_line(f"policybench: {status.line()}")
