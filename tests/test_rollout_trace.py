@@ -203,3 +203,22 @@ def test_no_rollout_traces_writes_none(tmp_path):
     assert not (run_dir / "traces").exists()
     page = (run_dir / "rollouts" / "00000.html").read_text()
     assert "No plots: no trace recorded" in page
+
+
+def test_merged_shards_keep_every_rollouts_trace_and_their_pages_embed_it(tmp_path):
+    from policybench.cli import main
+
+    parts = []
+    for shard in ("1/2", "2/2"):
+        project = tmp_path / shard.replace("/", "-")
+        project.mkdir()
+        parts.append(run_project(project, "--shard", shard))
+    out = tmp_path / "merged"
+    assert main(["report", "merge", *map(str, parts), "--out", str(out)]) == 0
+    merged = records(out)
+    assert len(merged) == 2
+    for index, record in enumerate(merged):
+        assert read_trace(out / record[keys.ROLLOUT_TRACE])["steps"] == record[keys.STEPS]
+        page = (out / "rollouts" / f"{index:05d}.html").read_text()
+        assert 'id="rollout-trace"' in page and "No plots" not in page
+    assert (out / "rollouts" / "rollout_plots.js").is_file()
