@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import os
 import threading
 from dataclasses import dataclass
 from typing import IO
@@ -18,22 +18,20 @@ CHOICES = {"s": Judgement.SUCCESS, "f": Judgement.FAILURE, "u": Judgement.UNSURE
 
 @dataclass(frozen=True)
 class Terminal:
-    """The controlling terminal, opened to read and to write (a terminal cannot seek, so one
-    file object cannot do both)."""
+    """The controlling terminal: a descriptor read a line at a time (the terminal's own line
+    editing, no buffer whose lock a read in progress holds), and a file written to."""
 
-    reader: IO[str]
+    reader: int
     writer: IO[str]
 
-    def close(self) -> None:
-        for file in (self.writer, self.reader):
-            with contextlib.suppress(OSError):
-                file.close()
+    def readline(self) -> str:
+        return os.read(self.reader, 4096).decode(errors="replace")
 
 
 def open_terminal() -> Terminal:
     """The controlling terminal; OperatorError when the run has none."""
     try:
-        return Terminal(open(TERMINAL), open(TERMINAL, "w", buffering=1))
+        return Terminal(os.open(TERMINAL, os.O_RDONLY), open(TERMINAL, "w", buffering=1))
     except OSError as error:
         raise OperatorError(
             f"--operator tty asks on the controlling terminal, and this run has none ({error}); "
@@ -51,8 +49,9 @@ class TerminalPrompter:
         self._thread.start()
 
     def close(self) -> None:
+        """Asks nothing more; the terminal stays open for a prompt's read in progress (a run
+        interrupted while asking), and the process's end closes it."""
         self._closed.set()
-        self._terminal.close()
 
     def _serve(self) -> None:
         seen = 0
@@ -90,7 +89,7 @@ class TerminalPrompter:
     def _read(self, prompt: str) -> str:
         self._terminal.writer.write(prompt)
         self._terminal.writer.flush()
-        line = self._terminal.reader.readline()
+        line = self._terminal.readline()
         if not line:
             raise OSError("the terminal closed")
         return line.strip()
