@@ -208,3 +208,18 @@ def test_an_execution_horizon_shorter_than_a_swept_delay_is_a_usage_error(bench)
     result.stderr.fnmatch_lines(
         ["*--execute-steps 2 is shorter than the delay of 4 control steps*"]
     )
+
+
+def test_sweep_of_a_profile_labels_it_by_file_and_records_its_digest(bench):
+    head = {"format": "policybench-latency-profile", "version": 1}
+    (bench.path / "slow.json").write_text(json.dumps({**head, "sample_s": [0.1, 0.11]}))
+    args = ("--rollouts", "1", "-k", "push", "-n", "2", "--latency-sweep", "0,profile:slow.json")
+    assert bench.runpytest(*args).ret == 0
+    found = records(run_dir(bench))
+    assert {r[keys.ARM] for r in found} == {"none", "profile:slow.json"}
+    digests = {r[keys.POLICY].get(keys.LATENCY_PROFILE) for r in found}
+    settings = json.loads((run_dir(bench) / "run.json").read_text())["settings"]
+    assert settings[keys.LATENCY_PROFILE] == sorted(digests - {None})
+    points = sweep_of(run_dir(bench))["evals"][0]["points"]
+    assert [p[keys.INFERENCE_LATENCY] for p in points] == ["none", "profile:slow.json"]
+    assert points[1]["solved"] < points[0]["solved"]  # 8 steps or more late, push fails
