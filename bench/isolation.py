@@ -125,7 +125,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="blocks per env (default 15)")
     parser.add_argument("--steps", type=int, default=100, help="steps a block (default 100)")
     parser.add_argument("--python", type=Path, default=Path(sys.executable))
+    parser.add_argument(
+        "--same-cpu",
+        action="store_true",
+        help="pin this process, and so the env servers it starts, to one CPU (Linux)",
+    )
     args = parser.parse_args()
+    if args.same_cpu:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(f"command: {shlex.join(['python', *sys.argv])}")
     measured = cases(args.python)
     print(f"other interpreter: {args.python}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
