@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from policybench import keys
+from policybench.report.verdicts import read_verdicts
 
 CHROMIUM = next(
     (
@@ -167,6 +168,12 @@ def test_web_operator_stages_and_judges_every_rollout_of_an_attended_run(project
         assert verdict[keys.SCORER] == "ann" and verdict[keys.VERDICT_ROLLOUT] == nodeid
         assert record[keys.OPERATOR_WAIT_S] > 0
         assert record[keys.SIM_S] <= 2.0  # no simulated time charged for the wait
+    # ... and the verdicts are in verdicts.jsonl, as the report and its gates count them.
+    given = read_verdicts(project / "reports" / "latest")
+    assert given.problems == ()
+    assert {v.rollout: (v.verdict, v.scorer) for v in given.given} == {
+        nodeid: (verdict, "ann") for nodeid, verdict in judged.items()
+    }
 
 
 # --- the terminal, in a tmux pane -------------------------------------------------------------

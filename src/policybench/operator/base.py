@@ -1,15 +1,15 @@
-"""What a rollout asks a person and what the person answers: the Request (stage this scene, or
-judge this rollout), the Verdict, and the Operator a harness asks them through."""
+"""What a rollout asks a person: the Request (stage this scene, or judge this rollout), and the
+Operator a harness asks it through; a verdict is the one verdicts.jsonl holds (report.verdicts)."""
 
 from __future__ import annotations
 
-import datetime
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policybench import keys
+from policybench.report.verdicts import Verdict
 from policybench.spec import SceneValue
 
 
@@ -20,12 +20,6 @@ class OperatorError(RuntimeError):
 class Ask(enum.StrEnum):
     STAGE = "stage"  # stage the scene, then confirm
     JUDGE = "judge"  # say how the rollout ended
-
-
-class Judgement(enum.StrEnum):
-    SUCCESS = "success"
-    FAILURE = "failure"
-    UNSURE = "unsure"
 
 
 @dataclass(frozen=True)
@@ -63,37 +57,6 @@ class Request:
                 f"a request to an operator needs ask (stage|judge), {keys.EVAL}, "
                 f"{keys.VERDICT_ROLLOUT} and {keys.INSTRUCTION}; got {dict(data)!r} ({error})"
             ) from None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A person's verdict on a rollout: the judgement, a note, who gave it and when (UTC)."""
-
-    judgement: Judgement
-    note: str
-    scorer: str
-    scored_at: str
-
-    @classmethod
-    def now(cls, judgement: str, note: str, scorer: str) -> Verdict:
-        try:
-            judged = Judgement(judgement.strip().lower())
-        except ValueError:
-            raise OperatorError(
-                f"a verdict is one of {[j.value for j in Judgement]}, got {judgement!r}"
-            ) from None
-        at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        return cls(judged, note.strip(), scorer.strip() or "operator", at)
-
-    def as_record(self, rollout: str) -> dict[str, str]:
-        """The verdict as one line of verdicts.jsonl (and an attended rollout's record) holds it."""
-        return {
-            keys.VERDICT_ROLLOUT: rollout,
-            keys.VERDICT: self.judgement.value,
-            keys.VERDICT_NOTE: self.note,
-            keys.SCORER: self.scorer,
-            keys.SCORED_AT: self.scored_at,
-        }
 
 
 class Operator(Protocol):

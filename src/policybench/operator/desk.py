@@ -9,13 +9,14 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.operator.base import Ask, Judgement, OperatorError, Request, Verdict
+from policybench.operator.base import Ask, OperatorError, Request
+from policybench.report.verdicts import BadVerdict, Verdict
 from policybench.scoring.server import HttpError, Response
 from policybench.scoring.server import Request as PageRequest
 
@@ -24,10 +25,12 @@ POLL_S = 20.0  # how long one long poll for an answer waits before asking again
 
 
 class Desk:
-    """The open requests, in the order they came, and their answers (thread-safe)."""
+    """The open requests, in the order they came, and their answers (thread-safe); each verdict
+    given is passed to `keep` (appended to the run's verdicts.jsonl) before it is answered."""
 
-    def __init__(self, operator_name: str) -> None:
+    def __init__(self, operator_name: str, keep: Callable[[Verdict], None]) -> None:
         self.operator_name = operator_name
+        self._keep = keep
         self._changed = threading.Condition()
         self._ids = itertools.count(1)
         self._open: dict[int, Request] = {}
@@ -62,12 +65,17 @@ class Desk:
             if request.ask is Ask.STAGE:
                 checked: dict[str, Any] = {keys.STAGED: True}
             else:
-                verdict = Verdict.now(
-                    str(answer.get(keys.VERDICT, "")),
-                    str(answer.get(keys.VERDICT_NOTE, "")),
-                    str(answer.get(keys.SCORER) or self.operator_name),
-                )
-                checked = verdict.as_record(request.rollout)
+                try:
+                    verdict = Verdict.now(
+                        request.rollout,
+                        str(answer.get(keys.VERDICT, "")).strip().lower(),
+                        str(answer.get(keys.SCORER) or self.operator_name),
+                        str(answer.get(keys.VERDICT_NOTE, "")).strip(),
+                    )
+                except BadVerdict as error:
+                    raise OperatorError(str(error)) from None
+                self._keep(verdict)
+                checked = verdict.as_json()
             del self._open[number]
             self._answers[number] = checked
             self._changed.notify_all()
@@ -170,13 +178,7 @@ class DeskClient:
         self._ask(request)
 
     def judge(self, request: Request) -> Verdict:
-        answer = self._ask(request)
-        return Verdict(
-            Judgement(answer[keys.VERDICT]),
-            answer[keys.VERDICT_NOTE],
-            answer[keys.SCORER],
-            answer[keys.SCORED_AT],
-        )
+        return Verdict.of_json(self._ask(request))
 
     def _ask(self, request: Request) -> dict[str, Any]:
         number = self._call("POST", "/api/requests", request.as_json())["id"]

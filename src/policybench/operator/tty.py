@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import IO
 
 from policybench import keys
-from policybench.operator.base import Ask, Judgement, OperatorError, Request
+from policybench.operator.base import Ask, OperatorError, Request
 from policybench.operator.desk import Desk
+from policybench.report.verdicts import FAILURE, SUCCESS, UNSURE
 
 TERMINAL = "/dev/tty"
-CHOICES = {"s": Judgement.SUCCESS, "f": Judgement.FAILURE, "u": Judgement.UNSURE}
+CHOICES = {"s": SUCCESS, "f": FAILURE, "u": UNSURE}
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class TerminalPrompter:
                 break
             say(f"[operator] answer s, f or u (got {choice!r})")
         note = self._read("[operator] note (Enter for none): ")
-        return {keys.VERDICT: CHOICES[choice[:1]].value, keys.VERDICT_NOTE: note}
+        return {keys.VERDICT: CHOICES[choice[:1]], keys.VERDICT_NOTE: note}
 
     def _say(self, line: str) -> None:
         self._terminal.writer.write(line + "\n")

@@ -8,6 +8,7 @@ terminal, and a web page would need a port per worker; one desk asks one thing a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.watchdog import not_counted
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.episode import Episode
+from policybench.report.verdicts import append_verdict
 
 TTY, WEB = "tty", "web"
 DESK_URL = "operator_desk"  # what the controller hands its workers: the desk's URL
@@ -90,8 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("operator_name") or getpass.getuser()
     try:
         terminal = open_terminal() if choice.kind == TTY else None
-        desk = Desk(name)
-        server = DeskServer(desk, choice.port, run_dir_of(config))
+        run_dir = run_dir_of(config)
+        desk = Desk(name, functools.partial(append_verdict, run_dir))
+        server = DeskServer(desk, choice.port, run_dir)
     except OperatorError as error:
         raise pytest.UsageError(str(error)) from None
     config.add_cleanup(server.close)
@@ -163,6 +166,6 @@ def attend(
         with not_counted():
             verdict = operator.judge(dataclasses.replace(staging, ask=Ask.JUDGE))
         waited_s += time.monotonic() - waited
-        added[keys.OPERATOR_VERDICT] = verdict.as_record(nodeid)
+        added[keys.OPERATOR_VERDICT] = verdict.as_json()
     added[keys.OPERATOR_WAIT_S] = round(waited_s, 3)
     return done, added
