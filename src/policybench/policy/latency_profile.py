@@ -100,6 +100,9 @@ class LatencyProfile:
         digest = _digest({FAMILY: family, PARAMS: params})
         return cls(path, digest, family=family, params=params, recorded=recorded, _frozen=frozen)
 
+    def __hash__(self) -> int:
+        return hash((self.path, self.digest))
+
     @property
     def kind(self) -> str:
         return PARAMETRIC if self.family is not None else EMPIRICAL
