@@ -5,6 +5,7 @@ pages on one shell (`templates/shell.html.j2`). Loopback by default; standard li
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -109,13 +110,21 @@ def file_response(root: Path, relative: str, range_header: str | None) -> Respon
     return Response(path.read_bytes(), media, headers={"Accept-Ranges": "bytes"})
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a page closed, a run's process interrupted while
+        it waited on a long poll) is no error worth a traceback on the person's terminal."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class PageServer:
     """Serves `routes` and, under /files/, the files of `root`; `start()` runs it on a thread of
     its own (for tests and for a page beside a running harness), `serve()` until interrupted."""
 
     def __init__(self, routes: Routes, root: Path, host: str = LOOPBACK, port: int = 0) -> None:
         self.routes, self.root = dict(routes), root
-        self.httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self.httpd = _Server((host, port), self._handler_class())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
