@@ -222,3 +222,11 @@ def test_merged_shards_keep_every_rollouts_trace_and_their_pages_embed_it(tmp_pa
         page = (out / "rollouts" / f"{index:05d}.html").read_text()
         assert 'id="rollout-trace"' in page and "No plots" not in page
     assert (out / "rollouts" / "rollout_plots.js").is_file()
+
+
+def test_a_rollout_ended_by_an_env_fault_keeps_its_action_bounds():
+    eval = point_eval("broken", raise_at_step=4)
+    episode = run_rollout(eval.rollouts(1, 0)[0], World(eval), ChunkPolicy(MarkedChunks(2)))
+    assert episode.outcome.is_error and episode.steps == 3
+    trace = rollout_trace(episode)
+    assert trace["action_low"] == [-1.0] and trace["action_high"] == [1.0]

@@ -103,6 +103,7 @@ class World:
         self._env: gym.Env | None = None
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
+        self._bounds: tuple[np.ndarray, np.ndarray] | None = None
         # Whether the env's step info has carried a success key since the last reset: an env
         # that never reports one reads as never solved, which the report points out.
         self.success_reported = False
@@ -115,6 +116,9 @@ class World:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
         env = self._env = self.env_for(scene.task)
         self._task = scene.task
+        space = env.action_space
+        low, high = getattr(space, "low", None), getattr(space, "high", None)
+        self._bounds = None if low is None or high is None else (low, high)
         self.success_reported = False
         obs, _ = env.reset(seed=scene.seed, options=dict(scene.fields) or None)
         return as_observation(obs)
@@ -134,11 +138,9 @@ class World:
 
     @property
     def action_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The action space's (low, high), or None with no live env (before a reset, after a
-        fault): what a rollout's trace draws its actions against."""
-        space = None if self._env is None else self._env.action_space
-        low, high = getattr(space, "low", None), getattr(space, "high", None)
-        return None if low is None or high is None else (low, high)
+        """The (low, high) of the action space of the env last reset (kept past a fault that
+        discarded it), None before a reset: what a rollout's trace draws its actions against."""
+        return self._bounds
 
     def discard(self) -> None:
         """Drops the current env after a fault; the next reset of its task builds a new one."""

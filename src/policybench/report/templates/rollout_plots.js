@@ -125,7 +125,8 @@
     var actionBox = document.getElementById("action-plots");
     actions.forEach(function (series, d) {
       var bounds = [lows[d], highs[d]].filter(function (v) { return v !== null && v !== undefined; });
-      var plot = new Plot(actionBox, "action[" + d + "]", [series], bounds, end, "action-plot");
+      var title = "action[" + d + "]" + (bounds.length < 2 ? " (no bound recorded)" : "");
+      var plot = new Plot(actionBox, title, [series], bounds, end, "action-plot");
       plot.svg.setAttribute("data-dim", d);
       plot.level(lows[d], "bound low", "action space low");
       plot.level(highs[d], "bound high", "action space high");
