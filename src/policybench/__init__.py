@@ -2,14 +2,14 @@
 
 from policybench.spec import Eval, Rollout, Scene, seeded_per_task
 
-__all__ = ["Eval", "Rollout", "Scene", "evaluate", "seeded_per_task"]
+__all__ = ["Eval", "Rollout", "Scene", "evaluate", "parametrize", "seeded_per_task"]
 
 
 def __getattr__(name: str):
     # `evaluate` lives with the pytest plugin; importing it lazily keeps the policy layer and
     # plain scripts free of pytest.
-    if name == "evaluate":
-        from policybench.pytest_plugin.collection import evaluate
+    if name in ("evaluate", "parametrize"):
+        from policybench.pytest_plugin import collection
 
-        return evaluate
+        return getattr(collection, name)
     raise AttributeError(f"module 'policybench' has no attribute {name!r}")

@@ -134,7 +134,7 @@ def local_policy(
     if name.startswith(LEROBOT_PREFIX):
         return _lerobot(name, eval, settings)
     target = imported(name) if is_import_path(name) else _entry_point(name)
-    return _as_policy(name, target, eval, settings, action_space)
+    return as_policy(name, target, eval, settings, action_space)
 
 
 def served_model(
@@ -172,7 +172,7 @@ def imported(path: str, search_dir: Path | None = None) -> Any:
     return target
 
 
-def _as_policy(
+def as_policy(
     name: str, target: Any, eval: Eval, settings: PolicySettings, action_space: ActionSpace
 ) -> Policy:
     """A Model or Policy as is, or what a factory makes of this Eval."""

@@ -43,11 +43,14 @@ class Planned:
         return fields
 
 
-def evaluate(*evals: Eval) -> pytest.MarkDecorator:
+def parametrize(*evals: Eval) -> pytest.MarkDecorator:
     """Runs the decorated `test_x(rollout, harness)` once per planned Rollout of `evals`."""
     if not evals or not all(isinstance(candidate, Eval) for candidate in evals):
-        raise TypeError(f"evaluate() takes one or more Evals, got {evals!r}")
+        raise TypeError(f"parametrize() takes one or more Evals, got {evals!r}")
     return getattr(pytest.mark, MARKER)(*evals)
+
+
+evaluate = parametrize  # the decorator's former name, until the suites and tests are renamed
 
 
 def planned_of(item: pytest.Item) -> Planned | None:

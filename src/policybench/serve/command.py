@@ -161,7 +161,8 @@ class EvalModels:
         eval = self.resolve(name, ref)
         served = self._served.get(eval.name)
         if served is None:
-            model, codec = served_model(self.policy, eval, self.settings, lambda: _space(eval))
+            space = lambda: action_space_of(eval)  # noqa: E731
+            model, codec = served_model(self.policy, eval, self.settings, space)
             served = ServedModel(model, eval.control_hz, eval.codecs, codec)
             self._served[eval.name] = served
         return served
@@ -189,7 +190,8 @@ class EvalModels:
         )
 
 
-def _space(eval: Eval):
+def action_space_of(eval: Eval):
+    """The action space of `eval`'s env, read from one env of its first task (then closed)."""
     task = eval.rollouts(1, 0)[0].scene.task
     env = eval.make_env(task)
     try:
