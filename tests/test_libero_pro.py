@@ -66,7 +66,13 @@ def test_a_suite_plans_init_state_i_of_each_task_with_seed_7_and_openpis_time_li
 def test_the_launcher_puts_the_suites_standalone_modules_beside_the_env_server():
     script = server_script(MODULES)
     beside = {path.name for path in script.parent.glob("*.py")}  # an env server adds __pycache__
-    assert beside == {"policybench_envserver.py", "libero_pro_env.py", "replay.py", "keys.py"}
+    assert beside == {
+        "policybench_envserver.py",
+        "libero_pro_env.py",
+        "sim_env.py",
+        "replay.py",
+        "keys.py",
+    }
     assert (script.parent / "keys.py").read_text() == Path(keys.__file__).read_text()
     assert server_script(()) != script  # a folder per content: the bare server has its own
     with pytest.raises(EnvServerError, match=r"'policybench\.nowhere' is not a module file"):

@@ -122,7 +122,7 @@ class Staged:
 
 def staged_by_libero(raw: dict[str, np.ndarray], env: Any) -> Staged:
     """A LIBERO env's (`OffScreenRenderEnv`) raw observation and state."""
-    from policybench.suites.libero.env import state_of
+    from policybench.suites.libero.sim_env import state_of
 
     model = env.sim.model
     return Staged(
@@ -270,7 +270,7 @@ def test_lerobot_protocol_stages_what_lerobots_env_stages(libero_ready):
 
 def staged_by_lerobot(env: Any, seed: int) -> Staged:
     """The first observation of LeRobot's LiberoEnv after `reset(seed=seed)`."""
-    from policybench.suites.libero.env import quat_to_axis_angle
+    from policybench.suites.libero.sim_env import quat_to_axis_angle
 
     obs, _ = env.reset(seed=seed)
     robot = obs["robot_state"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import os
 import pickle
 import zipfile
@@ -13,16 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from policybench import heap, keys
-from policybench.suites.libero.replay import fresh_poses, replay_resets
-from policybench.suites.libero.staging import INIT_STATE, OPENPI_STAGING, ResetPlan, Staging
+from policybench import heap
+from policybench.suites.libero.sim_env import LiberoSimEnv, ResetPlan
+from policybench.suites.libero.staging import OPENPI_STAGING, Staging
 
 ASSETS_VARIABLE = "POLICYBENCH_LIBERO_ASSETS"  # an asset tree to use before any other
 ASSET_FOLDERS = ("articulated_objects", "stable_scanned_objects", "turbosquid_objects", "scenes")
-AGENT_CAMERA, WRIST_CAMERA = "agentview", "robot0_eye_in_hand"
 HOW_TO_INSTALL = "pip install 'policybench[libero]' && pip install --no-deps hf-libero==0.1.4"
 
 
@@ -140,28 +137,6 @@ def load_init_states(path: Path) -> np.ndarray:
     return states
 
 
-def quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
-    """robosuite's xyzw quaternion as an axis-angle vector (robosuite's own formula, as
-    openpi's LIBERO example uses it)."""
-    w = float(np.clip(quat[3], -1.0, 1.0))
-    den = math.sqrt(1.0 - w * w)
-    if math.isclose(den, 0.0):
-        return np.zeros(3)
-    return np.asarray(quat[:3], dtype=np.float64) * 2.0 * math.acos(w) / den
-
-
-def state_of(raw: dict[str, np.ndarray]) -> np.ndarray:
-    """The 8-d state of openpi's and LeRobot's LIBERO: eef position, eef axis-angle, gripper
-    joint positions."""
-    return np.concatenate(
-        (
-            raw["robot0_eef_pos"],
-            quat_to_axis_angle(raw["robot0_eef_quat"]),
-            raw["robot0_gripper_qpos"],
-        )
-    )
-
-
 def forget_compiled_scene() -> None:
     """Lets go of the scene MuJoCo compiled last. MuJoCo keeps the description of the model it
     compiled last (for `mj_saveLastXML`), meshes and decoded textures included: for a LIBERO-90
@@ -191,15 +166,10 @@ def forget_compiled_scenes() -> None:
     MujocoEnv._initialize_sim = build_and_forget
 
 
-class LiberoEnv(gym.Env):
-    """One LIBERO task. `reset(seed=s, options={"init_state": i})` stages the scene as `staging`
-    says (how numpy's global RNG is seeded and how many resets the env has seen before), sets the
-    task's fixed init state i, then plays `settle_steps` of `settle_action` (objects come to rest)
-    unseen by the policy; numpy's global RNG is left as it was. Observations: `image` (agent
-    view) and `wrist_image` as LIBERO renders them (upside down), `state` (8-d). Success is
-    LIBERO's own goal check."""
-
-    metadata = {"render_modes": ["rgb_array"]}
+class LiberoEnv(LiberoSimEnv):
+    """One task of hf-libero, staged by `staging` (how numpy's global RNG is seeded and how many
+    resets the env has seen before); see LiberoSimEnv. Each reset gives back the memory its
+    model build leaves behind."""
 
     def __init__(
         self,
@@ -211,69 +181,25 @@ class LiberoEnv(gym.Env):
         staging: Staging = OPENPI_STAGING,
     ) -> None:
         import_libero()
-        from libero.libero.envs import OffScreenRenderEnv
-
         # The installed package's own task files, whatever an older LIBERO config points at.
         root = _libero_root()
-        self.bddl_file = root / "bddl_files" / suite / f"{task}.bddl"
-        init = root / "init_files" / suite / f"{task}.pruned_init"
-        self.init_states = load_init_states(init)
+        init_states = load_init_states(root / "init_files" / suite / f"{task}.pruned_init")
         self.staging = staging
         self._camera_size = camera_size
         forget_compiled_scenes()
-        self._env = OffScreenRenderEnv(
-            bddl_file_name=str(self.bddl_file),
-            camera_heights=camera_size,
-            camera_widths=camera_size,
-        )
-        # The joint samplers one model build adds (LIBERO appends them again at every build).
-        self._joint_samplers = tuple(self._env.env.object_property_initializers)
-        self.language = self._env.language_instruction
-        self._settle = (settle_steps, np.asarray(settle_action, dtype=np.float64))
-        size = (camera_size, camera_size, 3)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float64)
-        self.observation_space = gym.spaces.Dict(
-            {
-                keys.IMAGE: gym.spaces.Box(0, 255, size, np.uint8),
-                keys.WRIST_IMAGE: gym.spaces.Box(0, 255, size, np.uint8),
-                keys.STATE: gym.spaces.Box(-np.inf, np.inf, (8,), np.float64),
-            }
+        super().__init__(
+            root / "bddl_files" / suite / f"{task}.bddl",
+            init_states,
+            camera_size,
+            settle_steps,
+            settle_action,
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        index = (options or {}).get(INIT_STATE)
-        count = len(self.init_states)
-        if not isinstance(index, int) or not 0 <= index < count:
-            raise ValueError(
-                f"LIBERO reset needs options={{'{INIT_STATE}': i}} with 0 <= i < {count}, "
-                f"got {options!r}"
-            )
-        if not isinstance(seed, int):
-            raise ValueError(
-                f"LIBERO reset needs an int seed (the scene's seed), got {seed!r}; stage scenes "
-                "through World.reset(scene) or pass seed=scene.seed"
-            )
-        super().reset(seed=seed)
-        raw = self.stage(self.staging.plan(seed, index))
-        steps, action = self._settle
-        for _ in range(steps):
-            raw, _, _, _ = self._env.step(action)
-        return self._observe(raw), {}
+    def plan(self, seed: int, init_state: int) -> ResetPlan:
+        return self.staging.plan(seed, init_state)
 
     def stage(self, plan: ResetPlan) -> dict[str, np.ndarray]:
-        """Resets the env as `plan` says and sets its init state; LIBERO's raw observation."""
-        robosuite_env = self._env.env
-        outside = np.random.get_state()
-        try:
-            robosuite_env.object_property_initializers = list(self._joint_samplers) * plan.builds
-            self._env.seed(plan.seed)  # numpy's global RNG, which LIBERO's resets draw from
-            if plan.replayed:
-                poses = fresh_poses(robosuite_env, str(self.bddl_file))
-                replay_resets(robosuite_env, plan.replayed, poses)
-            self._env.reset()
-        finally:
-            np.random.set_state(outside)
-        raw = self._env.set_init_state(self.init_states[plan.init_state])
+        raw = super().stage(plan)
         self._release_model_textures()
         heap.trim()  # what the reset's build and any replayed ones left free in the C heap
         return raw
@@ -289,30 +215,3 @@ class LiberoEnv(gym.Env):
             context.con.offWidth, context.con.offHeight
         ):
             heap.release(sim.model._model.tex_data)
-
-    def step(self, action: np.ndarray):
-        raw, reward, done, info = self._env.step(np.asarray(action, dtype=np.float64))
-        # LIBERO's `done` is its goal check; the harness decides when the episode ends.
-        return self._observe(raw), float(reward), False, False, {**info, keys.SUCCESS: bool(done)}
-
-    @property
-    def libero(self) -> Any:
-        """LIBERO's own env (an `OffScreenRenderEnv`), for inspection."""
-        return self._env
-
-    def sim_state(self) -> np.ndarray:
-        """The full MuJoCo state (time, qpos, qvel), as LIBERO's init states hold it."""
-        return self._env.get_sim_state()
-
-    @staticmethod
-    def _observe(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {
-            keys.IMAGE: raw[f"{AGENT_CAMERA}_image"],
-            keys.WRIST_IMAGE: raw[f"{WRIST_CAMERA}_image"],
-            keys.STATE: state_of(raw),
-        }
-
-    def close(self) -> None:
-        env, self._env = getattr(self, "_env", None), None
-        if env is not None:
-            env.close()

@@ -7,30 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policybench.spec import Scene
-
-INIT_STATE = "init_state"  # the reset option (and Scene field) naming the init state
-
-
-@dataclass(frozen=True)
-class ResetPlan:
-    """What the env does to reach a rollout's first observation, in order:
-
-    1. LIBERO's env holds `builds` copies of its joint samplers, as an env whose model was built
-       `builds` times holds them (each model build appends one; a reset draws from each);
-    2. numpy's global RNG is seeded with `seed` (LIBERO's `env.seed`);
-    3. the random draws of `replayed` resets are replayed (the RNG and the env advance exactly as
-       that many resets would advance them, none is run);
-    4. one real reset; then the task's init state `init_state` and the settle steps.
-    """
-
-    seed: int
-    init_state: int
-    replayed: int = 0
-    builds: int = 1
-
-    def __post_init__(self) -> None:
-        if self.replayed < 0 or self.builds < 1:
-            raise ValueError(f"a reset plan needs replayed >= 0 and builds >= 1, got {self}")
+from policybench.suites.libero.sim_env import INIT_STATE, ResetPlan
 
 
 class Staging(Protocol):

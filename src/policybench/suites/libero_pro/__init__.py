@@ -67,6 +67,7 @@ HORIZON_MARGIN = 20  # the evaluator builds its envs with horizon max_steps + wa
 ENTRY = "libero_pro_env:make"
 MODULES = (
     "policybench.suites.libero_pro.libero_pro_env",
+    "policybench.suites.libero.sim_env",
     "policybench.suites.libero.replay",
     "policybench.keys",
 )
