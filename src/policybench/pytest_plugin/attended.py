@@ -21,12 +21,13 @@ from policybench import keys
 from policybench.operator.base import Ask, Operator, OperatorError, Request
 from policybench.operator.desk import Desk, DeskClient, DeskServer
 from policybench.operator.tty import TerminalPrompter, open_terminal
-from policybench.pytest_plugin.collection import Planned, planned_of
+from policybench.pytest_plugin.collection import MARKER, Planned
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.watchdog import not_counted
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.episode import Episode
 from policybench.report.verdicts import append_verdict
+from policybench.spec import Eval
 
 TTY, WEB = "tty", "web"
 DESK_URL = "operator_desk"  # what the controller hands its workers: the desk's URL
@@ -117,19 +118,20 @@ def operator_of(config: pytest.Config) -> Operator | None:
     return None if url is None else DeskClient(url)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    attended = sorted(
-        {
-            planned.eval.name
-            for item in items
-            if (planned := planned_of(item)) and is_attended(planned)
-        }
-    )
-    if attended and operator_of(config) is None:
-        raise pytest.UsageError(
-            f"the Evals {', '.join(attended)} are attended: a person stages each rollout's scene "
-            "(and may judge it), and this run has no operator; give --operator tty (asked on "
-            "this terminal) or --operator web[:PORT] (a page on 127.0.0.1), or deselect them"
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Refuses attended Evals in a run without an operator, as they are collected (in every
+    worker too, whose collection error the controller shows): a run that would wait on nobody."""
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    attended = [
+        e.name for e in (marker.args if marker else ()) if isinstance(e, Eval) and e.attended
+    ]
+    if attended and operator_of(metafunc.config) is None:
+        pytest.fail(
+            f"{', '.join(attended)} in {metafunc.definition.nodeid} is attended: a person stages "
+            "each rollout's scene (and may judge it), and this run has no operator; give "
+            "--operator tty (asked on this terminal) or --operator web[:PORT] (a page on "
+            "127.0.0.1), or run without this module",
+            pytrace=False,
         )
 
 
