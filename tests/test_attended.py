@@ -85,7 +85,9 @@ def test_attended_eval_without_an_operator_is_refused_at_collection(project, wor
         pytest_command("-n", workers), cwd=project, capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0, done.stdout + done.stderr
-    assert "attended in test_point.py::test_point is attended" in done.stdout, done.stdout
+    assert "the Eval 'attended' of test_point.py::test_point is attended" in done.stdout, (
+        done.stdout
+    )
     assert "give --operator tty" in done.stdout and "Traceback" not in done.stdout
     assert not (project / "reports" / "latest").exists()  # nothing ran
 

@@ -127,8 +127,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ]
     if attended and operator_of(metafunc.config) is None:
         pytest.fail(
-            f"{', '.join(attended)} in {metafunc.definition.nodeid} is attended: a person stages "
-            "each rollout's scene (and may judge it), and this run has no operator; give "
+            f"the Eval {', '.join(attended)} of {metafunc.definition.nodeid} is attended: a person "
+            "stages each rollout's scene (and may judge it), and this run has no operator; give "
             "--operator tty (asked on this terminal) or --operator web[:PORT] (a page on "
             "127.0.0.1), or run without this module",
             pytrace=False,
