@@ -111,12 +111,13 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
     arrays = {
         "time_s": np.asarray(times, np.float64) / 1e9,
         "action": actions.T,  # a row per action dimension
-        "reward": np.asarray([s.reward for s in episode.trace], np.float32),
-        "success": np.asarray([s.success for s in episode.trace], np.uint8),
+        keys.REWARD: np.asarray([s.reward for s in episode.trace], np.float32),
+        keys.SUCCESS: np.asarray([s.success for s in episode.trace], np.uint8),
         "chunk": chunk,
-        "waypoint": waypoint,
+        keys.WAYPOINT: waypoint,
         "call_asked_s": np.asarray([c.asked_ns for c in calls], np.float64) / 1e9,
-        "call_latency_ms": np.asarray([c.arrives_ns - c.asked_ns for c in calls], np.float32) / 1e6,
+        keys.CALL_LATENCY_MS: np.asarray([c.arrives_ns - c.asked_ns for c in calls], np.float32)
+        / 1e6,
         "call_horizon": np.asarray([c.horizon for c in calls], np.int32),
         "call_wall_ms": np.asarray([c.wall_ns for c in calls], np.float32) / np.float32(1e6),
     }
@@ -131,12 +132,12 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
     bounds = episode.action_bounds
     return {
         "format": FORMAT,
-        "steps": steps,
+        keys.STEPS: steps,
         "period_s": period_ns / 1e9,
-        "chunk_anchor": anchor,
+        keys.CHUNK_ANCHOR: anchor,
         "action_low": None if bounds is None else _floats(bounds[0]),
         "action_high": None if bounds is None else _floats(bounds[1]),
-        "success_step": episode.success_step,
+        keys.SUCCESS_STEP: episode.success_step,
         "state_left_out": left_out,
         "arrays": {name: encode_array(array) for name, array in arrays.items()},
     }
