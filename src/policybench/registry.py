@@ -31,6 +31,7 @@ from policybench.serve.client import Endpoint, RemoteModel
 if TYPE_CHECKING:
     import gymnasium as gym
 
+    from policybench.policy.lerobot import LeRobotModel
     from policybench.spec import Eval
 
 ENTRY_POINT_GROUP = "policybench.policies"
@@ -175,11 +176,22 @@ def imported(path: str, search_dir: Path | None = None) -> Any:
 def as_policy(
     name: str, target: Any, eval: Eval, settings: PolicySettings, action_space: ActionSpace
 ) -> Policy:
-    """A Model or Policy as is, or what a factory makes of this Eval."""
+    """A Model or Policy as is, or what a factory makes of this Eval. A LeRobotModel is played
+    through the Eval's `lerobot` codec."""
+    from policybench.policy.lerobot import LeRobotModel, is_pretrained_policy
+
+    if is_pretrained_policy(target):
+        raise TypeError(
+            f"policy {name!r} is a LeRobot {type(target).__name__} alone; wrap it with the "
+            "processors it was trained with: LeRobotModel.in_memory(policy, preprocessor, "
+            "postprocessor) (from policybench.policy.lerobot)"
+        )
     if not _is_model(target) and not _is_policy(target) and callable(target):
         target = target(eval, action_space(), settings)
     if _is_policy(target):
         return target
+    if isinstance(target, LeRobotModel):
+        return lerobot_policy(target, eval, settings)
     if _is_model(target):
         return _played(target, IDENTITY, settings)
     raise TypeError(_not_a_policy(name, target))
@@ -219,17 +231,30 @@ def _played(model: Model, codec: Codec, settings: PolicySettings) -> ChunkPolicy
 
 
 def _lerobot(name: str, eval: Eval, settings: PolicySettings) -> ChunkPolicy:
-    from policybench.policy.lerobot import check_action_width, load_model
+    from policybench.policy.lerobot import load_model
 
+    _lerobot_codec(eval)  # before loading: a suite without the codec is told so at once
+    return lerobot_policy(load_model(name, settings.device, settings.seed), eval, settings)
+
+
+def lerobot_policy(model: LeRobotModel, eval: Eval, settings: PolicySettings) -> ChunkPolicy:
+    """A LeRobotModel (a checkpoint's or an in-memory policy's) played through `eval`'s
+    `lerobot` codec, its action width checked against the env's."""
+    from policybench.policy.lerobot import check_action_width
+
+    codec = _lerobot_codec(eval)
+    check_action_width(model, codec)
+    return _played(model, codec, settings)
+
+
+def _lerobot_codec(eval: Eval) -> Codec:
     codec = eval.codecs.get(LEROBOT_CODEC)
     if codec is None:
         raise PolicyUnavailable(
             f"eval {eval.name!r} declares no LeRobot codec (Eval.codecs['lerobot']), so its "
             "observations have no LeRobot form"
         )
-    model = load_model(name, settings.device, settings.seed)
-    check_action_width(model, codec)
-    return _played(model, codec, settings)
+    return codec
 
 
 def _entry_point(name: str) -> Any:

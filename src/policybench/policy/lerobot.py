@@ -14,7 +14,8 @@ import hashlib
 import os
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -108,7 +109,7 @@ class LeRobotModel:
     def __init__(self, checkpoint: Path, device: str = "cpu", seed: int = 0) -> None:
         if device not in DEVICES:
             raise ValueError(f"--policy-device must be one of {', '.join(DEVICES)}, got {device!r}")
-        self.checkpoint = checkpoint
+        self.checkpoint: Path | None = checkpoint
         self.device = device
         self.seed = seed
         self.name = f"{PREFIX}{checkpoint}"
@@ -116,10 +117,41 @@ class LeRobotModel:
         self._on_cpu = device in CPU_KERNELS
         if self._on_cpu:
             _use_cpu_kernels(self._onednn)
-        self._policy, self._pre, self._post = _load(checkpoint, "cpu" if self._on_cpu else device)
+        policy, pre, post = _load(checkpoint, "cpu" if self._on_cpu else device)
         # What every rollout's record names: read once, for the weights loaded (hashing a VLA's
         # weights at each rollout would cost seconds).
-        self.weights_sha256 = _digest(checkpoint / "model.safetensors")
+        self._adopt(policy, pre, post, _digest(checkpoint / "model.safetensors"))
+
+    @classmethod
+    def in_memory(
+        cls, policy: Any, preprocessor: Any, postprocessor: Any, seed: int = 0
+    ) -> LeRobotModel:
+        """A PreTrainedPolicy and its pre/post-processors as a training loop holds them (as
+        `make_pre_post_processors` made them), for `policybench.evaluate`. The policy runs where
+        its weights are, with the process's torch settings untouched; the record names the
+        weights by a digest of the state_dict taken now (build one per evaluation, as the
+        weights change between steps). Each call runs the policy in eval mode and leaves it in
+        the mode it found it in."""
+        model = cls.__new__(cls)
+        model.checkpoint = None
+        model.device = str(next(iter(policy.parameters())).device)
+        model.seed = seed
+        model.name = f"lerobot-{policy.config.type}-in-memory"
+        model._onednn = model._on_cpu = False  # the caller's kernels and threads, as they are
+        model._adopt(policy, preprocessor, postprocessor, _state_digest(policy))
+        return model
+
+    @property
+    def source(self) -> str:
+        """What the model was built from, as errors name it."""
+        if self.checkpoint is None:
+            return f"in-memory LeRobot policy {self.name}"
+        return f"LeRobot checkpoint {self.checkpoint}"
+
+    def _adopt(self, policy: Any, pre: Any, post: Any, weights_sha256: str) -> None:
+        """Reads what the model needs to know of `policy`'s config."""
+        self._policy, self._pre, self._post = policy, pre, post
+        self.weights_sha256 = weights_sha256
         self.lerobot_version = metadata.version("lerobot")
         config = self._policy.config
         self.policy_type: str = config.type
@@ -134,7 +166,7 @@ class LeRobotModel:
         if self.n_obs_steps > 1:
             if ACTION not in queues or not self._history_names:
                 raise ValueError(
-                    f"LeRobot checkpoint {checkpoint} ({config.type}) conditions on "
+                    f"{self.source} ({config.type}) conditions on "
                     f"n_obs_steps={self.n_obs_steps} past observations but keeps no observation "
                     "queues as Diffusion Policy and VQ-BeT do; policybench cannot replay them"
                 )
@@ -173,7 +205,7 @@ class LeRobotModel:
             for name in self.expected.shapes
         }
         batch[TASK] = [obs.get(TASK, context.instruction) for context, obs in requests]
-        with torch.inference_mode():
+        with torch.inference_mode(), _evaluating(self._policy):
             if self.stepwise:
                 contexts = [context for context, _ in requests]
                 memories = [self._memory(c, one) for c, one in zip(contexts, inputs, strict=True)]
@@ -307,7 +339,7 @@ class LeRobotModel:
         ]
         if missing:
             raise FeatureMismatch(
-                f"LeRobot checkpoint {self.checkpoint} expects input features {self.expected}; "
+                f"{self.source} expects input features {self.expected}; "
                 f"the Eval's 'lerobot' codec provides {provided} (mismatched: "
                 f"{', '.join(missing)}). Evaluate the checkpoint on the suite it was trained "
                 "for, or declare a codec that names its features"
@@ -318,7 +350,11 @@ class LeRobotModel:
         return {
             keys.POLICY_NAME: self.name,
             "policy_type": self.policy_type,
-            "checkpoint": str(self.checkpoint),
+            **(
+                {"checkpoint": str(self.checkpoint)}
+                if self.checkpoint is not None
+                else {"in_memory": "a PreTrainedPolicy in the evaluating process, no checkpoint"}
+            ),
             "weights_sha256": self.weights_sha256,
             "chunk_size": self.chunk_size,
             "n_action_steps": self.n_action_steps,
@@ -329,7 +365,9 @@ class LeRobotModel:
             "sampling": f"per rollout: torch generator seeded from seed {self.seed} and the "
             "rollout's first observation",
             "device": self.device,
-            "cpu_kernels": CPU_KERNELS.get(self.device),
+            "cpu_kernels": CPU_KERNELS.get(self.device)
+            if self.checkpoint is not None
+            else "as the evaluating process set them",
             "lerobot": self.lerobot_version,
         }
 
@@ -337,6 +375,14 @@ class LeRobotModel:
 def load_model(policy_name: str, device: str = "cpu", seed: int = 0) -> LeRobotModel:
     """The LeRobotModel for `lerobot:PATH`; ValueError for a bad checkpoint directory."""
     return LeRobotModel(checkpoint_of(policy_name), device, seed)
+
+
+def is_pretrained_policy(target: Any) -> bool:
+    """Whether `target` is a LeRobot PreTrainedPolicy (without importing LeRobot to ask)."""
+    return any(
+        cls.__name__ == "PreTrainedPolicy" and cls.__module__.startswith("lerobot.")
+        for cls in type(target).__mro__
+    )
 
 
 def rollout_seed(seed: int, inputs: Mapping[str, np.ndarray]) -> int:
@@ -356,7 +402,7 @@ def check_action_width(model: LeRobotModel, codec: Codec) -> None:
     width = codec.action_width
     if model.action_shape is not None and width is not None and model.action_shape[0] < width:
         raise FeatureMismatch(
-            f"LeRobot checkpoint {model.checkpoint} answers actions {model.action_shape}; the "
+            f"{model.source} answers actions {model.action_shape}; the "
             f"Eval's {codec.name!r} codec plays actions of width {width} (mismatched: {ACTION}). "
             "Evaluate the checkpoint on the suite it was trained for"
         )
@@ -413,6 +459,30 @@ def _use_cpu_kernels(onednn: bool) -> None:
     torch.backends.mkldnn.enabled = onednn
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
+
+
+@contextmanager
+def _evaluating(policy: Any) -> Iterator[None]:
+    """The policy in eval mode (dropout off) for a call, then back in the mode it was in: a
+    training loop's policy is in train mode between its steps."""
+    training = policy.training
+    policy.eval()
+    try:
+        yield
+    finally:
+        policy.train(training)
+
+
+def _state_digest(policy: Any) -> str:
+    """The weights' digest, from the state_dict's names, dtypes, shapes and bytes."""
+    import torch
+
+    hasher = hashlib.sha256()
+    for name, tensor in policy.state_dict().items():
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+        hasher.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
+        hasher.update(flat.view(torch.uint8).numpy().tobytes())
+    return hasher.hexdigest()[:16]
 
 
 def _digest(path: Path) -> str:
