@@ -1,5 +1,6 @@
 """LeRobot checkpoints as policybench Models (`--policy=lerobot:PATH`): a PreTrainedPolicy and its
-saved pre/post-processors, batched across rollouts. The model takes observations in LeRobot's
+saved pre/post-processors, batched across rollouts; or a training loop's policy in memory
+(`LeRobotModel.in_memory`, for `policybench.evaluate`). The model takes observations in LeRobot's
 names, as an Eval's `lerobot` codec encodes them (the instruction as `task`).
 
 A chunking policy (ACT, SmolVLA, pi0 style: one observation per chunk) answers chunks of
