@@ -2,7 +2,7 @@
 
 from policybench.spec import Eval, Rollout, Scene, seeded_per_task
 
-__all__ = ["Eval", "Rollout", "Scene", "evaluate", "parametrize", "seeded_per_task"]
+__all__ = ["Eval", "Rollout", "Scene", "evaluate", "parametrize", "seeded_per_task", "wrap"]
 
 
 def __getattr__(name: str):
@@ -12,4 +12,8 @@ def __getattr__(name: str):
         from policybench.pytest_plugin import collection
 
         return getattr(collection, name)
+    if name == "wrap":  # the recorder of a loop policybench does not drive
+        from policybench.wrap import wrap
+
+        return wrap
     raise AttributeError(f"module 'policybench' has no attribute {name!r}")
