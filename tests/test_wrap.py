@@ -17,7 +17,9 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
 
-def test_each_ended_episode_is_one_record_and_an_unfinished_one_an_error(tmp_path: Path) -> None:
+def test_each_ended_episode_is_one_record_an_unfinished_one_an_error_and_close_writes_the_report(
+    tmp_path: Path,
+) -> None:
     env = wrap(gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=tmp_path)
     for seed in range(2):
         env.reset(seed=seed)
@@ -33,6 +35,7 @@ def test_each_ended_episode_is_one_record_and_an_unfinished_one_an_error(tmp_pat
     assert all(r["sum_reward"] == r["steps"] for r in records)  # CartPole: 1 per step
     assert records[2]["reason"].startswith("the loop ended mid-episode")
     assert records[0]["scene"] == {"undeclared": True}
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "index.html").is_file()
 
 
 def test_the_report_renders_a_wrapped_run(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ directory, as results.jsonl records built by the one record builder (single env;
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ import numpy as np
 from policybench import keys
 from policybench.pytest_plugin.outcomes import rollout_record
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
+from policybench.report.cli import run_html
 from policybench.report.results import ResultsWriter, new_run_dir
 from policybench.world import success_of
 
@@ -80,6 +82,8 @@ class Recorder(gym.Wrapper):
         self.writer.close()
         atexit.unregister(self.close)
         super().close()
+        if self.writer.path.is_file():  # summary.json and index.html, as `report html` writes
+            run_html(argparse.Namespace(run=str(self.run_dir), report_dir=self.run_dir.parent))
 
 
 def wrap(
