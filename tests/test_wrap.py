@@ -47,3 +47,27 @@ def test_the_report_renders_a_wrapped_run(tmp_path: Path) -> None:
     cli = Path(sys.executable).with_name("policybench")
     subprocess.run([cli, "report", "html", tmp_path], check=True, capture_output=True)
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "index.html").is_file()
+
+
+LOOP = """
+import os, signal, sys
+import gymnasium as gym
+from policybench.wrap import wrap
+env = wrap(gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=sys.argv[1])
+for seed in range(2):
+    env.reset(seed=seed)
+    while not any(env.step(0)[2:4]):
+        pass
+env.reset(seed=9)
+env.step(0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_loop_killed_mid_episode_keeps_finished_episodes_and_marks_the_open_one(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run([sys.executable, "-c", LOOP, tmp_path], capture_output=True)
+    assert done.returncode == -9
+    assert [r["outcome"] for r in _records(tmp_path)] == ["unsolved", "unsolved"]
+    assert (tmp_path / ".episode-in-progress").read_text() == "2"
