@@ -240,9 +240,10 @@ class LeRobotModel:
             if keys.INFERENCE_DELAY in obs:
                 left = len(obs[keys.ACTION_PREFIX])
                 last = self._answered.get(id(context))
+                # The keys are named as predict_action_chunk's arguments.
                 told = {
-                    "inference_delay": int(obs[keys.INFERENCE_DELAY]),
-                    "prev_chunk_left_over": None if last is None or not left else last[-left:],
+                    keys.INFERENCE_DELAY: int(obs[keys.INFERENCE_DELAY]),
+                    keys.ACTION_PREFIX: None if last is None or not left else last[-left:],
                 }
             chunk = self._policy.predict_action_chunk(one, **told)[:, : self.n_action_steps]
             if id(context) not in self._answered:
