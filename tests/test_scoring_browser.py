@@ -163,7 +163,7 @@ def test_a_scorer_scores_each_rollout_on_the_page_and_verdicts_jsonl_holds_them(
     assert len(lines) == 3 * len(runs)  # every verdict kept, the rescoring too
     for line in lines[: len(runs)]:
         assert line["scorer"] == "ana"
-        assert (line["verdict"], line["note"]) == given[line["rollout"]]
+        assert (line["operator_verdict"], line["note"]) == given[line["rollout_id"]]
         assert line["scored_at"].endswith("+00:00")
 
 

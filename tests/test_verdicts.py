@@ -55,14 +55,20 @@ def test_a_verdict_for_a_rollout_not_in_the_run_is_a_404_and_writes_nothing(pyte
     run_dir = point_run(pytester)
     with ScoringApp(run_dir).server("127.0.0.1", 0) as server:
         status, answer = post(
-            server.url, {"rollout": "nope[seed=9]", "verdict": "success", "scorer": "ana"}
+            server.url,
+            {"rollout_id": "nope[seed=9]", "operator_verdict": "success", "scorer": "ana"},
         )
         bad_status, bad = post(
             server.url,
-            {"rollout": rollout_id(records(run_dir)[0]), "verdict": "great", "scorer": "ana"},
+            {
+                "rollout_id": rollout_id(records(run_dir)[0]),
+                "operator_verdict": "great",
+                "scorer": "ana",
+            },
         )
         nameless, unnamed = post(
-            server.url, {"rollout": rollout_id(records(run_dir)[0]), "verdict": "success"}
+            server.url,
+            {"rollout_id": rollout_id(records(run_dir)[0]), "operator_verdict": "success"},
         )
     assert status == 404
     assert "no rollout 'nope[seed=9]' in run" in answer["error"]
@@ -78,16 +84,24 @@ def test_a_second_verdict_by_the_same_scorer_stands_and_both_are_kept(pytester):
     with ScoringApp(run_dir).server("127.0.0.1", 0) as server:
         rollout = rollout_id(first)
         assert (
-            post(server.url, {"rollout": rollout, "verdict": "failure", "scorer": "ana"})[0] == 200
+            post(
+                server.url, {"rollout_id": rollout, "operator_verdict": "failure", "scorer": "ana"}
+            )[0]
+            == 200
         )
         status, answer = post(
             server.url,
-            {"rollout": rollout, "verdict": "success", "scorer": "ana", "note": "on replay"},
+            {
+                "rollout_id": rollout,
+                "operator_verdict": "success",
+                "scorer": "ana",
+                "note": "on replay",
+            },
         )
     assert status == 200
-    assert answer["replaces"]["verdict"] == "failure"
+    assert answer["replaces"]["operator_verdict"] == "failure"
     lines = (run_dir / VERDICTS).read_text().splitlines()
-    assert [json.loads(line)["verdict"] for line in lines] == ["failure", "success"]
+    assert [json.loads(line)["operator_verdict"] for line in lines] == ["failure", "success"]
     latest = read_verdicts(run_dir).latest()[rollout]["ana"]
     assert (latest.verdict, latest.note) == ("success", "on replay")
     judged = operator_outcomes([first], read_verdicts(run_dir))
@@ -100,7 +114,7 @@ def test_a_torn_last_line_is_reported_and_kept_and_the_lines_after_it_still_read
     rollouts = [rollout_id(record) for record in records(run_dir)]
     append_verdict(run_dir, Verdict.now(rollouts[0], "success", "ana"))
     with (run_dir / VERDICTS).open("a") as file:
-        file.write('{"rollout": "' + rollouts[1] + '", "verdi')  # a writer killed mid-line
+        file.write('{"rollout_id": "' + rollouts[1] + '", "verdi')  # a writer killed mid-line
     torn = (run_dir / VERDICTS).read_text()
     append_verdict(run_dir, Verdict.now(rollouts[2], "failure", "ana"))
 

@@ -112,8 +112,8 @@ TRACE_STEPS = "trace"
 # An operator's verdict on a rollout, given from its recording (`policybench score`), one line of
 # the run directory's verdicts.jsonl: which rollout (its item id), the verdict (`success`,
 # `failure`, `unsure`), an optional note, who gave it and when (ISO 8601, UTC).
-VERDICT_ROLLOUT = "rollout"
-VERDICT = "verdict"
+VERDICT_ROLLOUT = "rollout_id"
+VERDICT = "operator_verdict"
 VERDICT_NOTE = "note"
 SCORER = "scorer"
 SCORED_AT = "scored_at"

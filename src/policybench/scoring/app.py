@@ -84,19 +84,19 @@ class ScoringApp:
         return {rollout_id(record): record for record in records}
 
     def page(self, request: Request) -> Response:
-        scorer = self.scorer or request.query.get("scorer", "").strip()
+        scorer = self.scorer or request.query.get(keys.SCORER, "").strip()
         template = self.templates.get_template("score.html.j2")
         if not scorer:
             return Response.of_html(template.render(heading="Score rollouts", run_id=self.run_id))
         rollouts = self.rollouts()
         latest = read_verdicts(self.run_dir).latest()
         given = {
-            rollout: {"verdict": by[scorer].verdict, "note": by[scorer].note}
+            rollout: {keys.VERDICT: by[scorer].verdict, keys.VERDICT_NOTE: by[scorer].note}
             for rollout, by in latest.items()
             if scorer in by
         }
         ordered = [shown(rollouts[i]) for i in scorer_order(sorted(rollouts), self.run_id, scorer)]
-        data = {"scorer": scorer, "rollouts": ordered, "given": given, "choices": list(CHOICES)}
+        data = {keys.SCORER: scorer, "rollouts": ordered, "given": given, "choices": list(CHOICES)}
         return Response.of_html(
             template.render(
                 heading="Score rollouts",
