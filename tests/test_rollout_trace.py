@@ -230,3 +230,26 @@ def test_a_rollout_ended_by_an_env_fault_keeps_its_action_bounds():
     assert episode.outcome.is_error and episode.steps == 3
     trace = rollout_trace(episode)
     assert trace["action_low"] == [-1.0] and trace["action_high"] == [1.0]
+
+
+def test_a_resumed_run_keeps_the_traces_of_the_rollouts_it_carried_over(tmp_path):
+    import signal
+
+    from tests.test_resume import bench_in, interrupted, run
+
+    bench = bench_in(tmp_path / "interrupted")
+    interrupted(bench, signal.SIGINT, 2, "--rollouts", "2")
+    run_dir = (bench / "reports" / "latest").resolve()
+    carried = {r[keys.NODEID]: r[keys.ROLLOUT_TRACE] for r in records(run_dir)}
+    assert len(carried) >= 2
+    resumed = run(bench, "--rollouts", "2", "--resume", "latest")
+    assert resumed.returncode == 0, resumed.stdout[-2000:]
+    after = records(run_dir)
+    assert len(after) == 6
+    for index, record in enumerate(after):
+        assert read_trace(run_dir / record[keys.ROLLOUT_TRACE])["steps"] == record[keys.STEPS]
+        assert (
+            carried.get(record[keys.NODEID], record[keys.ROLLOUT_TRACE])
+            == record[keys.ROLLOUT_TRACE]
+        )
+        assert 'id="rollout-trace"' in (run_dir / "rollouts" / f"{index:05d}.html").read_text()
