@@ -93,7 +93,7 @@ import policybench
 from faults import FAULTY
 
 
-@policybench.evaluate(FAULTY)
+@policybench.parametrize(FAULTY)
 def test_faults(rollout, harness):
     harness(rollout)
 '''

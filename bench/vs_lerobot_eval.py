@@ -132,7 +132,7 @@ BENCHMARK = """import policybench
 {module}
 
 
-@policybench.evaluate(EVAL)
+@policybench.parametrize(EVAL)
 def test_suite(rollout, harness):
     harness(rollout)
 """

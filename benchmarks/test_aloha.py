@@ -5,6 +5,6 @@ import policybench
 from policybench.suites.aloha import ALOHA
 
 
-@policybench.evaluate(ALOHA)
+@policybench.parametrize(ALOHA)
 def test_aloha(rollout, harness):
     harness(rollout)

@@ -18,51 +18,51 @@ from policybench.suites.libero import (
 )
 
 
-@policybench.evaluate(LIBERO_SPATIAL)
+@policybench.parametrize(LIBERO_SPATIAL)
 def test_libero_spatial(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT)
+@policybench.parametrize(LIBERO_OBJECT)
 def test_libero_object(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL)
+@policybench.parametrize(LIBERO_GOAL)
 def test_libero_goal(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10)
+@policybench.parametrize(LIBERO_10)
 def test_libero_10(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_90)
+@policybench.parametrize(LIBERO_90)
 def test_libero_90(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_SPATIAL_LEROBOT)
+@policybench.parametrize(LIBERO_SPATIAL_LEROBOT)
 def test_libero_spatial_lerobot(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT_LEROBOT)
+@policybench.parametrize(LIBERO_OBJECT_LEROBOT)
 def test_libero_object_lerobot(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL_LEROBOT)
+@policybench.parametrize(LIBERO_GOAL_LEROBOT)
 def test_libero_goal_lerobot(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10_LEROBOT)
+@policybench.parametrize(LIBERO_10_LEROBOT)
 def test_libero_10_lerobot(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_90_LEROBOT)
+@policybench.parametrize(LIBERO_90_LEROBOT)
 def test_libero_90_lerobot(rollout, harness):
     harness(rollout)

@@ -64,81 +64,81 @@ def test_libero_pro_golden(name, golden):
     assert canonical_trace(episode, recorder.observations) == golden
 
 
-@policybench.evaluate(LIBERO_SPATIAL_OBJECT)
+@policybench.parametrize(LIBERO_SPATIAL_OBJECT)
 def test_libero_spatial_object(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_SPATIAL_SWAP)
+@policybench.parametrize(LIBERO_SPATIAL_SWAP)
 def test_libero_spatial_swap(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_SPATIAL_LAN)
+@policybench.parametrize(LIBERO_SPATIAL_LAN)
 def test_libero_spatial_lan(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_SPATIAL_TASK)
+@policybench.parametrize(LIBERO_SPATIAL_TASK)
 def test_libero_spatial_task(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT_OBJECT)
+@policybench.parametrize(LIBERO_OBJECT_OBJECT)
 def test_libero_object_object(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT_SWAP)
+@policybench.parametrize(LIBERO_OBJECT_SWAP)
 def test_libero_object_swap(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT_LAN)
+@policybench.parametrize(LIBERO_OBJECT_LAN)
 def test_libero_object_lan(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_OBJECT_TASK)
+@policybench.parametrize(LIBERO_OBJECT_TASK)
 def test_libero_object_task(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL_OBJECT)
+@policybench.parametrize(LIBERO_GOAL_OBJECT)
 def test_libero_goal_object(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL_SWAP)
+@policybench.parametrize(LIBERO_GOAL_SWAP)
 def test_libero_goal_swap(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL_LAN)
+@policybench.parametrize(LIBERO_GOAL_LAN)
 def test_libero_goal_lan(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_GOAL_TASK)
+@policybench.parametrize(LIBERO_GOAL_TASK)
 def test_libero_goal_task(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10_OBJECT)
+@policybench.parametrize(LIBERO_10_OBJECT)
 def test_libero_10_object(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10_SWAP)
+@policybench.parametrize(LIBERO_10_SWAP)
 def test_libero_10_swap(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10_LAN)
+@policybench.parametrize(LIBERO_10_LAN)
 def test_libero_10_lan(rollout, harness):
     harness(rollout)
 
 
-@policybench.evaluate(LIBERO_10_TASK)
+@policybench.parametrize(LIBERO_10_TASK)
 def test_libero_10_task(rollout, harness):
     harness(rollout)

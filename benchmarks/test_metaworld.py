@@ -4,6 +4,6 @@ import policybench
 from policybench.suites.metaworld import MT10_STATE
 
 
-@policybench.evaluate(MT10_STATE)
+@policybench.parametrize(MT10_STATE)
 def test_metaworld(rollout, harness):
     harness(rollout)

@@ -5,6 +5,6 @@ import policybench
 from policybench.suites.metaworld import MT10_LEROBOT
 
 
-@policybench.evaluate(MT10_LEROBOT)
+@policybench.parametrize(MT10_LEROBOT)
 def test_metaworld_lerobot(rollout, harness):
     harness(rollout)

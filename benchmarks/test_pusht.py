@@ -4,6 +4,6 @@ import policybench
 from policybench.suites.pusht import PUSHT
 
 
-@policybench.evaluate(PUSHT)
+@policybench.parametrize(PUSHT)
 def test_pusht(rollout, harness):
     harness(rollout)

@@ -27,7 +27,7 @@ POINT = point_eval("point", tasks={"near": "reach near", "far": "reach far"},
                    scripted=GreedyPointModel)
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -299,7 +299,7 @@ import policybench
 from tests.served import POINT
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -56,7 +56,7 @@ ATTENDED = dataclasses.replace(
 )
 
 
-@policybench.evaluate(ATTENDED)
+@policybench.parametrize(ATTENDED)
 def test_point(rollout, harness):
     harness(rollout)
 """

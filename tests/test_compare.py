@@ -278,7 +278,7 @@ class StillPointModel(GreedyPointModel):
 EVAL = point_eval("point", tasks={"reach": "reach"}, timeout_s=TIMEOUT, scripted=MODEL)
 
 
-@policybench.evaluate(EVAL)
+@policybench.parametrize(EVAL)
 def test_point(rollout, harness):
     harness(rollout)
 """

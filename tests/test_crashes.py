@@ -28,7 +28,7 @@ DYING = dataclasses.replace(
 )
 
 
-@policybench.evaluate(POINT, DYING)
+@policybench.parametrize(POINT, DYING)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -79,7 +79,7 @@ ONCE = dataclasses.replace(
 )
 
 
-@policybench.evaluate(ONCE)
+@policybench.parametrize(ONCE)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -37,7 +37,7 @@ def counted(name):
     return dataclasses.replace(eval, make_env=lambda task: Counted())
 
 
-@policybench.evaluate(counted("first"), counted("second"), counted("third"))
+@policybench.parametrize(counted("first"), counted("second"), counted("third"))
 def test_point(rollout, harness):
     harness(rollout)
 """

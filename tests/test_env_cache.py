@@ -101,7 +101,7 @@ ALTERNATING = dataclasses.replace(
 )
 
 
-@policybench.evaluate(ALTERNATING)
+@policybench.parametrize(ALTERNATING)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -151,7 +151,7 @@ BROKEN = dataclasses.replace(
 )
 
 
-@policybench.evaluate(POINT, DYING, BROKEN)
+@policybench.parametrize(POINT, DYING, BROKEN)
 def test_point(rollout, harness):
     harness(rollout)
 """

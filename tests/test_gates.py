@@ -25,7 +25,7 @@ SLOW = dataclasses.replace(
 )
 
 
-@policybench.evaluate(MIXED, SLOW)
+@policybench.parametrize(MIXED, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -104,7 +104,7 @@ from envs import point_eval
 
 MISSING = dataclasses.replace(point_eval("needs-sim"), requires=("no_such_simulator",))
 
-@policybench.evaluate(MISSING)
+@policybench.parametrize(MISSING)
 def test_missing(rollout, harness):
     harness(rollout)
 """

@@ -28,7 +28,7 @@ import policybench
 from tests.served import POINT
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -50,7 +50,7 @@ HANGING = dataclasses.replace(
 )
 
 
-@policybench.evaluate(HANGING)
+@policybench.parametrize(HANGING)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -222,7 +222,7 @@ def test_a_model_call_that_hangs_on_the_shared_server_errors_its_rollout_only(
 
 BENCHMARK_OF_POINT3 = """
 
-@policybench.evaluate(POINT3)
+@policybench.parametrize(POINT3)
 def test_point(rollout, harness):
     harness(rollout)
 """

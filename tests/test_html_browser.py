@@ -61,7 +61,7 @@ STATE_ONLY = point_eval("state-only", tasks={"far": "reach slowly"}, timeout_s=0
                         scripted=GreedyPointModel)
 
 
-@policybench.evaluate(FILMED, STATE_ONLY)
+@policybench.parametrize(FILMED, STATE_ONLY)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -22,7 +22,7 @@ import policybench
 from tests.isolated_envs.evals import NUMPY1
 
 
-@policybench.evaluate(NUMPY1)
+@policybench.parametrize(NUMPY1)
 def test_numpy1(rollout, harness):
     harness(rollout)
 """

@@ -18,7 +18,7 @@ SOLVABLE = point_eval("solvable", scripted=GreedyPointModel)
 SLOW = point_eval("slow", tasks={"far": "reach slowly"}, timeout_s=0.2, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(SOLVABLE, SLOW)
+@policybench.parametrize(SOLVABLE, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -30,7 +30,7 @@ TASKS = {task: MT10[task] for task in ("reach-v3", "push-v3")}
 MT = dataclasses.replace(mt10(tasks=TASKS), plan=seeded_per_task(TASKS, timeout_s=1.5))
 
 
-@policybench.evaluate(MT)
+@policybench.parametrize(MT)
 def test_mt(rollout, harness):
     harness(rollout)
 """

@@ -27,7 +27,7 @@ from policybench.suites.metaworld import MT10, mt10
 MT = mt10(tasks={task: MT10[task] for task in ("reach-v3", "push-v3")})
 
 
-@policybench.evaluate(MT)
+@policybench.parametrize(MT)
 def test_mt(rollout, harness):
     harness(rollout)
 """

@@ -179,7 +179,7 @@ from policybench.suites.metaworld import MT10, mt10
 TWO_TASKS = mt10(tasks={name: MT10[name] for name in ("reach-v3", "push-v3")})
 
 
-@policybench.evaluate(TWO_TASKS)
+@policybench.parametrize(TWO_TASKS)
 def test_metaworld(rollout, harness):
     harness(rollout)
 """
@@ -316,7 +316,7 @@ from envs import GreedyPointModel, point_eval
 POINT = point_eval("point", tasks={"a": "reach a", "b": "reach b"}, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -45,7 +45,7 @@ ALWAYS = dataclasses.replace(
 )
 
 
-@policybench.evaluate(EVALS)
+@policybench.parametrize(EVALS)
 def test_point(rollout, harness):
     harness(rollout)
 """

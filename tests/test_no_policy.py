@@ -15,7 +15,7 @@ from envs import GreedyPointModel, point_eval
 MINE = point_eval("mine")  # a custom Eval: no scripted expert
 {more}
 
-@policybench.evaluate(MINE{also})
+@policybench.parametrize(MINE{also})
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -34,7 +34,7 @@ class KillingTheServer(PointEnv):
 KILLING = dataclasses.replace(POINT, make_env=lambda task: KillingTheServer())
 
 
-@policybench.evaluate(KILLING)
+@policybench.parametrize(KILLING)
 def test_point(rollout, harness):
     harness(rollout)
 """

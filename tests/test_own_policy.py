@@ -18,7 +18,7 @@ from envs import point_eval
 POINT = point_eval("point")
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -34,7 +34,7 @@ from envs import point_eval
 POINT = point_eval("point", tasks={f"t{i}": "reach the goal" for i in range(4)}, timeout_s=3.0)
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

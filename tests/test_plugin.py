@@ -20,7 +20,7 @@ BROKEN = point_eval("broken", tasks={"crash": "reach and crash"}, raise_at_step=
 SLOW = point_eval("slow", tasks={"far": "reach slowly"}, timeout_s=0.2, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(SOLVABLE, BROKEN, SLOW)
+@policybench.parametrize(SOLVABLE, BROKEN, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -132,7 +132,7 @@ from envs import point_eval
 MISSING = dataclasses.replace(point_eval("needs-sim"), requires=("no_such_simulator",),
                               extra="nosim")
 
-@policybench.evaluate(MISSING)
+@policybench.parametrize(MISSING)
 def test_missing(rollout, harness):
     harness(rollout)
 """,
@@ -184,7 +184,7 @@ def no_env(task):
 
 UNSCRIPTED = dataclasses.replace(point_eval("unscripted"), make_env=no_env)
 
-@policybench.evaluate(UNSCRIPTED)
+@policybench.parametrize(UNSCRIPTED)
 def test_unscripted(rollout, harness):
     harness(rollout)
 """,

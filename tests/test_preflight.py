@@ -80,7 +80,7 @@ from envs import GreedyPointModel, point_eval
 POINT = point_eval("point", tasks={"a": "reach a", "b": "reach b"})
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

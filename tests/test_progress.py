@@ -28,7 +28,7 @@ REACH = point_eval("reach", tasks={"a": "reach a", "b": "reach b"}, scripted=Gre
 SLOW = point_eval("slow", tasks={"far": "reach slowly"}, timeout_s=0.2, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(REACH, SLOW)
+@policybench.parametrize(REACH, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -21,7 +21,7 @@ EVAL = point_eval("point", tasks={"alpha": "reach alpha", "beta": "reach beta"},
                   timeout_s=TIMEOUT, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(EVAL)
+@policybench.parametrize(EVAL)
 def test_point(rollout, harness):
     harness(rollout)
 """

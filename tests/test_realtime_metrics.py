@@ -27,7 +27,7 @@ from envs import GreedyPointModel, point_eval
 POINT = point_eval("point", tasks={"reach": "reach"}, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

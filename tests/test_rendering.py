@@ -29,7 +29,7 @@ RENDERED = dataclasses.replace(
 PLAIN = point_eval("plain")
 
 
-@policybench.evaluate(RENDERED, PLAIN)
+@policybench.parametrize(RENDERED, PLAIN)
 def test_point(rollout, harness):
     harness(rollout)
 """

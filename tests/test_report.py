@@ -28,7 +28,7 @@ BROKEN = point_eval("broken", tasks={"crash": "reach and crash"}, raise_at_step=
 SLOW = point_eval("slow", tasks={"far": "reach slowly"}, timeout_s=0.2, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(SOLVABLE, BROKEN, SLOW)
+@policybench.parametrize(SOLVABLE, BROKEN, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -64,7 +64,7 @@ from envs import GreedyPointModel, point_eval
 BROKEN = point_eval("broken", scripted=GreedyPointModel, raise_on_reset=True)
 
 
-@policybench.evaluate(BROKEN)
+@policybench.parametrize(BROKEN)
 def test_point(rollout, harness):
     harness(rollout)
 """

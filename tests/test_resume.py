@@ -40,7 +40,7 @@ NEAR = slow("near", {"a": "reach a", "b": "reach b"})
 FAR = slow("far", {"c": "reach c"})
 
 
-@policybench.evaluate(NEAR, FAR)
+@policybench.parametrize(NEAR, FAR)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -63,7 +63,7 @@ PLANE = type(PLANE)(**{**PLANE.__dict__, "make_env": lambda task: FilmedPlaneEnv
                        "hold": lambda last, obs: np.zeros(2)})
 
 
-@policybench.evaluate(PLANE)
+@policybench.parametrize(PLANE)
 def test_plane(rollout, harness):
     harness(rollout)
 """

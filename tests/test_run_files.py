@@ -18,7 +18,7 @@ import policybench
 from tests.served import POINT
 
 
-@policybench.evaluate(POINT)
+@policybench.parametrize(POINT)
 def test_point(rollout, harness):
     harness(rollout)
 """

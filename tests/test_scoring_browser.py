@@ -39,7 +39,7 @@ PUSHT = dataclasses.replace(
 )
 
 
-@policybench.evaluate(METAWORLD, PUSHT)
+@policybench.parametrize(METAWORLD, PUSHT)
 def test_filmed(rollout, harness):
     harness(rollout)
 """

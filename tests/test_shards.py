@@ -30,7 +30,7 @@ REACH = point_eval("reach", tasks={"a": "reach a", "b": "reach b", "c": "reach c
 SLOW = point_eval("slow", tasks={"far": "reach slowly"}, timeout_s=0.2, scripted=GreedyPointModel)
 
 
-@policybench.evaluate(REACH, SLOW)
+@policybench.parametrize(REACH, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """
@@ -188,7 +188,7 @@ import policybench
 from served_evals import REACH, SLOW
 
 
-@policybench.evaluate(REACH, SLOW)
+@policybench.parametrize(REACH, SLOW)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -28,7 +28,7 @@ SILENT = dataclasses.replace(
 )
 
 
-@policybench.evaluate(POINT, SILENT)
+@policybench.parametrize(POINT, SILENT)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -31,7 +31,7 @@ HANGING = dataclasses.replace(
 )
 
 
-@policybench.evaluate(HANGING)
+@policybench.parametrize(HANGING)
 def test_point(rollout, harness):
     harness(rollout)
 """

@@ -25,8 +25,8 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.policies.act.configuration_act import ACTConfig
 from lerobot.policies.factory import make_policy, make_pre_post_processors
 
+from policybench import evaluate
 from policybench.policy.lerobot import LeRobotModel
-from policybench.training import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 EVAL = "pusht"

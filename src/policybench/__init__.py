@@ -6,12 +6,16 @@ __all__ = ["Eval", "Rollout", "Scene", "evaluate", "parametrize", "seeded_per_ta
 
 
 def __getattr__(name: str):
-    # `evaluate` lives with the pytest plugin; importing it lazily keeps the policy layer and
-    # plain scripts free of pytest.
-    if name in ("evaluate", "parametrize"):
-        from policybench.pytest_plugin import collection
+    # Imported lazily: `parametrize` lives with the pytest plugin, `evaluate` serves a model to a
+    # child pytest run, `wrap` records a loop; the policy layer and plain scripts import none.
+    if name == "parametrize":  # the decorator: a test once per planned Rollout of Evals
+        from policybench.pytest_plugin.collection import parametrize
 
-        return getattr(collection, name)
+        return parametrize
+    if name == "evaluate":  # a model evaluated from a training loop
+        from policybench.training import evaluate
+
+        return evaluate
     if name == "wrap":  # the recorder of a loop policybench does not drive
         from policybench.wrap import wrap
 

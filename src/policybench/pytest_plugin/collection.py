@@ -1,4 +1,4 @@
-"""Collection: `@policybench.evaluate(*evals)` turns a test function into one item per Rollout
+"""Collection: `@policybench.parametrize(*evals)` turns a test function into one item per Rollout
 (in an A/B run, per Rollout and arm: a scene's arms side by side, scenes in plan order). Each
 item carries its Eval, Rollout and arm (`planned_of(item)`); nothing looks an Eval up by name."""
 
@@ -50,9 +50,6 @@ def parametrize(*evals: Eval) -> pytest.MarkDecorator:
     return getattr(pytest.mark, MARKER)(*evals)
 
 
-evaluate = parametrize  # the decorator's former name, until the suites and tests are renamed
-
-
 def planned_of(item: pytest.Item) -> Planned | None:
     """The Eval and Rollout an item runs; None for any other test."""
     return item.stash.get(PLANNED, None)
@@ -66,12 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def rollout(request: pytest.FixtureRequest) -> Rollout:
-    """The Rollout this item runs (an item of `@policybench.evaluate`)."""
+    """The Rollout this item runs (an item of `@policybench.parametrize`)."""
     planned = getattr(request, "param", None)
     if not isinstance(planned, Planned):
         raise pytest.UsageError(
             f"{request.node.nodeid} asks for `rollout` but is not declared with "
-            "@policybench.evaluate(*evals)"
+            "@policybench.parametrize(*evals)"
         )
     return planned.rollout
 

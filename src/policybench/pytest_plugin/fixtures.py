@@ -240,7 +240,7 @@ def harness(
             raise pytest.UsageError(
                 f"{request.node.nodeid}: harness(rollout) runs the rollout this item was planned "
                 "with; pass the `rollout` argument of a test declared with "
-                "@policybench.evaluate(*evals)"
+                "@policybench.parametrize(*evals)"
             )
         observers = request.node.stash.get(OBSERVERS, [])
         # A person attends one rollout at a time: an attended Eval's rollouts run one by one.

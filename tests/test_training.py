@@ -1,0 +1,91 @@
+"""`policybench.evaluate(model, ...)` from a training loop: an in-memory model, served from the
+caller's process to a child pytest run with two workers, gives the same rollouts as the pytest
+command on the same selection and seed; a model that raises makes error records, not a crash;
+the run is a run like any (results, summary, report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gym_pusht", reason="needs the pusht extra")
+
+import policybench
+from policybench import keys
+from policybench.suites.pusht import PUSHT
+
+REPO = Path(__file__).resolve().parents[1]
+ROLLOUTS = 2
+
+
+class Exploding:
+    """A model whose every call raises, as a half-trained model with a shape bug would."""
+
+    name = "exploding"
+
+    def open(self, context):
+        def predict(obs):
+            raise RuntimeError("shapes (2,) and (3,) not aligned")
+
+        return predict
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def per_scene(run_dir: Path) -> dict:
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return {
+        json.dumps(r[keys.SCENE], sort_keys=True): (
+            r[keys.OUTCOME],
+            r[keys.STEPS],
+            r[keys.SUM_REWARD],
+        )
+        for r in records
+    }
+
+
+def test_an_in_memory_model_evaluates_as_the_pytest_command_does(tmp_path):
+    expert = PUSHT.scripted()  # an object in this process, as a training loop holds its model
+    found = policybench.evaluate(
+        expert, evals=["pusht"], rollouts=ROLLOUTS, workers=2, seed=3, report_dir=tmp_path / "a"
+    )
+    assert found.returncode == 0, found.output[-3000:]
+    assert (found.run_dir / "index.html").is_file()
+    overall = found.summary.overall.stats.tally
+    assert overall.rollouts == ROLLOUTS and overall.errors == 0
+
+    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    command += ["--policy=scripted", f"--rollouts={ROLLOUTS}", "--seed=3"]
+    command += [f"--report-dir={tmp_path / 'b'}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert per_scene(found.run_dir) == per_scene(tmp_path / "b" / "latest")
+    assert found.success_rate("pusht") == found.success_rate()
+
+
+def test_a_model_that_raises_gives_error_records_and_a_summary(tmp_path):
+    found = policybench.evaluate(
+        Exploding(), evals=["pusht"], rollouts=1, workers=0, report_dir=tmp_path
+    )
+    tally = found.summary.overall.stats.tally
+    assert (tally.rollouts, tally.errors) == (1, 1)
+    (record,) = [json.loads(line) for line in (found.run_dir / "results.jsonl").open()]
+    assert "not aligned" in record[keys.REASON], record[keys.REASON]
+
+
+def test_evaluate_given_evals_says_to_parametrize_instead():
+    with pytest.raises(TypeError, match=r"@policybench.parametrize"):
+        policybench.evaluate(PUSHT)
+
+
+def test_evaluate_refuses_an_unregistered_eval_by_name():
+    with pytest.raises(LookupError, match="no registered eval 'pushtt'"):
+        policybench.evaluate(Exploding(), evals=["pushtt"])
