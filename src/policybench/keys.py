@@ -123,5 +123,5 @@ SCORED_AT = "scored_at"
 # the Eval is not judged or the rollout ended in error), and the wall seconds the rollout waited
 # on its operator (no simulated time is charged for them).
 STAGED = "staged"
-OPERATOR_VERDICT = "operator_verdict"
+OPERATOR_VERDICT = "attended_verdict"
 OPERATOR_WAIT_S = "operator_wait_s"
