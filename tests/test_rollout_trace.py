@@ -199,7 +199,7 @@ def test_a_run_writes_one_trace_per_rollout_named_in_its_record(tmp_path):
 
 def test_no_rollout_traces_writes_none(tmp_path):
     run_dir = run_project(tmp_path, "--no-rollout-traces")
-    assert all(keys.ROLLOUT_TRACE not in record for record in records(run_dir))
+    assert all(record[keys.ROLLOUT_TRACE] is None for record in records(run_dir))
     assert not (run_dir / "traces").exists()
     page = (run_dir / "rollouts" / "00000.html").read_text()
     assert "No plots: no trace recorded" in page

@@ -67,6 +67,7 @@ REPORTED_BY_THE_RUN = (
     keys.WORKER,
     keys.PEAK_RSS_MB,
     keys.ENVS_BUILT,
+    keys.ROLLOUT_TRACE,
 )
 
 
