@@ -106,7 +106,15 @@ class DeskServer:
             )
         )
         page = templates.get_template(PAGE).render(
-            heading="Attended rollouts", run_id=run_dir.name, operator=desk.operator_name
+            heading="Attended rollouts",
+            run_id=run_dir.name,
+            operator=desk.operator_name,
+            fields={
+                "verdict": keys.VERDICT,
+                "note": keys.VERDICT_NOTE,
+                "scorer": keys.SCORER,
+                "rollout": keys.VERDICT_ROLLOUT,
+            },
         )
         routes = {
             ("GET", "/"): lambda request: Response.of_html(page),

@@ -123,7 +123,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     worker too, whose collection error the controller shows): a run that would wait on nobody."""
     marker = metafunc.definition.get_closest_marker(MARKER)
     attended = [
-        e.name for e in (marker.args if marker else ()) if isinstance(e, Eval) and e.attended
+        repr(e.name) for e in (marker.args if marker else ()) if isinstance(e, Eval) and e.attended
     ]
     if attended and operator_of(metafunc.config) is None:
         pytest.fail(
