@@ -3,7 +3,6 @@ directory, as results.jsonl records built by the one record builder (single env;
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import time
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ import numpy as np
 from policybench import keys
 from policybench.pytest_plugin.outcomes import rollout_record
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
-from policybench.report.cli import run_html
+from policybench.report.cli import rebuild_report
 from policybench.report.results import ResultsWriter, new_run_dir
 from policybench.world import success_of
 
@@ -83,7 +82,7 @@ class Recorder(gym.Wrapper):
         atexit.unregister(self.close)
         super().close()
         if self.writer.path.is_file():  # summary.json and index.html, as `report html` writes
-            run_html(argparse.Namespace(run=str(self.run_dir), report_dir=self.run_dir.parent))
+            rebuild_report(self.run_dir)
 
 
 def wrap(

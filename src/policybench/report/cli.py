@@ -101,7 +101,13 @@ def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def run_html(args: argparse.Namespace) -> int:
-    run_dir = _run_dir(args.run, args.report_dir)
+    rebuild_report(_run_dir(args.run, args.report_dir))
+    return 0
+
+
+def rebuild_report(run_dir: Path) -> Path:
+    """summary.json and the HTML report of `run_dir`, written anew from its results (and its
+    operators' verdicts); says what it wrote. Returns the report's index page."""
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)
@@ -112,7 +118,7 @@ def run_html(args: argparse.Namespace) -> int:
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))
     print(f"{len(results.records)} rollouts; report: {index}")
-    return 0
+    return index
 
 
 def run_compare(args: argparse.Namespace) -> int:
