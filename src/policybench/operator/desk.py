@@ -110,10 +110,8 @@ class DeskServer:
             run_id=run_dir.name,
             operator=desk.operator_name,
             fields={
-                "verdict": keys.VERDICT,
-                "note": keys.VERDICT_NOTE,
-                "scorer": keys.SCORER,
-                "rollout": keys.VERDICT_ROLLOUT,
+                name: getattr(keys, name)
+                for name in ("VERDICT", "VERDICT_NOTE", "SCORER", "VERDICT_ROLLOUT")
             },
         )
         routes = {
