@@ -125,3 +125,7 @@ SCORED_AT = "scored_at"
 STAGED = "staged"
 OPERATOR_VERDICT = "attended_verdict"
 OPERATOR_WAIT_S = "operator_wait_s"
+
+# What a run's env proxy gives `policybench env serve` at connect (in its hello): the server's
+# API key. Never recorded.
+ENV_API_KEY = "api_key"

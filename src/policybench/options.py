@@ -127,3 +127,23 @@ POLICY_DEVICE = Option(
     "cpu",
     metavar="DEV",
 )
+
+
+def _env_url(url: str) -> str | None:
+    from policybench.envserver.remote import url_refusal
+
+    return url_refusal(url)
+
+
+ENV_URL = Option(
+    "--env-url",
+    "run isolated Evals' envs on the `policybench env serve` at tcp://HOST:PORT instead of in "
+    "interpreters here (default: here)",
+    metavar="URL",
+    check=_env_url,
+)
+ENV_API_KEY = Option(
+    "--env-api-key",
+    f"API key for --env-url's server (default: ${API_KEY_VARIABLE}, else none); never recorded",
+    metavar="KEY",
+)

@@ -41,9 +41,14 @@ class Isolated:
     modules: tuple[str, ...] = ()
 
     def __call__(self, task: str) -> gym.Env:
+        from policybench.envserver import remote
         from policybench.envserver.interpreters import python_of
         from policybench.envserver.proxy import EnvProxy, server_script
 
+        served = remote.endpoint_in_use()  # --env-url: served by `policybench env serve`
+        if served is not None:
+            server = remote.RemoteEnvServer(served)
+            return EnvProxy(None, self.entry, task, self.kwargs, server=server)
         script = server_script(self.modules)
         return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
 

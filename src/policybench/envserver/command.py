@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from policybench.envserver import Interpreter, Isolated
@@ -15,6 +16,7 @@ from policybench.envserver.interpreters import (
     install_command,
     python_of,
 )
+from policybench.options import API_KEY_VARIABLE
 from policybench.spec import Eval
 
 
@@ -43,6 +45,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "Eval or Interpreter",
     )
     install_parser.set_defaults(func=run_install)
+    add_serve_parser(commands)
+
+
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="serve isolated Evals' envs over TCP, for runs elsewhere that give --env-url",
+    )
+    parser.add_argument(
+        "evals",
+        nargs="+",
+        metavar="EVAL",
+        help="an isolated Eval (its registered name, or module:attribute), or a registered suite "
+        "(its isolated Evals)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, required=True, help="port (0: any free)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_VARIABLE),
+        help=f"require this key of each connection (default: ${API_KEY_VARIABLE}, else none; "
+        "binding an address other than loopback needs one)",
+    )
+    parser.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from policybench.envserver import relay
+
+    return relay.run(args)
 
 
 def run_install(args: argparse.Namespace) -> int:

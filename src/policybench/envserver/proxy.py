@@ -179,17 +179,19 @@ def widen(fd: int) -> None:
 
 class EnvProxy(gym.Env):
     """The env `entry(task, **kwargs)` built by an env server in `python`, as a gymnasium env:
-    reset, step, render, close and the spaces are the server's env's."""
+    reset, step, render, close and the spaces are the server's env's. A `server` given (one
+    connected elsewhere, envserver.remote's) is used instead of starting one in `python`."""
 
     def __init__(
         self,
-        python: Path,
+        python: Path | None,
         entry: str,
         task: str,
         kwargs: Mapping[str, Any] | None = None,
         script: Path | None = None,
+        server: EnvServer | None = None,
     ) -> None:
-        self._server = EnvServer(python, script)
+        self._server = server or EnvServer(python, script)
         try:
             made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
         except BaseException:

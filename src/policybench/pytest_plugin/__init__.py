@@ -24,5 +24,6 @@ pytest_plugins = [
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",
+    "policybench.pytest_plugin.env_remote",
     "policybench.pytest_plugin.dataset",
 ]

@@ -13,6 +13,7 @@ import pytest
 
 from policybench import keys
 from policybench.options import (
+    ENV_API_KEY,
     INFER_TIMEOUT,
     POLICY_API_KEY,
     POLICY_DEVICE,
@@ -389,15 +390,16 @@ def with_endpoints(
 
 
 def redacted_command(args: Sequence[str]) -> list[str]:
-    """Command-line arguments as a run records them: the value of --policy-api-key, and the
-    user:password of any URL, hidden."""
-    flag, shown, hide = POLICY_API_KEY.flag, [], False
+    """Command-line arguments as a run records them: the value of --policy-api-key and of
+    --env-api-key, and the user:password of any URL, hidden."""
+    flags, shown, hide = (POLICY_API_KEY.flag, ENV_API_KEY.flag), [], False
     for arg in args:
+        flag, given, _ = arg.partition("=")
         if hide:
             shown.append(HIDDEN)
-        elif arg.startswith(f"{flag}="):
+        elif given and flag in flags:
             shown.append(f"{flag}={HIDDEN}")
         else:
             shown.append(without_password(arg))
-        hide = arg == flag
+        hide = arg in flags
     return shown

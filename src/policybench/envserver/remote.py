@@ -1,0 +1,146 @@
+"""Isolated envs served from another machine: `RemoteEnvServer` is our side of a connection to
+`policybench env serve` (envserver/relay.py) at a tcp:// URL, making the same requests as a
+local EnvServer; `--env-url` points a run's isolated envs there (`use`)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from policybench import keys
+from policybench.envserver import server as protocol
+from policybench.envserver.proxy import EnvServerError, EnvServerGone
+
+SCHEME = "tcp"
+CONNECT_TIMEOUT_S = 10.0
+HOW_TO_SERVE = "policybench env serve EVAL --port {port}"
+
+
+@dataclass(frozen=True)
+class EnvEndpoint:
+    """Where a run's isolated envs are served (`tcp://HOST:PORT`) and the key they ask for."""
+
+    url: str
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        why = url_refusal(self.url)
+        if why is not None:
+            raise ValueError(f"--env-url {why}")
+
+    @property
+    def address(self) -> tuple[str, int]:
+        parts = urlsplit(self.url)
+        return parts.hostname or "", parts.port or 0
+
+    def __repr__(self) -> str:  # the key is never shown
+        return f"EnvEndpoint({self.url!r})"
+
+
+def url_refusal(url: str) -> str | None:
+    """Why `url` is not an env server's URL, or None."""
+    example = f"{SCHEME}://gpu-box:7000"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port = None
+    else:
+        if parts.scheme == SCHEME and parts.hostname and port and not parts.path.strip("/"):
+            return None
+    return f"takes {SCHEME}://HOST:PORT, e.g. {example}, got {url!r}"
+
+
+_endpoint: EnvEndpoint | None = None
+
+
+def use(endpoint: EnvEndpoint | None) -> None:
+    """Builds this process's isolated envs at `endpoint` from now on (None: in local
+    interpreters, the default)."""
+    global _endpoint
+    _endpoint = endpoint
+
+
+def endpoint_in_use() -> EnvEndpoint | None:
+    return _endpoint
+
+
+class RemoteEnvServer:
+    """One connection to `policybench env serve`, which runs an env server of its own for it
+    (ended when the connection ends). Requests are answered in order, one at a time."""
+
+    pid = None  # the env server's process is on the other machine
+
+    def __init__(self, endpoint: EnvEndpoint) -> None:
+        self.endpoint = endpoint
+        self._codec = protocol.Codec()
+        self._interrupted = False
+        host, port = endpoint.address
+        try:
+            self._socket = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        except OSError as error:
+            how = HOW_TO_SERVE.format(port=port)
+            raise EnvServerError(
+                f"no env server at {endpoint.url} ({error.strerror or error}): start one there "
+                f"with `{how}`, or leave out --env-url to run isolated envs here"
+            ) from None
+        self._socket.settimeout(None)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._stream = self._socket.makefile("rb", buffering=0)
+        try:
+            hello = {"protocol": protocol.PROTOCOL, keys.ENV_API_KEY: endpoint.api_key}
+            self.request("hello", **hello)
+        except BaseException:
+            self._hang_up()
+            raise
+
+    def request(self, op: str, **args: Any) -> Any:
+        url = self.endpoint.url
+        if self._interrupted:
+            raise EnvServerError(
+                f"env server at {url} was interrupted in a request (its answer would come "
+                f"before {op}'s): discard the env and build another"
+            )
+        self._interrupted = True  # until the answer is in: a watchdog may interrupt the wait
+        try:
+            frame = self._codec.frame({"op": op, **args})
+            protocol.write_frame(self._socket.fileno(), frame)
+            answer = self._codec.read(self._stream)
+        except OSError:  # reset by the other side, or closed here already
+            answer = None
+        self._interrupted = False
+        if answer is None:
+            raise EnvServerGone(
+                f"env server at {url} closed the connection at {op}: its `policybench env "
+                "serve` ended or was stopped (its output says why)"
+            )
+        if "error" in answer:
+            error = answer["error"]
+            where = " | ".join(line.strip() for line in error["traceback"][-3:-1])
+            if op == "hello":
+                raise EnvServerError(
+                    f"env server at {url} refused the connection: {error['message']}"
+                )
+            gone = error["type"] == EnvServerGone.__name__
+            raise (EnvServerGone if gone else EnvServerError)(
+                f"{error['type']} in the env server at {url} at {op}: {error['message']}"
+                + (f" [{where}]" if where else "")
+            )
+        return answer["ok"]
+
+    def close(self) -> None:
+        """Ends the connection, and with it the env server there: asks it to close its env
+        first, unless it is still busy with an interrupted request (the relay then kills it)."""
+        try:
+            if not self._interrupted and self._socket.fileno() >= 0:
+                with contextlib.suppress(EnvServerError):  # gone meanwhile: nothing to close
+                    self.request("close")
+        finally:
+            self._hang_up()
+
+    def _hang_up(self) -> None:
+        self._stream.close()
+        self._socket.close()
