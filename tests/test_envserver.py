@@ -315,7 +315,10 @@ def test_metaworld_and_pusht_isolated_record_what_they_record_in_process(pyteste
     monkeypatch.setenv(ENV_PYTHON_VARIABLE, str(python))
     isolated = suite_records(pytester, "isolated")
     started = (pytester.path / "started").read_text().splitlines()
-    assert len(started) == 2 and all(s.endswith("policybench_envserver.py") for s in started)
+    servers = [s for s in started if s.endswith("policybench_envserver.py")]
+    read = [s for s in started if s.startswith("-c ") and "importlib.metadata" in s]
+    assert len(servers) == 2 and len(read) == 1  # the packages' versions are read there once
+    assert len(started) == 3
     assert [r["eval"] for r in in_process] == ["metaworld-mt10", "pusht"]
     for here, there in zip(in_process, isolated, strict=True):
         differing = {k for k in here.keys() | there.keys() if here.get(k) != there.get(k)}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from policybench.envserver import Interpreter
+from policybench.envserver import Interpreter, Isolated
 from policybench.envserver.interpreters import (
     MARKER,
     InterpreterBuildFailed,
@@ -133,3 +133,18 @@ def test_a_failed_build_names_the_step_with_the_end_of_pips_output_and_leaves_no
     assert not built_dir(broken).exists()
     with pytest.raises(InterpreterMissing, match="policybench env install broken"):
         python_of(broken)
+
+
+def test_an_isolated_envs_packages_are_read_in_its_interpreter_or_not_installed_without_one(
+    cache,
+):
+    from importlib import metadata
+
+    own = Isolated("tests.isolated_envs.numpy1_env:make", Interpreter("own", python=sys.executable))
+    assert own.packages(["NumPy", "no-such-dist"]) == {
+        "NumPy": metadata.version("numpy"),
+        "no-such-dist": "not installed",
+    }
+    unbuilt = Isolated("tests.isolated_envs.numpy1_env:make", NUMPY1_INTERPRETER)
+    missing = dict.fromkeys(("mujoco", "numpy", "msgpack"), "not installed")
+    assert unbuilt.packages(["mujoco"]) == missing

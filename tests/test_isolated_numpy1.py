@@ -1,17 +1,19 @@
 """An isolated env that clashes for real: tests/isolated_envs/numpy1_env.py runs behind an env
 server in an interpreter with numpy < 2 (built here by `install`, once per test env) while the
-tests run numpy 2; its arrays cross exactly and a rollout through the harness is recorded."""
+tests run numpy 2; its arrays cross exactly, and a rollout through the harness is recorded with
+the versions installed in that interpreter (read once, kept beside its marker)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from policybench.envserver.interpreters import install
+from policybench.envserver.interpreters import MARKER, VERSIONS, install, installed_versions
 from tests.isolated_envs.evals import NUMPY1, NUMPY1_INTERPRETER
 from tests.isolated_envs.numpy1_env import STEPS_TO_SUCCESS, make
 
@@ -88,3 +90,30 @@ def test_a_rollout_through_the_harness_runs_in_the_numpy1_interpreter(numpy1_env
     lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
     recorded = [json.loads(line) for line in lines]
     assert [(r["outcome"], r["steps"]) for r in recorded] == [("solved", STEPS_TO_SUCCESS)] * 2
+    env_side = installed_versions(install(NUMPY1_INTERPRETER)[0])
+    for record in recorded:
+        packages = record["packages"]
+        assert packages["numpy"].startswith("1.") and packages["numpy"] == env_side["numpy"]
+        assert packages["msgpack"] == env_side["msgpack"] and "msgpack" in packages
+        assert np.__version__.startswith("2.")  # what this process would have recorded
+
+
+def test_installed_versions_are_read_once_and_kept_beside_the_marker_until_a_rebuild(
+    numpy1_env,
+):
+    python = install(NUMPY1_INTERPRETER)[0]
+    marker, kept = python.parents[1] / MARKER, python.parents[1] / VERSIONS
+    # A fresh marker mtime (as a rebuild leaves), then a kept file written for it: it is read,
+    # not the interpreter.
+    built_at = marker.stat().st_mtime_ns + 1_000_000_007
+    os.utime(marker, ns=(built_at, built_at))
+    key = {"python": str(python), "marker_mtime_ns": built_at}
+    kept.write_text(json.dumps({**key, "versions": {"numpy": "kept"}}))
+    assert installed_versions(python) == {"numpy": "kept"}
+    # A file kept for another build is read anew from the interpreter, and replaced.
+    rebuilt_at = built_at + 1_000_000_007
+    os.utime(marker, ns=(rebuilt_at, rebuilt_at))
+    found = installed_versions(python)
+    assert found["numpy"].startswith("1.") and found["msgpack"]
+    assert json.loads(kept.read_text()) == {**key, "marker_mtime_ns": rebuilt_at, "versions": found}
+    assert NUMPY1.make_env.versions() == found

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from policybench import heap, keys
+from policybench.envserver import NOT_INSTALLED, Isolated
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -157,7 +158,11 @@ class World:
     def packages(self) -> dict[str, str]:
         """Installed versions of the Eval's simulator packages, for the record."""
         if self._packages is None:
-            self._packages = {name: _version(name) for name in self.eval.packages}
+            make_env = self.eval.make_env
+            if isinstance(make_env, Isolated):  # read in the interpreter the env runs in
+                self._packages = make_env.packages(self.eval.packages)
+            else:
+                self._packages = {name: _version(name) for name in self.eval.packages}
         return self._packages
 
 
@@ -186,4 +191,4 @@ def _version(distribution: str) -> str:
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        return "not installed"
+        return NOT_INSTALLED

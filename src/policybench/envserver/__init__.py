@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +52,28 @@ class Isolated:
         script = server_script(self.modules)
         return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
 
+    def versions(self) -> dict[str, str]:
+        """The distributions installed in the interpreter (normalized name -> version)."""
+        from policybench.envserver.interpreters import installed_versions, python_of
+
+        return installed_versions(python_of(self.interpreter))
+
+    def packages(self, named: Sequence[str]) -> dict[str, str]:
+        """For the record: the installed versions of `named` (an Eval's packages) and of the
+        interpreter's declared requirements, as the interpreter has them ("not installed" for
+        one it lacks, and for all while the interpreter itself is not installed)."""
+        from policybench.envserver.interpreters import InterpreterMissing, distribution
+
+        wanted = dict.fromkeys([*named, *map(distribution, self.interpreter.requirements)])
+        try:
+            installed = self.versions()
+        except InterpreterMissing:
+            installed = {}
+        return {name: installed.get(distribution(name), NOT_INSTALLED) for name in wanted}
+
 
 ENV_PYTHON_VARIABLE = "POLICYBENCH_ENV_PYTHON"
+NOT_INSTALLED = "not installed"  # a package's version where it is not installed
 
 
 def isolable(make: Callable[..., gym.Env], **kwargs: Any) -> Callable[[str], gym.Env]:

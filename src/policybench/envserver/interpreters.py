@@ -4,13 +4,15 @@ one built from the Interpreter's requirements into a cache keyed by their hash.
 Precedence: the environment variable `POLICYBENCH_PYTHON_<NAME>` (NAME upper-cased, every
 character other than a letter or digit as `_`), then `Interpreter.python`, then the cache
 (`$XDG_CACHE_HOME/policybench/interpreters/<name>-<hash12>/`, built by
-`policybench env install NAME`).
+`policybench env install NAME`). What is installed in one is read by running it once
+(`installed_versions`), and kept beside a built interpreter's marker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -30,6 +32,13 @@ if TYPE_CHECKING:
 SERVER_REQUIREMENTS = ("msgpack", "numpy")
 MARKER = "policybench-interpreter.json"  # written last: a directory without it is unfinished
 OUTPUT_TAIL_LINES = 30
+# Beside the marker: the distributions installed, as last read, with what they were read for.
+VERSIONS = "policybench-versions.json"
+VERSIONS_SCRIPT = (
+    "import importlib.metadata as m, json, sys; "
+    "found = ((d.metadata['Name'], d.version) for d in m.distributions()); "
+    "json.dump({name: version for name, version in found if name}, sys.stdout)"
+)
 
 
 class InterpreterMissing(LookupError):
@@ -38,6 +47,10 @@ class InterpreterMissing(LookupError):
 
 class InterpreterBuildFailed(RuntimeError):
     """A step of building an interpreter failed; the message holds the tail of its output."""
+
+
+class InterpreterUnreadable(RuntimeError):
+    """An interpreter could not say which distributions it has installed."""
 
 
 def python_of(interpreter: Interpreter) -> Path:
@@ -89,7 +102,7 @@ def built_dir(interpreter: Interpreter) -> Path:
 
 def full_requirements(interpreter: Interpreter) -> tuple[str, ...]:
     """The declared requirements, plus what the env server needs where they do not name it."""
-    named = {_distribution(requirement) for requirement in interpreter.requirements}
+    named = {distribution(requirement) for requirement in interpreter.requirements}
     missing = tuple(name for name in SERVER_REQUIREMENTS if name not in named)
     return (*interpreter.requirements, *missing)
 
@@ -139,6 +152,40 @@ def _build(interpreter: Interpreter, built: Path) -> None:
     os.replace(unfinished, built / MARKER)
 
 
+def installed_versions(python: Path) -> dict[str, str]:
+    """The distributions installed where `python` runs, normalized name -> version. `python` is
+    run once to read them; they are kept in this process, and beside a built interpreter's
+    marker (VERSIONS, keyed by `python`'s path and the marker's mtime: a rebuild reads anew)."""
+    marker = python.parent.parent / MARKER
+    built_at = marker.stat().st_mtime_ns if marker.is_file() else None
+    return dict(_installed(str(python), built_at))
+
+
+@functools.cache
+def _installed(python: str, built_at: int | None) -> dict[str, str]:
+    key = {"python": python, "marker_mtime_ns": built_at}
+    kept = Path(python).parent.parent / VERSIONS
+    if built_at is not None and kept.is_file():
+        found = json.loads(kept.read_text())
+        if {name: found.get(name) for name in key} == key:
+            return found["versions"]
+    command = [python, "-c", VERSIONS_SCRIPT]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.splitlines()[-OUTPUT_TAIL_LINES:])
+        raise InterpreterUnreadable(
+            f"{python} could not list its installed distributions (exit status "
+            f"{done.returncode}); check that it runs Python 3.8 or later. The end of its "
+            f"output:\n{tail}"
+        )
+    versions = {distribution(name): version for name, version in json.loads(done.stdout).items()}
+    if built_at is not None:
+        unfinished = kept.with_name(f".{VERSIONS}.{os.getpid()}")
+        unfinished.write_text(json.dumps({**key, "versions": versions}, indent=1) + "\n")
+        os.replace(unfinished, kept)
+    return versions
+
+
 def _run(interpreter: Interpreter, command: list[str]) -> str:
     """`command`'s standard output; its failure raised with the end of what it printed."""
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -166,7 +213,7 @@ def _python_in(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def _distribution(requirement: str) -> str:
+def distribution(requirement: str) -> str:
     """The normalized distribution name a requirement line starts with."""
     match = re.match(r"\s*([A-Za-z0-9._-]+)", requirement)
     return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else requirement
