@@ -1,59 +1,170 @@
-"""policybench.wrap: a loop policybench does not drive leaves results.jsonl records the report
-reads; an episode the loop leaves unfinished is recorded as an error, not lost."""
+"""policybench.wrap: a loop policybench does not drive leaves the run directory a pytest run
+leaves (results.jsonl, run.json, traces, videos, summary and report), one record per episode (per
+sub-env of a vector env), and an episode the loop dies in is marked, then recorded as an error."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
+import pytest
 
-from policybench.wrap import wrap
+import policybench
+from policybench import keys
+from policybench.report.results import LATEST, RESULTS, read_results
+from policybench.report.summary import RUN_INFO, SUMMARY
+from policybench.report.unfinished import UNFINISHED
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = Path(sys.executable).with_name("policybench")
 
 
-def _records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+def records(run_dir: Path) -> list[dict]:
+    results = read_results(run_dir / RESULTS)
+    assert not results.problems
+    return list(results.records)
 
 
-def test_each_ended_episode_is_one_record_an_unfinished_one_an_error_and_close_writes_the_report(
-    tmp_path: Path,
-) -> None:
-    env = wrap(gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=tmp_path)
+def run_to_end(env: gym.Env, action: int = 0) -> None:
+    while not any(env.step(action)[2:4]):
+        pass
+
+
+def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tmp_path):
+    env = policybench.wrap(
+        gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=tmp_path
+    )
     for seed in range(2):
         env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(0)
-            done = terminated or truncated
-    env.reset(seed=9)
+        run_to_end(env)
+    env.reset()  # no seed: the scene is not known
     env.step(0)
     env.close()
-    records = _records(tmp_path)
-    assert [r["outcome"] for r in records] == ["unsolved", "unsolved", "error"]
-    assert all(r["sum_reward"] == r["steps"] for r in records)  # CartPole: 1 per step
-    assert records[2]["reason"].startswith("the loop ended mid-episode")
-    assert records[0]["scene"] == {"undeclared": True}
-    assert (tmp_path / "summary.json").is_file() and (tmp_path / "index.html").is_file()
+    found = records(tmp_path)
+    assert [r[keys.OUTCOME] for r in found] == ["unsolved"] * 3
+    assert all(r[keys.SUM_REWARD] == r[keys.STEPS] for r in found)  # CartPole: 1 per step
+    assert [r[keys.SCENE] for r in found] == [
+        {keys.TASK: "balance", keys.SEED: 0},
+        {keys.TASK: "balance", keys.SEED: 1},
+        None,
+    ]
+    assert found[2][keys.REASON] == "the loop ended the episode after 1 steps"
+    assert found[0][keys.SUCCESS_REPORTED] is False  # CartPole never says success
+    assert found[0][keys.SIM_S] is None and found[0][keys.WALL_S] > 0  # the loop's own time
+    assert {"policybench", "gymnasium"} <= set(found[0][keys.PACKAGES])
+    assert all((tmp_path / r[keys.ROLLOUT_TRACE]).is_file() for r in found)
+    run = json.loads((tmp_path / RUN_INFO).read_text())
+    assert run["fingerprint"]["evals"]["cartpole"] and run["command"]
+    assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["rollouts"] == 3
+    assert (tmp_path / "index.html").is_file() and not (tmp_path / UNFINISHED).exists()
 
 
-def test_the_report_renders_a_wrapped_run(tmp_path: Path) -> None:
-    env = wrap(gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=tmp_path)
-    env.reset(seed=0)
-    while not any(env.step(1)[2:4]):
-        pass
+def test_a_loop_that_raises_in_a_with_block_records_the_open_episode_as_an_error(tmp_path):
+    env = gym.make("CartPole-v1")
+    with (
+        pytest.raises(RuntimeError),
+        policybench.wrap(env, "cartpole", "balance", run_dir=tmp_path) as env,
+    ):
+        env.reset(seed=0)
+        run_to_end(env)
+        env.reset(seed=1)
+        env.step(0)
+        raise RuntimeError("the policy broke")
+    found = records(tmp_path)
+    assert [r[keys.OUTCOME] for r in found] == ["unsolved", "error"]
+    assert found[1][keys.REASON] == "the loop raised RuntimeError: the policy broke (after 1 steps)"
+
+
+SUCCEEDS = """
+class Succeeds(gym.Wrapper):  # says success when the episode lasted its time limit
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "is_success": truncated}
+"""
+
+
+def succeeding_cartpole() -> gym.Env:
+    namespace = {"gym": gym}
+    exec(SUCCEEDS, namespace)
+    return namespace["Succeeds"](gym.make("CartPole-v1", max_episode_steps=20))
+
+
+def balance(obs: np.ndarray) -> int:
+    return int(obs[2] + obs[3] > 0)  # push toward where the pole leans
+
+
+def test_two_wrapped_loops_as_arms_are_compared_paired_by_scene(tmp_path):
+    for arm, policy in (("A", lambda obs: 0), ("B", balance)):
+        for run_dir in (tmp_path / "both", tmp_path / arm):
+            env = policybench.wrap(
+                succeeding_cartpole(), "cartpole", "balance", arm=arm, run_dir=run_dir
+            )
+            for seed in range(4):
+                obs, _ = env.reset(seed=seed)
+                done = False
+                while not done:
+                    obs, _, terminated, truncated, _ = env.step(policy(obs))
+                    done = terminated or truncated
+            env.close()
+    summary = json.loads((tmp_path / "both" / SUMMARY).read_text())
+    [versus] = summary["arm_comparisons"]
+    compare = subprocess.run(
+        [CLI, "report", "compare", tmp_path / "A", tmp_path / "B"], capture_output=True, text=True
+    )
+    assert compare.returncode == 0, compare.stderr
+    compared = json.loads((tmp_path / "B" / "compare-A.json").read_text())
+    for comparison in (versus, compared):
+        [row] = comparison["tasks"]
+        assert (row["design"], row["before"], row["after"]) == ("paired", [0, 4], [4, 4])
+        assert row["pairs"] == {"both": 0, "gained": 4, "lost": 0}
+
+
+def test_a_vector_env_records_one_episode_per_sub_env_per_reset_cycle(tmp_path):
+    pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
+    from policybench.suites.pusht import TASK, make_env
+
+    steps = 3
+    vector = gym.vector.SyncVectorEnv([lambda: gym.wrappers.TimeLimit(make_env(TASK), steps)] * 4)
+    env = policybench.wrap(vector, eval="pusht", task=TASK, run_dir=tmp_path)
+    env.reset(seed=10)
+    for _ in range(2 * (steps + 1) + 1):  # two episodes of each sub-env, each followed by the
+        env.step(env.action_space.sample())  # step that resets it, and one step of a third
     env.close()
-    cli = Path(sys.executable).with_name("policybench")
-    subprocess.run([cli, "report", "html", tmp_path], check=True, capture_output=True)
-    assert (tmp_path / "summary.json").is_file() and (tmp_path / "index.html").is_file()
+    found = records(tmp_path)
+    assert len(found) == 12
+    assert all(r[keys.STEPS] == steps and r[keys.SUCCESS_REPORTED] for r in found[:8])
+    assert {r[keys.REASON] for r in found[8:]} == {"the loop ended the episode after 1 steps"}
+    assert [r[keys.SCENE][keys.SEED] for r in found[:4]] == [10, 11, 12, 13]
+    assert [r[keys.SCENE] for r in found[4:]] == [None] * 8  # reset by the vector env, unseeded
+    assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 12
+
+
+def test_an_env_that_renders_gets_a_video_per_episode_and_its_report_page(tmp_path):
+    pytest.importorskip("av", reason="needs pip install 'policybench[video]'")
+    pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
+    import gym_pusht  # noqa: F401 - registers the env
+
+    pusht = gym.make("gym_pusht/PushT-v0", render_mode="rgb_array", max_episode_steps=4)
+    env = policybench.wrap(pusht, eval="pusht", task="push-t", run_dir=tmp_path)
+    env.reset(seed=0)
+    run_to_end(env, pusht.action_space.sample())
+    env.close()
+    [record] = records(tmp_path)
+    assert (tmp_path / record[keys.VIDEO]).stat().st_size > 0
+    page = (tmp_path / "rollouts" / "00000.html").read_text()
+    assert record[keys.VIDEO] in page
 
 
 LOOP = """
 import os, signal, sys
 import gymnasium as gym
-from policybench.wrap import wrap
-env = wrap(gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=sys.argv[1])
+import policybench
+env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=sys.argv[1])
 for seed in range(2):
     env.reset(seed=seed)
     while not any(env.step(0)[2:4]):
@@ -64,10 +175,90 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_loop_killed_mid_episode_keeps_finished_episodes_and_marks_the_open_one(
-    tmp_path: Path,
-) -> None:
+def test_a_loop_killed_mid_episode_keeps_finished_episodes_and_report_html_records_the_open_one(
+    tmp_path,
+):
     done = subprocess.run([sys.executable, "-c", LOOP, tmp_path], capture_output=True)
     assert done.returncode == -9
-    assert [r["outcome"] for r in _records(tmp_path)] == ["unsolved", "unsolved"]
-    assert (tmp_path / ".episode-in-progress").read_text() == "2"
+    assert [r[keys.OUTCOME] for r in records(tmp_path)] == ["unsolved", "unsolved"]
+    assert len(list((tmp_path / UNFINISHED).glob("*.json"))) == 1
+    report = subprocess.run([CLI, "report", "html", tmp_path], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    found = records(tmp_path)
+    assert [r[keys.OUTCOME] for r in found] == ["unsolved", "unsolved", "error"]
+    assert found[2][keys.SCENE] == {keys.TASK: "balance", keys.SEED: 9}
+    assert found[2][keys.STEPS] is None and "died mid-episode" in found[2][keys.REASON]
+    assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["errors"] == 1
+    assert not list((tmp_path / UNFINISHED).glob("*.json"))
+
+
+def test_a_loop_that_dies_of_an_uncaught_exception_records_the_open_episode_at_exit(tmp_path):
+    loop = LOOP.replace("os.kill(os.getpid(), signal.SIGKILL)", "raise SystemError('dead')")
+    done = subprocess.run([sys.executable, "-c", loop, tmp_path], capture_output=True, text=True)
+    assert done.returncode == 1
+    found = records(tmp_path)
+    assert [r[keys.OUTCOME] for r in found] == ["unsolved", "unsolved", "error"]
+    assert found[2][keys.REASON].startswith("the loop raised SystemError: dead")
+    assert (tmp_path / SUMMARY).is_file()
+
+
+def test_a_wrapped_metaworld_loop_matches_the_benchmark_scene_by_scene(tmp_path):
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    from policybench.policy.base import SessionContext
+    from policybench.suites.metaworld import (
+        CONTROL_HZ,
+        MAX_STEPS,
+        MT10,
+        MT10_STATE,
+        SeededPlacement,
+    )
+
+    task, seeds = "reach-v3", (0, 1)
+    bench = subprocess.run(
+        [sys.executable, "-m", "pytest", REPO / "benchmarks" / "test_metaworld.py", "-p",
+         "no:cacheprovider", "--policy=scripted", "-k", task, "--rollouts", str(len(seeds)),
+         "--report-dir", tmp_path / "bench"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    expert = MT10_STATE.scripted()
+    env = policybench.wrap(
+        SeededPlacement(task),
+        eval=MT10_STATE.name,
+        task=task,
+        instruction=MT10[task],
+        policy=expert.describe(),
+        packages=MT10_STATE.packages,
+        run_dir=tmp_path / "loop",
+    )
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        predict = expert.open(SessionContext(MT10[task], CONTROL_HZ))
+        for _ in range(MAX_STEPS):
+            obs, _, terminated, truncated, info = env.step(predict({keys.STATE: obs}).actions[0])
+            if info["success"] or terminated or truncated:
+                break
+    env.close()
+
+    def per_scene(run_dir: Path) -> dict:
+        return {
+            json.dumps(r[keys.SCENE], sort_keys=True): (
+                r[keys.OUTCOME],
+                r[keys.STEPS],
+                r[keys.SUM_REWARD],
+            )
+            for r in records(run_dir)
+        }
+
+    ran = per_scene(tmp_path / "bench" / LATEST)
+    assert len(ran) == len(seeds) and per_scene(tmp_path / "loop") == ran
+    sections = [sections_of(tmp_path / run / "index.html") for run in ("bench/latest", "loop")]
+    assert sections[0] == sections[1]
+    pages = [
+        sections_of(tmp_path / run / "rollouts" / "00000.html") for run in ("bench/latest", "loop")
+    ]
+    assert pages[0] == pages[1] and "What the policy did" in pages[1]
+
+
+def sections_of(page: Path) -> list[str]:
+    return re.findall(r"<h[23][^>]*>([^<]*)", page.read_text())

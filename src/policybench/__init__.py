@@ -17,7 +17,7 @@ def __getattr__(name: str):
 
         return evaluate
     if name == "wrap":  # the recorder of a loop policybench does not drive
-        from policybench.wrap import wrap
+        from policybench.loop import wrap
 
         return wrap
     raise AttributeError(f"module 'policybench' has no attribute {name!r}")

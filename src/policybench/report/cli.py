@@ -20,6 +20,7 @@ from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
+from policybench.report.unfinished import seal_unfinished
 from policybench.report.verdicts import SOURCE_HELP, judged_records, read_verdicts
 
 
@@ -107,7 +108,10 @@ def run_html(args: argparse.Namespace) -> int:
 
 def rebuild_report(run_dir: Path) -> Path:
     """summary.json and the HTML report of `run_dir`, written anew from its results (and its
-    operators' verdicts); says what it wrote. Returns the report's index page."""
+    operators' verdicts); says what it wrote. Returns the report's index page. Episodes a
+    wrapped loop died in (report.unfinished) become their error records first."""
+    for line in seal_unfinished(run_dir):
+        print(line)
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)

@@ -1,0 +1,258 @@
+"""`policybench.wrap(env)`: records each episode of a loop policybench does not drive (one env,
+or one episode per sub-env of a VectorEnv) into a run directory the report reads as any run's."""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import iterate
+
+from policybench import keys
+from policybench.record.loop_run import LoopRun, OpenEpisode, statics_of
+from policybench.report.cli import rebuild_report
+from policybench.report.results import new_run_dir
+from policybench.world import SUCCESS_INFO_KEYS, success_of
+
+LOOP_RESET = "the loop reset the env"
+LOOP_ENDED = "the loop ended the episode"
+ENV_ENDED = "env ended the episode"
+
+
+def wrap(
+    env: gym.Env | VectorEnv,
+    eval: str,
+    task: str,
+    scene: Mapping[str, Any] | None = None,
+    instruction: str | None = None,
+    policy: Mapping[str, Any] | None = None,
+    arm: str | None = None,
+    packages: Sequence[str] = (),
+    run_dir: Path | str | None = None,
+    report_dir: Path | str = "reports",
+) -> Recorder | VectorRecorder:
+    """Wraps `env` so each episode the caller's loop runs is recorded under `run_dir` (None: a
+    new run directory under `report_dir`). An episode's scene is its task and the seed and
+    options the loop reset it with, plus `scene`; without a seed or `scene` it is recorded as
+    undeclared (None). `policy` describes the policy, `arm` names it in an A/B run (loops of
+    several arms may share one `run_dir`), `packages` are distributions whose versions every
+    record keeps (policybench's and gymnasium's always). The run is closed, its summary and
+    report written, by `close()`, by leaving a `with` block, or at exit."""
+    statics = statics_of(eval, task, instruction, policy, arm, packages)
+    directory = Path(run_dir) if run_dir is not None else new_run_dir(Path(report_dir))
+    directory.mkdir(parents=True, exist_ok=True)
+    vector = isinstance(env, VectorEnv)
+    space = env.single_action_space if vector else env.action_space
+    run = LoopRun(directory, statics, space)
+    declared = None if scene is None else dict(scene)
+    return VectorRecorder(env, run, declared) if vector else Recorder(env, run, declared)
+
+
+class Closing:
+    """How a wrapped run ends: `close()`, a `with` block (an exception in it is the open
+    episodes' error) or the interpreter's exit (after an uncaught exception, likewise)."""
+
+    run: LoopRun
+
+    def _start_closing(self) -> None:
+        self._finished = False
+        atexit.register(self._at_exit)
+
+    def _end_open(self, how: str, error: str | None) -> None:
+        raise NotImplementedError
+
+    def _finish(self, error: str | None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        atexit.unregister(self._at_exit)
+        try:
+            self._end_open(LOOP_ENDED, error)
+        finally:
+            self.run.close()
+        if self.run.writer.path.is_file():  # summary.json and index.html, as `report html` writes
+            rebuild_report(self.run.run_dir)
+
+    def close(self) -> None:
+        self._finish(None)
+        self.env.close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> bool:
+        self._finish(None if error is None else _raised(error))
+        self.env.close()  # type: ignore[attr-defined]
+        return False
+
+    def _at_exit(self) -> None:
+        uncaught = getattr(sys, "last_value", None)  # set once the interpreter reported one
+        self._finish(None if uncaught is None else _raised(uncaught))
+
+
+def _raised(error: BaseException) -> str:
+    return f"the loop raised {type(error).__name__}: {error}"
+
+
+class Recorder(Closing, gym.Wrapper):
+    """Records every episode of one env: its actions, rewards, success signal, the loop's wall
+    time per step, small state vectors and (if the env renders rgb_array) its video."""
+
+    def __init__(self, env: gym.Env, run: LoopRun, scene: Mapping[str, Any] | None) -> None:
+        gym.Wrapper.__init__(self, env)
+        self.run, self.scene = run, scene
+        self.episode: OpenEpisode | None = None
+        self.fps = _video_fps(env)
+        self._start_closing()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self._end_open(LOOP_RESET, None)
+        task = self.run.statics[keys.TASK]
+        self.episode = self.run.open(scene_of(task, self.scene, seed, options), self.fps)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.episode.observed(obs, self._frame())
+        return obs, info
+
+    def step(self, action: Any) -> Any:
+        episode = self.episode
+        if episode is None:  # stepping on past an ended episode: not an episode of the run
+            return self.env.step(action)
+        episode.stepping()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        episode.stepped(action, reward, success_of(info))
+        if terminated or truncated:
+            self._end_open(ENV_ENDED, None)
+        else:
+            episode.observed(obs, self._frame())
+        return obs, reward, terminated, truncated, info
+
+    def _frame(self) -> np.ndarray | None:
+        return None if self.fps is None else self.env.render()
+
+    def _end_open(self, how: str, error: str | None) -> None:
+        episode, self.episode = self.episode, None
+        if episode is not None:
+            episode.end(how, error)
+
+
+class VectorRecorder(Closing, VectorWrapper):
+    """Records one episode per sub-env of a VectorEnv, as Recorder does for one env; a sub-env
+    the vector env resets on its own (autoreset) starts its next episode, of an undeclared seed."""
+
+    def __init__(self, env: VectorEnv, run: LoopRun, scene: Mapping[str, Any] | None) -> None:
+        VectorWrapper.__init__(self, env)
+        self.run, self.scene = run, scene
+        self.episodes: list[OpenEpisode | None] = [None] * env.num_envs
+        self.autoreset = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self.resetting = np.zeros(env.num_envs, bool)  # NEXT_STEP: the next step resets these
+        self.fps = _video_fps(env)
+        self._start_closing()
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> Any:
+        count = self.env.num_envs
+        mask = (options or {}).get("reset_mask")
+        which = range(count) if mask is None else np.flatnonzero(mask).tolist()
+        seeds = [seed + i for i in range(count)] if isinstance(seed, int) else seed
+        staged = {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None
+        for i in which:
+            self._end(i, LOOP_RESET, None)
+            self._open(i, None if seeds is None else seeds[i], staged)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.resetting[list(which)] = False
+        frames = self._frames()
+        for i in which:
+            self.episodes[i].observed(_sub(obs, i), frames[i])  # type: ignore[union-attr]
+        return obs, info
+
+    def step(self, actions: Any) -> Any:
+        for i in np.flatnonzero(self.resetting).tolist():
+            self._open(i, None, None)
+        for i, episode in enumerate(self.episodes):
+            if episode is not None and not self.resetting[i]:
+                episode.stepping()
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        frames = self._frames()
+        for i, action in enumerate(iterate(self.env.action_space, actions)):
+            episode = self.episodes[i]
+            if episode is None:
+                continue
+            if self.resetting[i]:  # this step reset the sub-env: its new episode's first obs
+                self.resetting[i] = False
+                episode.observed(_sub(obs, i), frames[i])
+                continue
+            done = bool(terminated[i] or truncated[i])
+            final = self.autoreset is AutoresetMode.SAME_STEP and done
+            episode.stepped(action, rewards[i], _success_at(infos, i, final))
+            if not done:
+                episode.observed(_sub(obs, i), frames[i])
+                continue
+            self._end(i, ENV_ENDED, None)
+            if self.autoreset is AutoresetMode.NEXT_STEP:
+                self.resetting[i] = True
+            elif self.autoreset is AutoresetMode.SAME_STEP:  # obs is the next episode's already
+                self._open(i, None, None).observed(_sub(obs, i), frames[i])
+        return obs, rewards, terminated, truncated, infos
+
+    def _open(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> OpenEpisode:
+        scene = scene_of(self.run.statics[keys.TASK], self.scene, seed, options)
+        self.episodes[i] = self.run.open(scene, self.fps)
+        return self.episodes[i]
+
+    def _end(self, i: int, how: str, error: str | None) -> None:
+        episode, self.episodes[i] = self.episodes[i], None
+        if episode is not None:
+            episode.end(how, error)
+
+    def _end_open(self, how: str, error: str | None) -> None:
+        for i in range(len(self.episodes)):
+            self._end(i, how, error)
+
+    def _frames(self) -> Sequence[np.ndarray | None]:
+        return [None] * self.env.num_envs if self.fps is None else self.env.render()
+
+
+def scene_of(
+    task: str,
+    declared: Mapping[str, Any] | None,
+    seed: int | None,
+    options: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """An episode's scene, as a planned rollout's reads (task, seed, reset options) where the
+    loop reset its env with a seed, with the fields the caller declared; None if neither."""
+    staged = {} if seed is None else {keys.TASK: task, keys.SEED: seed, **(options or {})}
+    if declared is None and not staged:
+        return None
+    return {**staged, **(declared or {})}
+
+
+def _video_fps(env: gym.Env | VectorEnv) -> float | None:
+    """The frame rate a video of the env is written at; None when it does not render frames."""
+    if getattr(env, "render_mode", None) != "rgb_array":
+        return None
+    return float(env.metadata.get("render_fps") or 30)
+
+
+def _sub(obs: Any, i: int) -> Any:
+    """Sub-env `i`'s part of a vector env's observation."""
+    if isinstance(obs, Mapping):
+        return {name: _sub(value, i) for name, value in obs.items()}
+    return obs[i]
+
+
+def _success_at(infos: Mapping[str, Any], i: int, final: bool) -> bool | None:
+    """What a vector env's step info says of sub-env `i`'s success (on its final step under
+    SAME_STEP autoreset, the final info); None when it says nothing."""
+    if final:
+        infos = infos.get("final_info") or {}
+    for key in SUCCESS_INFO_KEYS:
+        if key in infos and infos.get(f"_{key}", np.ones(i + 1, bool))[i]:
+            return bool(infos[key][i])
+    return None

@@ -1,0 +1,214 @@
+"""The run of a loop policybench does not drive (policybench.wrap): its episodes as they go, in
+wall time (nothing is simulated), into the run directory the harness's runs write."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shlex
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.pytest_plugin.outcomes import crashed_record, rollout_record
+from policybench.pytest_plugin.rollout_trace import TRACES
+from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
+from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
+from policybench.record.protocol import Protocol
+from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
+from policybench.report.arms import ARMS
+from policybench.report.results import RESULTS, ResultsWriter, read_results
+from policybench.report.summary import RunInfo
+from policybench.report.unfinished import UNFINISHED, mark
+from policybench.report.video import VideoRecorder
+from policybench.world import as_observation
+
+NOT_DESCRIBED = "(not described)"  # run.json's policy when the loop did not describe it
+DIED = "the loop died mid-episode (its process ended before the episode did)"
+
+
+class OpenEpisode:
+    """One episode in progress: the statics it was opened with, its steps and their wall times,
+    the small state vectors of its observations and, when the env renders, its video."""
+
+    def __init__(self, run: LoopRun, statics: Mapping[str, Any], video_fps: float | None) -> None:
+        self.run, self.statics = run, dict(statics)
+        self.index = self.statics[keys.ROLLOUT_INDEX]
+        self.name = video_name(f"{self.statics[keys.NODEID]}#{self.index}")
+        self.trace: list[TraceStep] = []
+        self.success_step: int | None = None
+        self.reported = False
+        self.started_ns = time.perf_counter_ns()
+        self.states = StateRecorder()
+        self.video = None
+        if video_fps is not None:
+            self.video = VideoRecorder(run.run_dir / VIDEOS / f"{self.name}.mp4", video_fps)
+        self.marker = mark(run.run_dir, self.name, crashed_record(self.statics, DIED, {}))
+        self._obs: Any = None
+        self._step_ns = 0
+
+    def observed(self, obs: Any, frame: np.ndarray | None) -> None:
+        """What the env showed after a reset or a step (and its rendered frame, if any)."""
+        self._obs = obs
+        if self.video is not None and frame is not None:
+            self.video(0, {keys.IMAGE: frame})
+
+    def stepping(self) -> None:
+        """The loop asked for a step: its wall time starts, and the observation it acts on counts
+        (what a harness observer sees)."""
+        self._step_ns = time.perf_counter_ns() - self.started_ns
+        if self._obs is not None:
+            self.states(self._step_ns, as_observation(self._obs))
+
+    def stepped(self, action: Any, reward: float, success: bool | None) -> None:
+        self.reported = self.reported or success is not None
+        command = np.asarray(action)
+        self.trace.append(TraceStep(self._step_ns, command, float(reward), bool(success)))
+        if success and self.success_step is None:
+            self.success_step = len(self.trace) - 1
+
+    def end(self, how: str, error: str | None = None) -> None:
+        """Records the episode: solved if the env said success, else unsolved (the env or the
+        loop ended it: `how`), or an error when the loop broke in it (`error`)."""
+        steps = len(self.trace)
+        if not steps and error is None:  # reset, then left alone: no episode ran
+            if self.video is not None:
+                self.video.restart()
+            self.marker.unlink(missing_ok=True)
+            return
+        if error is not None:
+            outcome = Outcome(OutcomeKind.ERROR, f"{error} (after {steps} steps)")
+        elif self.success_step is not None:
+            outcome = Outcome(OutcomeKind.SOLVED, f"success at step {self.success_step}")
+        else:
+            outcome = Outcome(OutcomeKind.UNSOLVED, f"{how} after {steps} steps")
+        episode = Episode(
+            statics=self.statics,
+            trace=tuple(self.trace),
+            outcome=outcome,
+            sim_s=0.0,
+            wall_s=(time.perf_counter_ns() - self.started_ns) / 1e9,
+            success_step=self.success_step,
+            success_reported=self.reported,
+            action_bounds=self.run.action_bounds,
+        )
+        added: dict[str, Any] = {keys.SIM_S: None}  # the loop's time is wall time, as it went
+        if self.trace:
+            trace_name = f"{TRACES}/{self.name}.json"
+            write_trace(self.run.run_dir / trace_name, rollout_trace(episode, self.states))
+            added[keys.ROLLOUT_TRACE] = trace_name
+        if self.video is not None:
+            added.update(record_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
+        self.run.write(rollout_record({}, episode, added))
+        self.marker.unlink(missing_ok=True)
+
+
+class LoopRun:
+    """The run directory one wrapped env records into (several may share one: a loop per arm).
+    Each ended episode's record is appended and flushed at once; run.json says how it ran."""
+
+    def __init__(self, run_dir: Path, statics: Mapping[str, Any], action_space: Any = None) -> None:
+        self.run_dir = run_dir
+        self.statics = dict(statics)
+        self.writer = ResultsWriter(run_dir)
+        self.next_index = 0
+        low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
+        self.action_bounds = None if low is None or high is None else (low, high)
+        self.never_reported: set[str] = set()  # tasks whose env stepped and never said success
+        self._write_run_info()
+
+    def open(self, scene: Mapping[str, Any] | None, video_fps: float | None = None) -> OpenEpisode:
+        """A new episode of `scene` (None: the loop did not say which scene)."""
+        index, self.next_index = self.next_index, self.next_index + 1
+        statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
+        statics[keys.NODEID] = nodeid(statics, index)
+        return OpenEpisode(self, statics, video_fps)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self.writer.write(record)
+        if record[keys.STEPS] and record[keys.SUCCESS_REPORTED] is False:
+            self.never_reported.add(record[keys.TASK])
+
+    def close(self) -> None:
+        """Writes run.json's fingerprint; the report is the caller's to write."""
+        self.writer.close()
+        with contextlib.suppress(OSError):  # no episode of any loop is open in it
+            (self.run_dir / UNFINISHED).rmdir()
+        for task in sorted(self.never_reported):
+            print(
+                f"policybench.wrap: {self.statics[keys.EVAL]} / {task}: the env never said "
+                "whether the task was achieved (no success key in its step info), so its "
+                "episodes count as unsolved",
+                file=sys.stderr,
+            )
+        if (self.run_dir / RESULTS).is_file():
+            run = RunInfo.load(self.run_dir)
+            records = read_results(self.run_dir / RESULTS).records
+            protocol = Protocol.of(records, run.settings if run else None)
+            if run is not None:
+                dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
+
+    def _write_run_info(self) -> None:
+        """run.json as a pytest run writes it, with this loop's command line; the arms of every
+        loop recording into the directory, in the order they started."""
+        run = RunInfo.load(self.run_dir)
+        if run is None:
+            policy = self.statics[keys.POLICY] or {}
+            named = {keys.POLICY: policy.get(keys.POLICY_NAME, NOT_DESCRIBED)}
+            run = RunInfo.now(self.run_dir.name, [], Path.cwd(), named)
+            command = shlex.join([Path(sys.executable).name, *sys.argv])
+            run = dataclasses.replace(run, command=command)
+        arm = self.statics.get(keys.ARM)
+        arms = list(run.settings.get(ARMS) or [])
+        if arm is not None and arm not in arms:
+            run = dataclasses.replace(run, settings={**run.settings, ARMS: [*arms, arm]})
+        run.write(self.run_dir)
+
+
+def statics_of(
+    eval: str,
+    task: str,
+    instruction: str | None,
+    policy: Mapping[str, Any] | None,
+    arm: str | None,
+    packages: Sequence[str],
+) -> dict[str, Any]:
+    """What every episode of a wrapped loop records of itself before it runs."""
+    distributions = ["policybench", "gymnasium", *packages]
+    statics = {
+        keys.EVAL: eval,
+        keys.TASK: task,
+        keys.INSTRUCTION: instruction,
+        keys.POLICY: None if policy is None else dict(policy),
+        keys.PACKAGES: {name: _version(name) for name in distributions},
+    }
+    return statics if arm is None else {**statics, keys.ARM: arm}
+
+
+def nodeid(statics: Mapping[str, Any], index: int) -> str:
+    """A wrapped episode's id: as a planned rollout's where the loop named its scene's seed."""
+    scene = statics[keys.SCENE] or {}
+    if keys.SEED in scene:
+        extra = "".join(
+            f"/{name}={value}"
+            for name, value in scene.items()
+            if name not in (keys.TASK, keys.SEED)
+        )
+        name = f"{statics[keys.TASK]}/seed={scene[keys.SEED]}{extra}"
+    else:
+        name = f"{statics[keys.TASK]}/episode={index}"
+    arm = statics.get(keys.ARM)
+    return f"{statics[keys.EVAL]}::{name}" + ("" if arm is None else f"/policy={arm}")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
