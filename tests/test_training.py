@@ -1,7 +1,8 @@
 """`policybench.evaluate(model, ...)` from a training loop: an in-memory model, served from the
 caller's process to a child pytest run with two workers, gives the same rollouts as the pytest
 command on the same selection and seed; a model that raises makes error records, not a crash;
-the run is a run like any (results, summary, report)."""
+the run is a run like any (results, summary, report), and the summary returned is the one its
+summary.json holds."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 
 import policybench
 from policybench import keys
+from policybench.report.summary import RunInfo
 from policybench.suites.pusht import PUSHT
+from policybench.training import Evaluation
 
 REPO = Path(__file__).resolve().parents[1]
 ROLLOUTS = 2
@@ -36,6 +39,12 @@ class Exploding:
 
     def describe(self):
         return {"name": self.name}
+
+
+def assert_summary_is_the_runs(found: Evaluation) -> None:
+    written = json.loads((found.run_dir / "summary.json").read_text())
+    returned = found.summary.as_json(RunInfo.load(found.run_dir))
+    assert json.loads(json.dumps(returned)) == written
 
 
 def per_scene(run_dir: Path) -> dict:
@@ -60,6 +69,7 @@ def test_an_in_memory_model_evaluates_as_the_pytest_command_does(tmp_path):
     assert (found.run_dir / "index.html").is_file()
     overall = found.summary.overall.stats.tally
     assert overall.rollouts == ROLLOUTS and overall.errors == 0
+    assert_summary_is_the_runs(found)
 
     command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
     command += ["--policy=scripted", f"--rollouts={ROLLOUTS}", "--seed=3"]
@@ -77,6 +87,7 @@ def test_a_model_that_raises_gives_error_records_and_a_summary(tmp_path):
     )
     tally = found.summary.overall.stats.tally
     assert (tally.rollouts, tally.errors) == (1, 1)
+    assert_summary_is_the_runs(found)
     (record,) = [json.loads(line) for line in (found.run_dir / "results.jsonl").open()]
     assert "not aligned" in record[keys.REASON], record[keys.REASON]
 

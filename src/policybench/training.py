@@ -16,8 +16,7 @@ from typing import Any
 from policybench.options import API_KEY_VARIABLE
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.registry import PolicySettings, PolicyUnavailable, as_policy
-from policybench.report.results import RESULTS, read_results
-from policybench.report.summary import Summary
+from policybench.report.summary import SUMMARY, Summary
 from policybench.serve.command import action_space_of
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig, ServerThread
 from policybench.spec import Eval
@@ -41,8 +40,9 @@ def test_evaluate(rollout, harness):
 
 @dataclass(frozen=True)
 class Evaluation:
-    """What `evaluate` found: the summary (success per Eval and task with intervals, errors),
-    the run directory it was written to, and the child run's exit status and output."""
+    """What `evaluate` found: the summary the run wrote to its summary.json (success per Eval
+    and task with intervals, errors), the run directory, and the child run's exit status and
+    output."""
 
     summary: Summary
     run_dir: Path
@@ -107,15 +107,12 @@ def evaluate(
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     output = done.stdout + done.stderr
     made = sorted(_runs(reports) - before)
-    if len(made) != 1 or not (made[0] / RESULTS).is_file():
+    if len(made) != 1 or not (made[0] / SUMMARY).is_file():
         raise RuntimeError(
-            f"the evaluation run (exit status {done.returncode}) wrote no run under {reports}; "
-            f"its output ends:\n{output[-3000:]}"
+            f"the evaluation run (exit status {done.returncode}) wrote no run with a {SUMMARY} "
+            f"under {reports}; its output ends:\n{output[-3000:]}"
         )
-    results = read_results(made[0] / RESULTS)
-    return Evaluation(
-        Summary.of(results.records, results.problems), made[0], done.returncode, output
-    )
+    return Evaluation(Summary.of_run(made[0]), made[0], done.returncode, output)
 
 
 def _registered(name: str) -> Eval | None:

@@ -19,12 +19,13 @@ from typing import Any
 from policybench import keys
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
-from policybench.report.arms import arm_order
+from policybench.report.arms import ARMS, arm_order
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
+from policybench.report.results import RESULTS, read_results
 from policybench.report.stats import CONFIDENCE, GroupStats, group
 from policybench.report.sweep import sweep_json
-from policybench.report.verdicts import Verdicts
+from policybench.report.verdicts import Verdicts, read_verdicts
 from policybench.world import SUCCESS_INFO_KEYS
 
 REALTIME = "realtime"  # a row's real-time figures (record.realtime), in a run with latency
@@ -244,6 +245,16 @@ class Summary:
             if verdicts is None or not (verdicts.given or verdicts.problems)
             else Agreement.of(records, verdicts),
         )
+
+    @classmethod
+    def of_run(cls, run_dir: Path) -> Summary:
+        """The Summary of the run in `run_dir`, the one its summary.json holds: of its results
+        (and the problems reading them found), its arms in run.json's order and its operators'
+        verdicts."""
+        results = read_results(run_dir / RESULTS)
+        run = RunInfo.load(run_dir)
+        arms = [] if run is None else list(run.settings.get(ARMS) or [])
+        return cls.of(results.records, results.problems, arms, read_verdicts(run_dir))
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
         """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in
