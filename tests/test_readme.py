@@ -1,6 +1,6 @@
 """The README says what is true: its "Evaluate your own policy" module runs as written (in process,
-and served by `policybench serve` for `--policy=openpi`), its option tables list every option,
-and the files it links to exist."""
+and served by `policybench serve` for `--policy=openpi`), so does its "Your own loop" script, its
+option tables list every option, and the files it links to exist."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 EXAMPLE_MARKER = "<!-- readme-example: my_policy.py -->"
 EXAMPLE_MODULE = "my_policy"
+LOOP_MARKER = "<!-- readme-example: my_loop.py -->"
 SERVER_START_TIMEOUT_S = 60.0
 
 
@@ -40,10 +41,10 @@ def readme_section(heading: str) -> str:
     return text[start : start + 1 + following.start()] if following else text[start:]
 
 
-def example_source() -> str:
-    """The fenced python block that follows the example marker."""
-    match = re.search(re.escape(EXAMPLE_MARKER) + r"\n```python\n(.*?)\n```", readme(), re.S)
-    assert match, f"README.md has no ```python block right after {EXAMPLE_MARKER}"
+def example_source(marker: str = EXAMPLE_MARKER) -> str:
+    """The fenced python block that follows `marker`."""
+    match = re.search(re.escape(marker) + r"\n```python\n(.*?)\n```", readme(), re.S)
+    assert match, f"README.md has no ```python block right after {marker}"
     return match.group(1) + "\n"
 
 
@@ -125,6 +126,23 @@ def test_readme_example_policy_served_by_policybench_serve_runs_as_openpi(exampl
     assert_ran_without_error(records)
     served = {record[keys.POLICY][SERVED_MODEL][keys.POLICY_NAME] for record in records}
     assert served == {example.MODEL.name}
+
+
+def test_readme_own_loop_example_records_each_episode_into_a_run_with_its_report(tmp_path):
+    pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
+    (tmp_path / "my_loop.py").write_text(example_source(LOOP_MARKER))
+    command = [sys.executable, "my_loop.py"]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=user_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, f"python my_loop.py failed:\n{run.stdout}\n{run.stderr}"
+    run_dir = tmp_path / "reports" / LATEST
+    results = read_results(run_dir / RESULTS)
+    assert not results.problems
+    assert [record[keys.SCENE][keys.SEED] for record in results.records] == [0, 1, 2]
+    assert {record[keys.POLICY][keys.POLICY_NAME] for record in results.records} == {"random"}
+    assert_ran_without_error(list(results.records))
+    assert (run_dir / "summary.json").is_file() and (run_dir / "index.html").is_file()
 
 
 def await_serving(server: subprocess.Popen[str]) -> str:

@@ -80,6 +80,19 @@ def test_a_loop_that_raises_in_a_with_block_records_the_open_episode_as_an_error
     assert found[1][keys.REASON] == "the loop raised RuntimeError: the policy broke (after 1 steps)"
 
 
+def test_a_loop_recording_into_its_run_again_goes_on_counting_its_episodes(tmp_path):
+    for seeds in ((0, 1), (0,)):
+        env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+        for seed in seeds:
+            env.reset(seed=seed)
+            run_to_end(env)
+        env.close()
+    found = records(tmp_path)
+    assert [r[keys.ROLLOUT_INDEX] for r in found] == [0, 1, 2]
+    assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 3  # the same scene's too
+    assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["rollouts"] == 3
+
+
 SUCCEEDS = """
 class Succeeds(gym.Wrapper):  # says success when the episode lasted its time limit
     def step(self, action):

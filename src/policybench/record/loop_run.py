@@ -117,7 +117,7 @@ class LoopRun:
         self.run_dir = run_dir
         self.statics = dict(statics)
         self.writer = ResultsWriter(run_dir)
-        self.next_index = 0
+        self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
         self.action_bounds = None if low is None or high is None else (low, high)
         self.never_reported: set[str] = set()  # tasks whose env stepped and never said success
@@ -153,6 +153,14 @@ class LoopRun:
             protocol = Protocol.of(records, run.settings if run else None)
             if run is not None:
                 dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
+
+    def _recorded(self) -> int:
+        """How many episodes of this loop's Eval and arm the run directory holds already."""
+        if not self.writer.path.is_file():
+            return 0
+        mine = (self.statics[keys.EVAL], self.statics.get(keys.ARM))
+        records = read_results(self.writer.path).records
+        return sum((r[keys.EVAL], r.get(keys.ARM)) == mine for r in records)
 
     def _write_run_info(self) -> None:
         """run.json as a pytest run writes it, with this loop's command line; the arms of every
