@@ -6,6 +6,7 @@ status` over a sharded run's directories."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pty
@@ -121,7 +122,8 @@ def test_on_a_terminal_the_status_line_is_kept_in_place_instead_of_a_character_p
     assert not re.search(r"test_point\.py [.uE]+", output), output[-3000:]
 
 
-def test_status_json_is_valid_json_at_every_moment_of_a_run(checkout):
+def read_while_running(checkout: Path, *args: str) -> list[str]:
+    """status.json as read over and over while a run of `args` goes on."""
     reads: list[str] = []
     stop = threading.Event()
     path = checkout / "reports" / "latest" / STATUS
@@ -134,13 +136,28 @@ def test_status_json_is_valid_json_at_every_moment_of_a_run(checkout):
     reader = threading.Thread(target=read_all_the_time)
     reader.start()
     try:
-        run(checkout, "--status-every", "0")
+        run(checkout, *args)
     finally:
         stop.set()
         reader.join()
+    return reads
+
+
+def test_status_json_is_valid_json_at_every_moment_of_a_run(checkout):
+    reads = read_while_running(checkout, "--status-every", "0")
     assert len(reads) > 10
     parsed = [json.loads(text) for text in reads]  # raises on a torn file
     assert [p["done"] for p in parsed] == sorted(p["done"] for p in parsed)
+
+
+def test_status_json_is_rewritten_at_most_once_a_second_and_when_the_run_ends(checkout):
+    reads = read_while_running(checkout, "--status-every", "0")
+    written = [Status.from_json(json.loads(text), checkout) for text in dict.fromkeys(reads)]
+    running = [status for status in written if not status.finished]
+    spacing = [b.updated_at - a.updated_at for a, b in itertools.pairwise(running)]
+    assert all(gap >= 0.99 for gap in spacing), spacing
+    assert written[-1].finished and written[-1].done == written[-1].total == ROLLOUTS * 3
+    assert read_status(checkout / "reports" / "latest") == written[-1]
 
 
 def test_report_status_reads_a_sharded_runs_directories_one_line_each_and_together(checkout):

@@ -1,6 +1,7 @@
 """A long run you can watch: on the controller, a status line (done of total, solved with its
 interval, errors, pace, ETA) kept in place on a terminal or printed every --status-every seconds
-otherwise, and status.json in the run directory rewritten atomically as rollouts finish."""
+otherwise, and status.json in the run directory rewritten atomically as rollouts finish (at most
+once a second, and at the end)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
-from policybench.report.status import Status, write_status
+from policybench.report.status import Status, StatusFile
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,6 +50,7 @@ class Progress:
         self.config = config
         self.every_s = every_s
         self.run_dir = run_context(config).run_dir
+        self.status_file = StatusFile(self.run_dir)
         self.started_at = time.time()
         self.total = 0
         self.done: set[str] = set()
@@ -107,7 +109,7 @@ class Progress:
         status = self.status(finished)
         if not self.outcomes:  # no rollout yet (or a run of other tests): nothing to say
             return status
-        write_status(self.run_dir, status)
+        self.status_file.update(status)
         if self.terminal is None or finished or not status.done:
             return status
         if live(self.config):

@@ -1,5 +1,6 @@
 """A run's progress as it goes: status.json in its run directory (written atomically as rollouts
-finish), one line saying it, and `policybench report status DIR...` across runs and shards."""
+finish, at most once a second, and at the end), one line saying it, and `policybench report status
+DIR...` across runs and shards."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from policybench.report.stats import Tally
 
 STATUS = "status.json"
 FORMAT = "policybench-status"
+WRITE_EVERY_S = 1.0  # readers poll it; a run of quick rollouts would rewrite it many times a second
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,28 @@ def write_status(run_dir: Path, status: Status) -> None:
     with os.fdopen(handle, "w") as file:
         json.dump(status.to_json(), file)
     os.replace(temporary, run_dir / STATUS)
+
+
+class StatusFile:
+    """A run's status.json, written as rollouts finish: at most once every `every_s` seconds,
+    and always when the status says the run has finished (an update in between is skipped; the
+    next one written carries it)."""
+
+    def __init__(self, run_dir: Path, every_s: float = WRITE_EVERY_S) -> None:
+        self.run_dir = run_dir
+        self.every_s = every_s
+        self._written_at: float | None = None  # time.monotonic() of the last write
+
+    def update(self, status: Status) -> bool:
+        """Writes `status` unless the last write was under `every_s` ago and the run goes on;
+        whether it wrote."""
+        now = time.monotonic()
+        recent = self._written_at is not None and now - self._written_at < self.every_s
+        if recent and not status.finished:
+            return False
+        write_status(self.run_dir, status)
+        self._written_at = now
+        return True
 
 
 def read_status(run_dir: Path) -> Status:
