@@ -35,7 +35,7 @@ def run_to_end(env: gym.Env, action: int = 0) -> None:
         pass
 
 
-def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tmp_path):
+def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tmp_path, capsys):
     env = policybench.wrap(
         gym.make("CartPole-v1"), eval="cartpole", task="balance", run_dir=tmp_path
     )
@@ -62,6 +62,8 @@ def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tm
     assert run["fingerprint"]["evals"]["cartpole"] and run["command"]
     assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["rollouts"] == 3
     assert (tmp_path / "index.html").is_file() and not (tmp_path / UNFINISHED).exists()
+    assert "no simulated clock" in (tmp_path / "rollouts" / "00000.html").read_text()
+    assert "the env never said whether the task was achieved" in capsys.readouterr().err
 
 
 def test_a_loop_that_raises_in_a_with_block_records_the_open_episode_as_an_error(tmp_path):
@@ -155,6 +157,22 @@ def test_a_vector_env_records_one_episode_per_sub_env_per_reset_cycle(tmp_path):
     assert [r[keys.SCENE][keys.SEED] for r in found[:4]] == [10, 11, 12, 13]
     assert [r[keys.SCENE] for r in found[4:]] == [None] * 8  # reset by the vector env, unseeded
     assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 12
+
+
+@pytest.mark.parametrize("mode", list(gym.vector.AutoresetMode), ids=lambda mode: mode.value)
+def test_every_autoreset_mode_of_a_vector_env_gives_whole_episodes(tmp_path, mode):
+    make = [lambda: gym.make("CartPole-v1", max_episode_steps=5)] * 2
+    vector = gym.vector.SyncVectorEnv(make, autoreset_mode=mode)
+    env = policybench.wrap(vector, eval="cartpole", task="balance", run_dir=tmp_path)
+    env.reset(seed=0)
+    for _ in range(11):  # two whole episodes of each sub-env, under any mode
+        _, _, terminated, truncated, _ = env.step(np.zeros(2, int))
+        if mode is gym.vector.AutoresetMode.DISABLED and any(terminated | truncated):
+            env.reset(options={"reset_mask": terminated | truncated})
+    env.close()
+    whole = [r for r in records(tmp_path) if r[keys.REASON].startswith("env ended")]
+    assert [r[keys.STEPS] for r in whole] == [5] * 4
+    assert [(r[keys.SCENE] or {}).get(keys.SEED) for r in whole] == [0, 1, None, None]
 
 
 def test_an_env_that_renders_gets_a_video_per_episode_and_its_report_page(tmp_path):
