@@ -53,21 +53,28 @@ class Isolated:
         return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
 
     def versions(self) -> dict[str, str]:
-        """The distributions installed in the interpreter (normalized name -> version)."""
+        """The distributions installed in the interpreter (normalized name -> version), the
+        serving machine's under --env-url."""
+        from policybench.envserver import remote
         from policybench.envserver.interpreters import installed_versions, python_of
 
+        served = remote.endpoint_in_use()
+        if served is not None:
+            return remote.served_versions(served, self.entry, dict(self.kwargs))
         return installed_versions(python_of(self.interpreter))
 
     def packages(self, named: Sequence[str]) -> dict[str, str]:
         """For the record: the installed versions of `named` (an Eval's packages) and of the
         interpreter's declared requirements, as the interpreter has them ("not installed" for
-        one it lacks, and for all while the interpreter itself is not installed)."""
+        one it lacks, and for all while the interpreter itself is not installed or, under
+        --env-url, not reached: the env's own connection then says why)."""
         from policybench.envserver.interpreters import InterpreterMissing, distribution
+        from policybench.envserver.proxy import EnvServerError
 
         wanted = dict.fromkeys([*named, *map(distribution, self.interpreter.requirements)])
         try:
             installed = self.versions()
-        except InterpreterMissing:
+        except (InterpreterMissing, EnvServerError):  # not here, or --env-url's server refused
             installed = {}
         return {name: installed.get(distribution(name), NOT_INSTALLED) for name in wanted}
 

@@ -26,7 +26,12 @@ import msgpack
 from policybench import keys
 from policybench.envserver import Isolated
 from policybench.envserver import server as protocol
-from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.envserver.interpreters import (
+    InterpreterMissing,
+    InterpreterUnreadable,
+    installed_versions,
+    python_of,
+)
 from policybench.envserver.proxy import (
     CLOSE_WAIT_S,
     STDERR_TAIL_LINES,
@@ -35,7 +40,7 @@ from policybench.envserver.proxy import (
     server_script,
     widen,
 )
-from policybench.envserver.remote import SCHEME
+from policybench.envserver.remote import SCHEME, VERSIONS
 from policybench.lifetime import die_with_starter, owned_env
 from policybench.options import API_KEY_VARIABLE
 from policybench.spec import Eval
@@ -88,7 +93,11 @@ class Relay:
             self._check_hello(frames.decoded(frames.read(connection, HANDSHAKE_BYTES)))
             frames.send({"ok": {"protocol": protocol.PROTOCOL}})
             make = memoryview(bytes(frames.read(connection)))  # kept past the next read
-            chosen = self._chosen(frames.decoded(make))
+            request = frames.decoded(make)
+            chosen = self._chosen(request)
+            if request.get("op") == VERSIONS:
+                frames.send({"ok": installed(chosen.make_env)})
+                return
             child = EnvServerProcess(chosen.make_env)
         except Refused as refused:
             frames.send_error(refused.kind.__name__, str(refused))
@@ -120,8 +129,8 @@ class Relay:
             )
 
     def _chosen(self, make: dict[str, Any]) -> Served:
-        if make.get("op") != "make":
-            raise Refused(EnvServerError, "a connection's second request is make")
+        if make.get("op") not in ("make", VERSIONS):
+            raise Refused(EnvServerError, f"a connection's second request is make or {VERSIONS}")
         entry, kwargs = make.get("entry"), make.get("kwargs")
         codec = protocol.Codec()
         for served in self.served:
@@ -134,6 +143,14 @@ class Relay:
             f"this server serves no env {entry} with the arguments {kwargs!r}; it serves "
             f"{offered}. Start it with the Eval the run declares",
         )
+
+
+def installed(isolated: Isolated) -> dict[str, str]:
+    """The distributions installed in `isolated`'s interpreter here (Isolated.versions)."""
+    try:
+        return installed_versions(python_of(isolated.interpreter))
+    except (InterpreterMissing, InterpreterUnreadable) as missing:
+        raise Refused(EnvServerError, f"on the serving machine: {missing}") from None
 
 
 class FrameMissing(Exception):

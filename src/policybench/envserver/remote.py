@@ -17,6 +17,7 @@ from policybench.envserver.proxy import EnvServerError, EnvServerGone
 SCHEME = "tcp"
 CONNECT_TIMEOUT_S = 10.0
 HOW_TO_SERVE = "policybench env serve EVAL --port {port}"
+VERSIONS = "versions"  # a connection's request for its interpreter's versions, in place of make
 
 
 @dataclass(frozen=True)
@@ -144,3 +145,13 @@ class RemoteEnvServer:
     def _hang_up(self) -> None:
         self._stream.close()
         self._socket.close()
+
+
+def served_versions(endpoint: EnvEndpoint, entry: str, kwargs: dict[str, Any]) -> dict[str, str]:
+    """The distributions installed in the interpreter that serves `entry` at `endpoint`
+    (Isolated.versions of the serving machine)."""
+    server = RemoteEnvServer(endpoint)
+    try:
+        return server.request(VERSIONS, entry=entry, kwargs=kwargs)
+    finally:
+        server._hang_up()  # the relay ends the connection after its answer

@@ -1,0 +1,243 @@
+"""Isolated envs served over TCP: a real `policybench env serve` on loopback, and pytest runs
+given --env-url: the records of the local isolated run, a wrong key refused (that Eval's items
+only), nothing listening said in one line, and a server killed mid-rollout (that rollout's
+error; the next one connects again)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from policybench.envserver.relay import READY
+from policybench.options import API_KEY_VARIABLE
+from tests.test_envserver import MEASURED, _alive
+from tests.test_isolated_numpy1 import BENCHMARK as NUMPY1_BENCHMARK
+from tests.test_isolated_numpy1 import numpy1_cache  # noqa: F401 (a fixture)
+from tests.test_remote import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+ENVS = (REPO / "tests" / "envs.py").read_text()
+KEY = "env-k3y-81c2d9"
+START_TIMEOUT_S = 30.0
+
+REMOTE_POINTS = """
+import dataclasses, os, pathlib, sys, time
+import policybench
+from envs import GreedyPointModel, PointEnv, point_eval
+from policybench.envserver import Interpreter, Isolated
+
+
+class PausingPoint(PointEnv):
+    '''With PAUSE_AT_STEP set, step 2 of seed 0 notes its server's pid in `stepping` and sleeps.'''
+
+    def __init__(self, task):
+        super().__init__()
+
+    def reset(self, *, seed=None, options=None):
+        self.seed, self.steps = seed, 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        if os.environ.get("PAUSE_AT_STEP") and self.seed == 0 and self.steps == 2:
+            pathlib.Path("stepping").write_text(str(os.getpid()))
+            time.sleep(60)
+        self.steps += 1
+        return super().step(action)
+
+
+HERE = Interpreter("here", python=sys.executable)
+REMOTE = dataclasses.replace(
+    point_eval("remote", scripted=GreedyPointModel),
+    make_env=Isolated("test_remote_points:PausingPoint", HERE),
+)
+LOCAL = point_eval("local", tasks={"near": "reach the goal"}, scripted=GreedyPointModel)
+
+
+@policybench.parametrize(REMOTE, LOCAL)
+def test_point(rollout, harness):
+    while pathlib.Path("restarting").exists():  # the test is starting the server again
+        time.sleep(0.05)
+    harness(rollout)
+"""
+
+
+def clean_env(path: Path, **changes: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.pop(API_KEY_VARIABLE, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
+    return {**env, **changes}
+
+
+def start_env_server(path: Path, env: dict[str, str], *args: str) -> tuple[subprocess.Popen, int]:
+    """`policybench env serve *args` in `path`, once it listens, and its port."""
+    command = [sys.executable, "-m", "policybench.cli", "env", "serve", *args]
+    log = (path / "serve.log").open("a")
+    server = subprocess.Popen(
+        command, cwd=path, env=env, stdout=subprocess.PIPE, stderr=log, text=True
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = server.stdout.readline()
+        if line.startswith(READY):
+            return server, int(line.rsplit(":", 1)[1])
+        if not line:
+            break
+    server.kill()
+    pytest.fail(f"policybench env serve did not start: {(path / 'serve.log').read_text()}")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.kill()
+    server.wait()
+
+
+def run(path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args]
+    return subprocess.run(command, cwd=path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def records(path: Path, report_dir: str = "reports") -> dict[str, dict]:
+    lines = (path / report_dir / "latest" / "results.jsonl").read_text().splitlines()
+    return {r["nodeid"].split("[")[1].rstrip("]"): r for r in map(json.loads, lines)}
+
+
+@pytest.fixture
+def points(tmp_path: Path) -> Path:
+    (tmp_path / "envs.py").write_text(ENVS)
+    (tmp_path / "test_remote_points.py").write_text(REMOTE_POINTS)
+    return tmp_path
+
+
+def test_a_run_with_env_url_records_what_the_local_isolated_run_records(
+    tmp_path,
+    numpy1_cache,  # noqa: F811
+):
+    (tmp_path / "test_numpy1.py").write_text(NUMPY1_BENCHMARK)
+    served_env = clean_env(tmp_path, XDG_CACHE_HOME=str(numpy1_cache), **{API_KEY_VARIABLE: KEY})
+    server, port = start_env_server(
+        tmp_path, served_env, "tests.isolated_envs.evals:NUMPY1", "--port", "0"
+    )
+    try:
+        args = ["--policy=random", "--rollouts", "2"]
+        here = clean_env(tmp_path, XDG_CACHE_HOME=str(numpy1_cache))
+        local = run(tmp_path, here, *args, "--report-dir", "local")
+        assert local.returncode == 0, local.stdout[-3000:]
+        # The run's machine has no numpy1 interpreter: its envs are the server's.
+        elsewhere = clean_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "empty"))
+        url = f"tcp://127.0.0.1:{port}"
+        served = run(
+            tmp_path,
+            elsewhere,
+            *args,
+            "--report-dir",
+            "served",
+            "--env-url",
+            url,
+            "--env-api-key",
+            KEY,
+        )
+        assert served.returncode == 0, served.stdout[-3000:]
+    finally:
+        stop(server)
+    here, there = records(tmp_path, "local"), records(tmp_path, "served")
+    assert [(r["outcome"], r["steps"]) for r in there.values()] == [("solved", 3)] * 2
+    assert here.keys() == there.keys()
+    for rollout, local_record in here.items():
+        served_record = there[rollout]
+        keys = local_record.keys() | served_record.keys()
+        differing = {k for k in keys if local_record.get(k) != served_record.get(k)}
+        assert differing <= MEASURED, (differing, local_record, served_record)
+    written = [file for file in tmp_path.rglob("*") if file.is_file()]
+    assert [str(file) for file in written if KEY.encode() in file.read_bytes()] == []
+    assert KEY not in served.stdout + served.stderr
+
+
+def test_a_wrong_key_is_refused_and_errors_that_evals_items_only(points):
+    server, port = start_env_server(
+        points,
+        clean_env(points, **{API_KEY_VARIABLE: KEY}),
+        "test_remote_points:REMOTE",
+        "--port",
+        "0",
+    )
+    try:
+        env = clean_env(points, **{API_KEY_VARIABLE: "not-the-key"})
+        done = run(points, env, "--rollouts", "2", "--env-url", f"tcp://127.0.0.1:{port}")
+    finally:
+        stop(server)
+    recorded = records(points)
+    assert recorded["near/seed=0"]["outcome"] == recorded["near/seed=1"]["outcome"] == "solved"
+    for seed in (0, 1):
+        record = recorded[f"reach/seed={seed}"]
+        assert record["outcome"] == "error"
+        assert "refused the connection: missing or wrong API key" in record["reason"]
+    assert "not-the-key" not in done.stdout + done.stderr
+
+
+def test_nothing_listening_is_one_line_naming_the_url_and_what_to_start(points):
+    port = free_port()
+    run(points, clean_env(points), "--rollouts", "1", "--env-url", f"tcp://127.0.0.1:{port}")
+    recorded = records(points)
+    assert recorded["near/seed=0"]["outcome"] == "solved"
+    reason = recorded["reach/seed=0"]["reason"]
+    assert "\n" not in reason
+    assert f"no env server at tcp://127.0.0.1:{port}" in reason
+    assert f"policybench env serve EVAL --port {port}" in reason
+
+
+def test_a_killed_server_is_its_rollouts_error_and_the_next_rollout_connects_again(points):
+    env = clean_env(points, PAUSE_AT_STEP="1")
+    server, port = start_env_server(points, env, "test_remote_points:REMOTE", "--port", "0")
+    url = f"tcp://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-k", "reach"]
+    pytest_run = subprocess.Popen(
+        [*command, "--rollouts", "2", "--env-url", url],
+        cwd=points,
+        env=clean_env(points),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        stepping = points / "stepping"
+        deadline = time.monotonic() + 60
+        while not stepping.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stepping.exists(), "the served env never reached its pause"
+        env_server = int(stepping.read_text())
+        (points / "restarting").write_text("")  # the next rollout waits for the new server
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        deadline = time.monotonic() + 5
+        while _alive(env_server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(env_server)  # it died with the server that started it
+        server, _ = start_env_server(
+            points, clean_env(points), "test_remote_points:REMOTE", "--port", str(port)
+        )
+        (points / "restarting").unlink()
+        assert pytest_run.wait(120) == 1  # an error
+    finally:
+        pytest_run.kill()
+        stop(server)
+    recorded = records(points)
+    killed = recorded["reach/seed=0"]
+    assert killed["outcome"] == "error" and killed["steps"] == 2
+    assert f"env server at {url} closed the connection at step" in killed["reason"]
+    assert recorded["reach/seed=1"]["outcome"] == "solved"
+
+
+def test_serving_beyond_loopback_needs_a_key(points):
+    command = [sys.executable, "-m", "policybench.cli", "env", "serve", "test_remote_points:REMOTE"]
+    command += ["--host", "0.0.0.0", "--port", "0"]
+    done = subprocess.run(
+        command, cwd=points, env=clean_env(points), capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "refusing to serve 0.0.0.0 without a key" in done.stderr
