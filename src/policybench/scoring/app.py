@@ -47,9 +47,30 @@ def shown(record: Mapping[str, Any]) -> dict[str, Any]:
         keys.SCENE: record.get(keys.SCENE) or {},
         keys.ARM: record.get(keys.ARM),
         keys.VIDEO: None if not isinstance(video, str) else FILES + video,
-        keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING)
-        or (None if video else "the run recorded no video (run it with --record-video)"),
+        keys.VIDEO_MISSING: video_missing(record),
     }
+
+
+def video_missing(record: Mapping[str, Any]) -> str | None:
+    """Why a rollout has no video (None: it has one)."""
+    if isinstance(record.get(keys.VIDEO), str):
+        return None
+    return (
+        record.get(keys.VIDEO_MISSING) or "the run recorded no video (run it with --record-video)"
+    )
+
+
+def unfilmed_line(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """What `policybench score` says first of the rollouts that have no video (None when each
+    has one): how many, why, and what the page shows of them instead."""
+    unfilmed = [why for why in map(video_missing, records) if why is not None]
+    if not unfilmed:
+        return None
+    why = sorted(set(unfilmed))
+    return (
+        f"{len(unfilmed)} of {len(records)} rollouts have no video: {'; '.join(why)}. The page "
+        "shows their instruction and scene only: score them from those, or skip them"
+    )
 
 
 def scorer_order(ids: Sequence[str], run_id: str, scorer: str) -> list[str]:

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from policybench.report.agreement import Agreement
+from policybench.report.cli import rebuild_report
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.verdicts import read_verdicts
-from policybench.scoring.app import ScoringApp
+from policybench.scoring.app import ScoringApp, unfilmed_line
 from policybench.scoring.server import LOOPBACK
 
 
@@ -50,7 +51,11 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"warning: serving on {args.host}: anyone who can reach it can record verdicts")
     for problem in read_verdicts(run_dir).problems:
         print(f"warning: {problem}", file=sys.stderr)
-    print(f"scoring {len(app.rollouts())} rollouts of {app.run_id}: open {server.url}")
+    rollouts = app.rollouts()
+    unfilmed = unfilmed_line(list(rollouts.values()))
+    if unfilmed is not None:
+        print(f"note: {unfilmed}")
+    print(f"scoring {len(rollouts)} rollouts of {app.run_id}: open {server.url}")
     print("Ctrl-C when done: the report is then rewritten with the verdicts")
     # Ctrl-C or SIGTERM end the page (a shell's background job inherits an ignored SIGINT).
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -59,6 +64,5 @@ def run_score(args: argparse.Namespace) -> int:
         server.serve()
     records = read_results(run_dir / RESULTS).records
     print("\n".join(Agreement.of(records, read_verdicts(run_dir)).lines()))
-    from policybench.report import cli as report_cli
-
-    return report_cli.run_html(argparse.Namespace(run=str(run_dir), report_dir=args.report_dir))
+    rebuild_report(run_dir)
+    return 0
