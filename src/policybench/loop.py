@@ -44,6 +44,9 @@ def wrap(
     several arms may share one `run_dir`), `packages` are distributions whose versions every
     record keeps (policybench's and gymnasium's always). The run is closed, its summary and
     report written, by `close()`, by leaving a `with` block, or at exit."""
+    for name, value in (("eval", eval), ("task", task)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"policybench.wrap: {name} must be a non-empty string, got {value!r}")
     statics = statics_of(eval, task, instruction, policy, arm, packages)
     directory = Path(run_dir) if run_dir is not None else new_run_dir(Path(report_dir))
     directory.mkdir(parents=True, exist_ok=True)
