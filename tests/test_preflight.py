@@ -138,11 +138,21 @@ def test_a_failed_preflight_errors_every_rollout_without_building_more_envs(benc
     assert stored["verdict"] == "failed"
 
 
-def test_a_passed_preflight_is_recorded_and_printed(bench):
+def test_a_passed_preflight_is_recorded_and_printed_first_in_the_runs_summary(bench):
     bench.makepyfile(greedy="from envs import GreedyPointModel\nMODEL = GreedyPointModel()\n")
     result = bench.runpytest_subprocess("--rollouts", "1", "--policy=greedy:MODEL")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["preflight point: passed: answered [[]1, 1] float64 (horizon 1)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= policybench: policy greedy:MODEL =*",
+            "preflight point: passed: answered [[]1, 1] float64 (horizon 1)*",
+            "eval *rollouts*",
+            "point *",
+            "results: *",
+            "report: *",
+        ],
+        consecutive=True,
+    )
     stored = json.loads((bench.path / "reports/latest/preflight/point.json").read_text())
     assert stored["verdict"] == "passed" and stored["policy"]["name"] == "greedy"
 

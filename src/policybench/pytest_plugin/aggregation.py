@@ -19,6 +19,7 @@ from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
+from policybench.pytest_plugin.preflights import preflight_lines
 from policybench.pytest_plugin.resume import compact, latest_per_rollout, resumed_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.shards import shard_setting
@@ -174,6 +175,8 @@ class Aggregator:
         if self.not_run or self.unreported or self.findings is not None:
             named = "arms" if self.settings.ab else "policy"
             terminalreporter.section(f"policybench: {named} {self.settings.policy_shown}")
+        for line, failed in preflight_lines(self.config):
+            write(line, red=failed)
         for (eval, why), count in sorted(self.not_run.items()):
             write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
         if self.no_policy:

@@ -1,7 +1,7 @@
 """One preflight per Eval (and arm, in an A/B run) per run, shared by the run's processes through
 files in the run directory (`preflight/<eval>.json`, `preflight/<eval>@<arm>.json`): the first
-process to reach an Eval runs it under a file lock, the others read it; the controller prints
-each at the end, naming its arm."""
+process to reach an Eval runs it under a file lock, the others read it; the controller's summary
+shows each (`preflight_lines`) ahead of the results, naming its arm."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from policybench.preflight import Preflight, Verdict
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
-from policybench.pytest_plugin.workers import is_worker
 from policybench.report.arms import KEPT, sealed_description
 
 PREFLIGHT = "preflight"  # the run directory's folder of preflights
@@ -78,10 +76,9 @@ def store_of(config: pytest.Config) -> PreflightStore:
     return PreflightStore(run_dir_of(config) / PREFLIGHT, blinded, kept)
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if is_worker(config):
-        return
+def preflight_lines(config: pytest.Config) -> list[tuple[str, bool]]:
+    """The run's preflights, one line each, and whether it failed: what the run's summary on the
+    terminal says first (they ran before any rollout did)."""
     directory = run_dir_of(config) / PREFLIGHT
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-        found, arm = read(path)
-        terminalreporter.write_line(found.line(arm), red=found.failed)
+    found = [read(path) for path in sorted(directory.glob("*.json"))] if directory.is_dir() else []
+    return [(preflight.line(arm), preflight.failed) for preflight, arm in found]
