@@ -74,7 +74,30 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     from policybench.envserver import relay
 
-    return relay.run(args)
+    try:
+        evals = evals_named(args.evals)
+    except (LookupError, ImportError) as error:
+        print(f"policybench env serve: {error}", file=sys.stderr)
+        return 1
+    return relay.run(args, evals)
+
+
+def evals_named(names: list[str]) -> list[Eval]:
+    """The Evals `names` name: each an Eval (registered name or module:attribute) or a
+    registered suite (its Evals)."""
+    from policybench.suites import eval_named, suite_modules
+
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # a module beside the user, as `python -m` finds it
+    found: list[Eval] = []
+    suites = suite_modules()
+    for name in names:
+        if name in suites:
+            module = importlib.import_module(suites[name])
+            found += [value for value in vars(module).values() if isinstance(value, Eval)]
+        else:
+            found.append(eval_named(name))
+    return found
 
 
 def run_install(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ import argparse
 import collections
 import contextlib
 import hmac
-import importlib
 import ipaddress
 import os
 import select
@@ -44,7 +43,6 @@ from policybench.envserver.remote import SCHEME, VERSIONS
 from policybench.lifetime import die_with_starter, owned_env
 from policybench.options import API_KEY_VARIABLE
 from policybench.spec import Eval
-from policybench.suites import eval_named, suite_modules
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
 HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before its key is checked
@@ -100,10 +98,12 @@ class Relay:
                 return
             child = EnvServerProcess(chosen.make_env)
         except Refused as refused:
+            log(f"refused {peer_of(connection)}: {refused}")
             frames.send_error(refused.kind.__name__, str(refused))
             return
         except FrameMissing:
             return
+        log(f"{peer_of(connection)}: {chosen.name}'s env in env server {child.process.pid}")
         try:
             child.relay(make, frames)
         finally:
@@ -217,14 +217,18 @@ class EnvServerProcess:
         except InterpreterMissing as missing:
             raise Refused(EnvServerError, f"on the serving machine: {missing}") from None
         command = [str(self.python), str(server_script(isolated.modules))]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            bufsize=0,
-            env=owned_env(os.environ),
-        )
+        try:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                env=owned_env(os.environ),
+            )
+        except OSError as error:
+            raise Refused(EnvServerError, f"cannot start {self.python}: {error}") from None
+        self._in_flight = False
         for pipe in (self.process.stdin, self.process.stdout):
             widen(pipe.fileno())
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -249,6 +253,7 @@ class EnvServerProcess:
         """Whether the server answered `request` (the answer sent on to the client, or, for our
         own hello, checked here); the client is told when the server ended instead."""
         stdout = self.process.stdout
+        self._in_flight = True
         try:
             protocol.write_frame(self.process.stdin.fileno(), [request])
             if not self._answered(frames.connection):
@@ -257,6 +262,7 @@ class EnvServerProcess:
         except (FrameMissing, BrokenPipeError):
             frames.send_error(EnvServerGone.__name__, self._ended(op))
             return False
+        self._in_flight = False
         if to_client:
             frames.send_frame(answer)
             return op != "close"
@@ -269,12 +275,14 @@ class EnvServerProcess:
     def _answered(self, connection: socket.socket) -> bool:
         """Waits for the server's answer; False when the client hangs up meanwhile."""
         stdout = self.process.stdout
+        watched = [stdout, connection]
         while True:
-            ready, _, _ = select.select([stdout, connection], [], [])
+            ready, _, _ = select.select(watched, [], [])
             if stdout in ready:
                 return True
             if self._client_gone(connection):
                 return False
+            watched = [stdout]  # a request before the answer: it waits in the socket
 
     @staticmethod
     def _client_gone(connection: socket.socket) -> bool:
@@ -289,6 +297,8 @@ class EnvServerProcess:
         """Ends the server: the end of its requests closes its env; killed if it is still busy
         after CLOSE_WAIT_S (or right away when a request is still in flight)."""
         process = self.process
+        if self._in_flight:  # nobody waits for its answer
+            process.kill()
         with contextlib.suppress(OSError):
             process.stdin.close()
         try:
@@ -318,6 +328,17 @@ class EnvServerProcess:
             if text:
                 self._stderr.append(text)
                 print(f"env server {self.process.pid}: {text}", file=sys.stderr, flush=True)
+
+
+def log(line: str) -> None:
+    print(f"policybench env serve: {line}", file=sys.stderr, flush=True)
+
+
+def peer_of(connection: socket.socket) -> str:
+    with contextlib.suppress(OSError):
+        host, port = connection.getpeername()[:2]
+        return f"{host}:{port}"
+    return "a closed connection"
 
 
 def op_of(request: memoryview) -> str:
@@ -354,11 +375,12 @@ class RelayServer(socketserver.ThreadingTCPServer):
         super().__init__((host, port), _Handler)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, evals: list[Eval]) -> int:
+    """`policybench env serve` for `evals` (their isolated ones), until stopped."""
     die_with_starter()
     try:
-        served = served_of(evals_named(args.evals))
-    except (LookupError, ImportError) as error:
+        served = served_of(evals)
+    except LookupError as error:
         print(f"policybench env serve: {error}", file=sys.stderr)
         return 1
     api_key = args.api_key or None
@@ -377,19 +399,3 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
             listening.serve_forever()
     return 0
-
-
-def evals_named(names: Iterable[str]) -> list[Eval]:
-    """The Evals `names` name: each an Eval (registered name or module:attribute) or a
-    registered suite (its Evals)."""
-    if "" not in sys.path:
-        sys.path.insert(0, "")  # a module beside the user, as `python -m` finds it
-    found: list[Eval] = []
-    suites = suite_modules()
-    for name in names:
-        if name in suites:
-            module = importlib.import_module(suites[name])
-            found += [value for value in vars(module).values() if isinstance(value, Eval)]
-        else:
-            found.append(eval_named(name))
-    return found
