@@ -54,6 +54,11 @@ def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tm
         None,
     ]
     assert found[2][keys.REASON] == "the loop ended the episode after 1 steps"
+    assert [r[keys.NODEID] for r in found] == [
+        "cartpole::balance/seed=0/episode=0",
+        "cartpole::balance/seed=1/episode=1",
+        "cartpole::balance/episode=2",
+    ]
     assert found[0][keys.SUCCESS_REPORTED] is False  # CartPole never says success
     assert found[0][keys.SIM_S] is None and found[0][keys.WALL_S] > 0  # the loop's own time
     assert {"policybench", "gymnasium"} <= set(found[0][keys.PACKAGES])
@@ -92,6 +97,7 @@ def test_a_loop_recording_into_its_run_again_goes_on_counting_its_episodes(tmp_p
     found = records(tmp_path)
     assert [r[keys.ROLLOUT_INDEX] for r in found] == [0, 1, 2]
     assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 3  # the same scene's too
+    assert len({r[keys.NODEID] for r in found}) == 3  # what verdicts and merge tell apart
     assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["rollouts"] == 3
 
 

@@ -39,8 +39,7 @@ class OpenEpisode:
 
     def __init__(self, run: LoopRun, statics: Mapping[str, Any], video_fps: float | None) -> None:
         self.run, self.statics = run, dict(statics)
-        self.index = self.statics[keys.ROLLOUT_INDEX]
-        self.name = video_name(f"{self.statics[keys.NODEID]}#{self.index}")
+        self.name = video_name(self.statics[keys.NODEID])
         self.trace: list[TraceStep] = []
         self.success_step: int | None = None
         self.reported = False
@@ -200,19 +199,13 @@ def statics_of(
 
 
 def nodeid(statics: Mapping[str, Any], index: int) -> str:
-    """A wrapped episode's id: as a planned rollout's where the loop named its scene's seed."""
-    scene = statics[keys.SCENE] or {}
-    if keys.SEED in scene:
-        extra = "".join(
-            f"/{name}={value}"
-            for name, value in scene.items()
-            if name not in (keys.TASK, keys.SEED)
-        )
-        name = f"{statics[keys.TASK]}/seed={scene[keys.SEED]}{extra}"
-    else:
-        name = f"{statics[keys.TASK]}/episode={index}"
+    """A wrapped episode's id, unique in its run (a loop may run a scene twice): its scene's
+    fields as a planned rollout's id shows them, and its episode index."""
+    scene = {k: v for k, v in (statics[keys.SCENE] or {}).items() if k != keys.TASK}
+    fields = "".join(f"/{name}={value}" for name, value in scene.items())
     arm = statics.get(keys.ARM)
-    return f"{statics[keys.EVAL]}::{name}" + ("" if arm is None else f"/policy={arm}")
+    policy = "" if arm is None else f"/policy={arm}"
+    return f"{statics[keys.EVAL]}::{statics[keys.TASK]}{fields}/episode={index}{policy}"
 
 
 def _version(distribution: str) -> str:
