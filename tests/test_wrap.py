@@ -19,6 +19,8 @@ from policybench import keys
 from policybench.report.results import LATEST, RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY
 from policybench.report.unfinished import UNFINISHED
+from policybench.scoring.app import PAGE, ScoringApp
+from policybench.scoring.server import Request
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).with_name("policybench")
@@ -181,7 +183,7 @@ def test_every_autoreset_mode_of_a_vector_env_gives_whole_episodes(tmp_path, mod
     assert [(r[keys.SCENE] or {}).get(keys.SEED) for r in whole] == [0, 1, None, None]
 
 
-def test_an_env_that_renders_gets_a_video_per_episode_and_its_report_page(tmp_path):
+def test_an_env_that_renders_gets_a_video_shown_by_its_report_page_and_scoring_page(tmp_path):
     pytest.importorskip("av", reason="needs pip install 'policybench[video]'")
     pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
     import gym_pusht  # noqa: F401 - registers the env
@@ -195,6 +197,8 @@ def test_an_env_that_renders_gets_a_video_per_episode_and_its_report_page(tmp_pa
     assert (tmp_path / record[keys.VIDEO]).stat().st_size > 0
     page = (tmp_path / "rollouts" / "00000.html").read_text()
     assert record[keys.VIDEO] in page
+    scoring = ScoringApp(tmp_path, scorer="ana").page(Request("GET", PAGE, {}))
+    assert record[keys.VIDEO].encode() in scoring.body  # `policybench score` shows it
 
 
 LOOP = """
