@@ -18,6 +18,7 @@ pytest.importorskip("metaworld", reason="needs the metaworld extra")
 
 from policybench import keys
 from policybench.record.dataset import OUTCOMES
+from tests.lerobot_act import CHUNK, small_act_config
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "metaworld-mt10-lerobot"
@@ -30,7 +31,6 @@ def test_a_recorded_metaworld_run_trains_act_with_lerobots_own_factory(tmp_path)
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.envs.configs import MetaworldEnv
     from lerobot.envs.utils import env_to_policy_features
-    from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.factory import make_policy, make_pre_post_processors
 
     path = tmp_path / "datasets"
@@ -44,12 +44,11 @@ def test_a_recorded_metaworld_run_trains_act_with_lerobots_own_factory(tmp_path)
     assert record[keys.OUTCOME] == "solved", "MetaWorld's expert reaches the goal"
 
     fps = 80  # `--record-dataset` keeps the Eval's control rate
-    chunk = 4
     dataset = LeRobotDataset(
         f"policybench/{EVAL}",
         root=path / EVAL,
         video_backend="pyav",  # LeRobot's default decoder (torchcodec) needs the system's FFmpeg
-        delta_timestamps={"action": [i / fps for i in range(chunk)]},
+        delta_timestamps={"action": [i / fps for i in range(CHUNK)]},
     )
     assert dataset.num_frames == record[keys.STEPS]
     assert dataset.fps == fps
@@ -72,18 +71,7 @@ def test_a_recorded_metaworld_run_trains_act_with_lerobots_own_factory(tmp_path)
     assert dataset[0]["observation.image"].shape == (3, 480, 480)
 
     torch.manual_seed(0)
-    config = ACTConfig(
-        chunk_size=chunk,
-        n_action_steps=chunk,
-        dim_model=32,
-        n_heads=2,
-        dim_feedforward=64,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        n_vae_encoder_layers=1,
-        pretrained_backbone_weights=None,  # the ImageNet weights are a download
-        device="cpu",
-    )
+    config = small_act_config()
     policy = make_policy(config, ds_meta=dataset.meta)
     assert set(policy.config.input_features) == set(wanted)
     assert policy.config.output_features["action"].shape == (4,)

@@ -27,6 +27,7 @@ from policybench.policy.lerobot import FeatureMismatch, LeRobotModel
 from policybench.registry import PolicySettings, as_policy
 from policybench.serve.command import action_space_of
 from policybench.suites.pusht import PUSHT
+from tests.lerobot_act import CHUNK, small_act_config
 from tests.test_lerobot import PUSHT_STATS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,30 +38,15 @@ def small_act(action_dim: int = 2) -> tuple[torch.nn.Module, object, object]:
     """A random-init ACT for PushT's LeRobot features and its processors, as a training loop
     holds them after LeRobot's factory made them."""
     from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.factory import (
-        get_policy_class,
-        make_policy_config,
-        make_pre_post_processors,
-    )
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     torch.manual_seed(0)
-    config = make_policy_config(
-        "act",
+    config = small_act_config(
         input_features={
             "observation.image": PolicyFeature(FeatureType.VISUAL, (3, 96, 96)),
             "observation.state": PolicyFeature(FeatureType.STATE, (2,)),
         },
         output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
-        pretrained_backbone_weights=None,
-        device="cpu",
-        chunk_size=4,
-        n_action_steps=4,
-        dim_model=32,
-        n_heads=2,
-        dim_feedforward=64,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        n_vae_encoder_layers=1,
     )
     stats = {
         name: {
@@ -93,7 +79,7 @@ def test_an_in_memory_policy_answers_in_eval_mode_and_is_handed_back_as_it_was()
     # ACT in train mode wants the batch's actions (its VAE): an answer at all means eval mode.
     first = model.predict_batch([(context, obs)])[0]
     again = model.predict_batch([(context, obs)])[0]
-    assert first.actions.shape == (4, 2)
+    assert first.actions.shape == (CHUNK, 2)
     np.testing.assert_array_equal(first.actions, again.actions)  # no dropout
     assert policy.training, "the training loop gets its policy back in train mode"
     assert (torch.get_num_threads(), torch.backends.mkldnn.enabled) == (threads, onednn)
