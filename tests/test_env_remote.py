@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from policybench import cli
+from policybench.envserver import Interpreter, Isolated, remote
+from policybench.envserver.proxy import EnvServerError
 from policybench.envserver.relay import READY
+from policybench.lifetime import PARENT_PID_VARIABLE
 from policybench.options import API_KEY_VARIABLE
 from tests.test_envserver import MEASURED, _alive
 from tests.test_isolated_numpy1 import BENCHMARK as NUMPY1_BENCHMARK
@@ -181,15 +185,20 @@ def test_a_wrong_key_is_refused_and_errors_that_evals_items_only(points):
     assert "not-the-key" not in done.stdout + done.stderr
 
 
-def test_nothing_listening_is_one_line_naming_the_url_and_what_to_start(points):
+def test_nothing_listening_is_one_line_naming_the_url_and_what_to_start():
     port = free_port()
-    run(points, clean_env(points), "--rollouts", "1", "--env-url", f"tcp://127.0.0.1:{port}")
-    recorded = records(points)
-    assert recorded["near/seed=0"]["outcome"] == "solved"
-    reason = recorded["reach/seed=0"]["reason"]
-    assert "\n" not in reason
-    assert f"no env server at tcp://127.0.0.1:{port}" in reason
-    assert f"policybench env serve EVAL --port {port}" in reason
+    url = f"tcp://127.0.0.1:{port}"
+    make_env = Isolated("nowhere:Env", Interpreter("not-here", python="/no/such/python"))
+    remote.use(remote.EnvEndpoint(url))
+    try:
+        with pytest.raises(EnvServerError) as raised:
+            make_env("task")
+    finally:
+        remote.use(None)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"no env server at {url} (Connection refused)")
+    assert f"start one there with `policybench env serve EVAL --port {port}`" in message
 
 
 def test_a_killed_server_is_its_rollouts_error_and_the_next_rollout_connects_again(points):
@@ -233,11 +242,32 @@ def test_a_killed_server_is_its_rollouts_error_and_the_next_rollout_connects_aga
     assert recorded["reach/seed=1"]["outcome"] == "solved"
 
 
-def test_serving_beyond_loopback_needs_a_key(points):
-    command = [sys.executable, "-m", "policybench.cli", "env", "serve", "test_remote_points:REMOTE"]
-    command += ["--host", "0.0.0.0", "--port", "0"]
-    done = subprocess.run(
-        command, cwd=points, env=clean_env(points), capture_output=True, text=True
+def test_a_step_hung_on_the_server_is_ended_by_the_watchdog_and_its_env_server_killed(points):
+    server, port = start_env_server(
+        points, clean_env(points, PAUSE_AT_STEP="1"), "test_remote_points:REMOTE", "--port", "0"
     )
-    assert done.returncode == 1
-    assert "refusing to serve 0.0.0.0 without a key" in done.stderr
+    try:
+        url = f"tcp://127.0.0.1:{port}"
+        args = ["-k", "reach", "--rollouts", "1", "--rollout-wall-timeout", "2"]
+        done = run(points, clean_env(points), *args, "--env-url", url)
+        assert done.returncode == pytest.ExitCode.INTERRUPTED, done.stdout[-3000:]
+        record = records(points)["reach/seed=0"]
+        assert record["outcome"] == "error" and "no end within 2 s" in record["reason"]
+        env_server = int((points / "stepping").read_text())
+        deadline = time.monotonic() + 5
+        while _alive(env_server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(env_server)  # killed as the run hung up, not left to sleep 60 s
+        assert server.poll() is None  # the server itself serves on
+    finally:
+        stop(server)
+
+
+def test_serving_beyond_loopback_needs_a_key(points, monkeypatch, capsys):
+    monkeypatch.delenv(API_KEY_VARIABLE, raising=False)
+    monkeypatch.delenv(PARENT_PID_VARIABLE, raising=False)  # not to die with this one's starter
+    monkeypatch.chdir(points)
+    monkeypatch.syspath_prepend(str(points))
+    serve = ["env", "serve", "test_remote_points:REMOTE", "--host", "0.0.0.0", "--port", "0"]
+    assert cli.main(serve) == 1
+    assert "refusing to serve 0.0.0.0 without a key" in capsys.readouterr().err

@@ -46,6 +46,7 @@ from policybench.spec import Eval
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
 HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before its key is checked
+HANDSHAKE_TIMEOUT_S = 30.0  # how long a connection may take to send its hello and make
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Relay:
     def handle(self, connection: socket.socket) -> None:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         frames = Frames(connection)
+        connection.settimeout(HANDSHAKE_TIMEOUT_S)  # a silent client ends as FrameMissing
         try:
             self._check_hello(frames.decoded(frames.read(connection, HANDSHAKE_BYTES)))
             frames.send({"ok": {"protocol": protocol.PROTOCOL}})
@@ -104,6 +106,7 @@ class Relay:
         except FrameMissing:
             return
         log(f"{peer_of(connection)}: {chosen.name}'s env in env server {child.process.pid}")
+        connection.settimeout(None)
         try:
             child.relay(make, frames)
         finally:
