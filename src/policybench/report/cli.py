@@ -13,7 +13,7 @@ from typing import Any
 
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report import status as status_command
-from policybench.report.arms import ARMS, UNBLINDED, Unsealed, unblind_lines
+from policybench.report.arms import UNBLINDED, Unsealed, unblind_lines
 from policybench.report.compare import ALPHA, compare_runs, nothing_compared
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
@@ -21,7 +21,7 @@ from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
 from policybench.report.unfinished import seal_unfinished
-from policybench.report.verdicts import SOURCE_HELP, judged_records, read_verdicts
+from policybench.report.verdicts import SOURCE_HELP, judged_records
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -115,8 +115,7 @@ def rebuild_report(run_dir: Path) -> Path:
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)
-    verdicts = read_verdicts(run_dir)
-    summary = Summary.of(results.records, results.problems, _arms(run), verdicts)
+    summary = Summary.of_run(run_dir)
     summary.write(run_dir, run)
     index = write_html(run_dir, Findings(summary, results.records, run))
     if summary.operator is not None:
@@ -222,8 +221,7 @@ def run_unblind(args: argparse.Namespace) -> int:
         run.write(run_dir)
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
-    verdicts = read_verdicts(run_dir)
-    summary = Summary.of(results.records, results.problems, _arms(run), verdicts)
+    summary = Summary.of_run(run_dir)
     summary.write(run_dir, run)
     index = write_html(run_dir, Findings(summary, results.records, run))
     named = ", ".join(f"{letter} = {unsealed.label(letter)}" for letter in unsealed.letters)
@@ -238,11 +236,6 @@ def _protocol(run_dir: Path, records: Sequence[Mapping[str, Any]]) -> Protocol:
     """A run's protocol from its records and run.json (from the records alone without one)."""
     run = RunInfo.load(run_dir)
     return Protocol.of(records, None if run is None else run.settings)
-
-
-def _arms(run: RunInfo | None) -> list[str]:
-    """The run's arms in its order (none for a one-policy run)."""
-    return [] if run is None else list(run.settings.get(ARMS) or [])
 
 
 def _run_dir(run: str, report_dir: Path) -> Path:
