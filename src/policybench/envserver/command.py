@@ -1,12 +1,17 @@
-"""`policybench env install NAME`, and the line `policybench list` shows for an isolated Eval:
-where its interpreter is, or the one command that builds it."""
+"""`policybench env install NAME` and `policybench env serve EVAL --port P`, and the line
+`policybench list` shows for an isolated Eval: where its interpreter is, or the command that
+builds it."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import ipaddress
 import os
+import socket
 import sys
+from typing import TYPE_CHECKING
 
 from policybench.envserver import Interpreter, Isolated
 from policybench.envserver.interpreters import (
@@ -16,8 +21,12 @@ from policybench.envserver.interpreters import (
     install_command,
     python_of,
 )
+from policybench.lifetime import die_with_starter
 from policybench.options import API_KEY_VARIABLE
 from policybench.spec import Eval
+
+if TYPE_CHECKING:
+    from policybench.envserver.relay import Served
 
 
 def isolated_interpreter(eval: Eval) -> Interpreter | None:
@@ -72,14 +81,34 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from policybench.envserver import relay
+    """`policybench env serve`: serves the isolated ones of the Evals named, until stopped."""
+    die_with_starter()
+    from policybench.envserver.relay import READY, Relay, RelayServer, log, served_of
+    from policybench.envserver.remote import SCHEME
 
     try:
-        evals = evals_named(args.evals)
+        served = served_of(evals_named(args.evals))
     except (LookupError, ImportError) as error:
         print(f"policybench env serve: {error}", file=sys.stderr)
         return 1
-    return relay.run(args, evals)
+    api_key = args.api_key or None
+    if api_key is None and not loopback(args.host):
+        print(
+            f"policybench env serve: refusing to serve {args.host} without a key: anyone who "
+            f"reaches it could run the served envs. Set ${API_KEY_VARIABLE} (or --api-key), or "
+            "bind 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 1
+    for missing in not_installed(served):  # its connections are refused, saying so
+        log(missing)
+    with RelayServer(Relay(served, api_key), args.host, args.port) as listening:
+        host, port = listening.server_address[:2]
+        names = ", ".join(s.name for s in served)
+        print(f"{READY} {names} on {SCHEME}://{host}:{port}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
+            listening.serve_forever()
+    return 0
 
 
 def evals_named(names: list[str]) -> list[Eval]:
@@ -147,3 +176,23 @@ def registered_interpreters() -> dict[str, Interpreter]:
         if interpreter is not None:
             found.setdefault(interpreter.name, interpreter)
     return found
+
+
+def loopback(host: str) -> bool:
+    """Whether every address `host` names is this machine's own."""
+    try:
+        found = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in found)
+
+
+def not_installed(served: list[Served]) -> list[str]:
+    """Why each served Eval whose interpreter is missing here cannot be served yet."""
+    missing = []
+    for each in served:
+        try:
+            python_of(each.make_env.interpreter)
+        except InterpreterMissing as why:
+            missing.append(f"{each.name}: {why}")
+    return missing

@@ -4,11 +4,9 @@ own in its Eval's interpreter, and the relay passes frames between the socket an
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import hmac
-import ipaddress
 import os
 import select
 import socket
@@ -39,9 +37,8 @@ from policybench.envserver.proxy import (
     server_script,
     widen,
 )
-from policybench.envserver.remote import SCHEME, VERSIONS
-from policybench.lifetime import die_with_starter, owned_env
-from policybench.options import API_KEY_VARIABLE
+from policybench.envserver.remote import VERSIONS
+from policybench.lifetime import owned_env
 from policybench.spec import Eval
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
@@ -351,15 +348,6 @@ def op_of(request: memoryview) -> str:
     return str(msgpack.unpackb(request[start : start + body], strict_map_key=False).get("op"))
 
 
-def loopback(host: str) -> bool:
-    """Whether every address `host` names is this machine's own."""
-    try:
-        found = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in found)
-
-
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         self.server.relay.handle(self.request)
@@ -376,29 +364,3 @@ class RelayServer(socketserver.ThreadingTCPServer):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         super().__init__((host, port), _Handler)
-
-
-def run(args: argparse.Namespace, evals: list[Eval]) -> int:
-    """`policybench env serve` for `evals` (their isolated ones), until stopped."""
-    die_with_starter()
-    try:
-        served = served_of(evals)
-    except LookupError as error:
-        print(f"policybench env serve: {error}", file=sys.stderr)
-        return 1
-    api_key = args.api_key or None
-    if api_key is None and not loopback(args.host):
-        print(
-            f"policybench env serve: refusing to serve {args.host} without a key: anyone who "
-            f"reaches it could run the served envs. Set ${API_KEY_VARIABLE} (or --api-key), or "
-            "bind 127.0.0.1",
-            file=sys.stderr,
-        )
-        return 1
-    with RelayServer(Relay(served, api_key), args.host, args.port) as listening:
-        host, port = listening.server_address[:2]
-        names = ", ".join(s.name for s in served)
-        print(f"{READY} {names} on {SCHEME}://{host}:{port}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
-            listening.serve_forever()
-    return 0
