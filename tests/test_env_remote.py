@@ -1,7 +1,8 @@
 """Isolated envs served over TCP: a real `policybench env serve` on loopback, and pytest runs
 given --env-url: the records of the local isolated run, a wrong key refused (that Eval's items
-only), nothing listening said in one line, and a server killed mid-rollout (that rollout's
-error; the next one connects again)."""
+only), nothing listening said in one line, a server killed mid-rollout (that rollout's error; the
+next one connects again), a step hung there ended by the watchdog, and the refusals of a bind
+beyond loopback without a key and of a URL that is not tcp://."""
 
 from __future__ import annotations
 
@@ -271,3 +272,9 @@ def test_serving_beyond_loopback_needs_a_key(points, monkeypatch, capsys):
     serve = ["env", "serve", "test_remote_points:REMOTE", "--host", "0.0.0.0", "--port", "0"]
     assert cli.main(serve) == 1
     assert "refusing to serve 0.0.0.0 without a key" in capsys.readouterr().err
+
+
+def test_an_env_url_that_is_not_tcp_is_a_usage_error(pytester):
+    result = pytester.runpytest("--env-url", "ws://gpu-box:7000")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--env-url takes tcp://HOST:PORT, e.g. tcp://gpu-box:7000*"])
