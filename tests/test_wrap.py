@@ -303,3 +303,67 @@ def test_a_wrapped_metaworld_loop_matches_the_benchmark_scene_by_scene(tmp_path)
 
 def sections_of(page: Path) -> list[str]:
     return re.findall(r"<h[23][^>]*>([^<]*)", page.read_text())
+
+
+def test_reset_options_and_declared_scene_fields_of_numpy_values_are_kept_as_json(tmp_path):
+    env = policybench.wrap(
+        gym.make("CartPole-v1"),
+        "cartpole",
+        "balance",
+        scene={"goal": np.array([1, 2])},
+        run_dir=tmp_path,
+    )
+    with env:
+        env.reset(seed=3, options={"low": np.float32(-0.01), "high": np.array(0.01)})
+        env.step(0)
+    [record] = records(tmp_path)
+    assert record[keys.SCENE] == {
+        keys.TASK: "balance",
+        keys.SEED: 3,
+        "low": pytest.approx(-0.01),
+        "high": 0.01,
+        "goal": [1, 2],
+    }
+    with pytest.raises(TypeError, match=r"scene field 'low'.* JSON values and numpy arrays"):
+        policybench.wrap(gym.make("CartPole-v1"), "c", "b", run_dir=tmp_path / "b").reset(
+            seed=0, options={"low": object()}
+        )
+
+
+def test_a_closed_wrapped_env_refuses_to_start_an_episode_it_would_not_record(tmp_path):
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        env.step(0)
+    with pytest.raises(RuntimeError, match=r"is closed .* wrap a new env with run_dir="):
+        env.reset(seed=1)
+    assert len(records(tmp_path)) == 1
+    assert not (tmp_path / UNFINISHED).exists()  # no marker to be taken for a dead loop
+
+
+def test_report_html_records_a_loop_killed_in_its_first_episode(tmp_path):
+    loop = LOOP.replace("for seed in range(2):", "for seed in range(0):")
+    done = subprocess.run([sys.executable, "-c", loop, tmp_path], capture_output=True)
+    assert done.returncode == -9 and not (tmp_path / RESULTS).exists()
+    report = subprocess.run([CLI, "report", "html", tmp_path], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    [record] = records(tmp_path)
+    assert record[keys.OUTCOME] == "error" and "died mid-episode" in record[keys.REASON]
+    assert (tmp_path / "index.html").is_file()
+
+
+def test_two_loops_recording_into_one_run_at_once_give_each_episode_its_own_id(tmp_path):
+    envs = [
+        policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+        for _ in range(2)
+    ]
+    for env in envs:
+        env.reset(seed=0)
+        run_to_end(env)
+    for env in envs:
+        env.close()
+    found = records(tmp_path)
+    assert sorted(r[keys.ROLLOUT_INDEX] for r in found) == [0, 1]
+    assert len({r[keys.NODEID] for r in found}) == 2
+    assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 2
+    assert all((tmp_path / r[keys.ROLLOUT_TRACE]).is_file() for r in found)

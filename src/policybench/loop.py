@@ -67,6 +67,14 @@ class Closing:
         self._finished = False
         atexit.register(self._at_exit)
 
+    def _refuse_closed(self) -> None:
+        if self._finished:
+            raise RuntimeError(
+                f"policybench.wrap: the run in {self.run.run_dir} is closed (by close(), the end "
+                "of its with block, or the exit), so this episode would not be recorded; wrap a "
+                f"new env with run_dir={str(self.run.run_dir)!r} to record more episodes into it"
+            )
+
     def _end_open(self, how: str, error: str | None) -> None:
         raise NotImplementedError
 
@@ -115,9 +123,10 @@ class Recorder(Closing, gym.Wrapper):
         self._start_closing()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self._refuse_closed()
+        scene = scene_of(self.run.statics[keys.TASK], self.scene, seed, options)
         self._end_open(LOOP_RESET, None)
-        task = self.run.statics[keys.TASK]
-        self.episode = self.run.open(scene_of(task, self.scene, seed, options), self.fps)
+        self.episode = self.run.open(scene, self.fps)
         obs, info = self.env.reset(seed=seed, options=options)
         self.episode.observed(obs, self._frame())
         return obs, info
@@ -160,14 +169,20 @@ class VectorRecorder(Closing, VectorWrapper):
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> Any:
+        self._refuse_closed()
         count = self.env.num_envs
         mask = (options or {}).get("reset_mask")
         which = range(count) if mask is None else np.flatnonzero(mask).tolist()
         seeds = [seed + i for i in range(count)] if isinstance(seed, int) else seed
         staged = {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None
+        task = self.run.statics[keys.TASK]
+        scenes = {
+            i: scene_of(task, self.scene, None if seeds is None else seeds[i], staged)
+            for i in which
+        }
         for i in which:
             self._end(i, LOOP_RESET, None)
-            self._open(i, None if seeds is None else seeds[i], staged)
+            self._open(i, scenes[i])
         obs, info = self.env.reset(seed=seed, options=options)
         self.resetting[list(which)] = False
         frames = self._frames()
@@ -177,7 +192,7 @@ class VectorRecorder(Closing, VectorWrapper):
 
     def step(self, actions: Any) -> Any:
         for i in np.flatnonzero(self.resetting).tolist():
-            self._open(i, None, None)
+            self._open(i, self._autoreset_scene())
         for i, episode in enumerate(self.episodes):
             if episode is not None and not self.resetting[i]:
                 episode.stepping()
@@ -201,13 +216,16 @@ class VectorRecorder(Closing, VectorWrapper):
             if self.autoreset is AutoresetMode.NEXT_STEP:
                 self.resetting[i] = True
             elif self.autoreset is AutoresetMode.SAME_STEP:  # obs is the next episode's already
-                self._open(i, None, None).observed(_sub(obs, i), frames[i])
+                self._open(i, self._autoreset_scene()).observed(_sub(obs, i), frames[i])
         return obs, rewards, terminated, truncated, infos
 
-    def _open(self, i: int, seed: int | None, options: Mapping[str, Any] | None) -> OpenEpisode:
-        scene = scene_of(self.run.statics[keys.TASK], self.scene, seed, options)
+    def _open(self, i: int, scene: Mapping[str, Any] | None) -> OpenEpisode:
         self.episodes[i] = self.run.open(scene, self.fps)
         return self.episodes[i]
+
+    def _autoreset_scene(self) -> dict[str, Any] | None:
+        """The scene of an episode the vector env started on its own: of no seed."""
+        return scene_of(self.run.statics[keys.TASK], self.scene, None, None)
 
     def _end(self, i: int, how: str, error: str | None) -> None:
         episode, self.episodes[i] = self.episodes[i], None
@@ -233,7 +251,28 @@ def scene_of(
     staged = {} if seed is None else {keys.TASK: task, keys.SEED: seed, **(options or {})}
     if declared is None and not staged:
         return None
-    return {**staged, **(declared or {})}
+    return {
+        name: _scene_value(name, value)
+        for name, value in {**staged, **dict(declared or {})}.items()
+    }
+
+
+def _scene_value(name: str, value: Any) -> Any:
+    """A scene field as records keep it (JSON): numpy arrays and scalars become lists and numbers
+    (a reset option such as gym-pusht's `reset_to_state` array)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return {str(key): _scene_value(f"{name}.{key}", item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scene_value(name, item) for item in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(
+        f"policybench.wrap: the scene field {name!r} (a reset option or a field of scene=) is a "
+        f"{type(value).__name__}, {value!r}; an episode's scene holds JSON values and numpy "
+        "arrays: give it as one of those"
+    )
 
 
 def _video_fps(env: gym.Env | VectorEnv) -> float | None:

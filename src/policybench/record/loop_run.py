@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
+import json
 import shlex
 import sys
 import time
@@ -29,6 +31,7 @@ from policybench.report.unfinished import UNFINISHED, mark
 from policybench.report.video import VideoRecorder
 from policybench.world import as_observation
 
+INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops
 NOT_DESCRIBED = "(not described)"  # run.json's policy when the loop did not describe it
 DIED = "the loop died mid-episode (its process ended before the episode did)"
 
@@ -124,7 +127,7 @@ class LoopRun:
 
     def open(self, scene: Mapping[str, Any] | None, video_fps: float | None = None) -> OpenEpisode:
         """A new episode of `scene` (None: the loop did not say which scene)."""
-        index, self.next_index = self.next_index, self.next_index + 1
+        index = self._claim_index()
         statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
         statics[keys.NODEID] = nodeid(statics, index)
         return OpenEpisode(self, statics, video_fps)
@@ -152,6 +155,22 @@ class LoopRun:
             protocol = Protocol.of(records, run.settings if run else None)
             if run is not None:
                 dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
+
+    def _claim_index(self) -> int:
+        """The next episode index of this loop's Eval and arm in the run directory, claimed under
+        a lock: loops recording into one directory at once (in one process or several) never
+        share an index, so never an id, a trace or a video."""
+        with (self.run_dir / INDEXES).open("a+", encoding="utf-8") as file:
+            fcntl.flock(file, fcntl.LOCK_EX)
+            file.seek(0)
+            claimed = json.loads(file.read() or "{}")
+            mine = json.dumps([self.statics[keys.EVAL], self.statics.get(keys.ARM)])
+            index = max(claimed.get(mine, 0), self.next_index)
+            claimed[mine] = self.next_index = index + 1
+            file.seek(0)
+            file.truncate()
+            file.write(json.dumps(claimed, sort_keys=True))
+        return index
 
     def _recorded(self) -> int:
         """How many episodes of this loop's Eval and arm the run directory holds already."""

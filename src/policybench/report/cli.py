@@ -20,7 +20,7 @@ from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
-from policybench.report.unfinished import seal_unfinished
+from policybench.report.unfinished import seal_named, seal_unfinished
 from policybench.report.verdicts import SOURCE_HELP, judged_records
 
 
@@ -102,6 +102,7 @@ def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def run_html(args: argparse.Namespace) -> int:
+    seal_named(args.run, args.report_dir)  # a loop killed in its first episode: no results yet
     rebuild_report(_run_dir(args.run, args.report_dir))
     return 0
 

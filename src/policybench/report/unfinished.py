@@ -55,6 +55,17 @@ def seal_unfinished(run_dir: Path) -> list[str]:
     return said
 
 
+def seal_named(run: str | Path, report_dir: Path) -> None:
+    """Seals the unfinished episodes of the run `run` names (a directory or a run id under
+    `report_dir`) when it has no results yet: a loop killed in its first episode leaves markers
+    alone, which `report html RUN` must still find."""
+    for candidate in (Path(run), report_dir / str(run)):
+        if (candidate / UNFINISHED).is_dir() and not (candidate / RESULTS).is_file():
+            for line in seal_unfinished(candidate):
+                print(line)
+            return
+
+
 def _running(marker: Mapping[str, Any]) -> bool:
     if marker[HOST] != socket.gethostname():
         return False  # a run directory moved from another host: its loops are gone
