@@ -4,10 +4,12 @@ sub-env of a vector env), and an episode the loop dies in is marked, then record
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import gymnasium as gym
@@ -324,7 +326,9 @@ def test_reset_options_and_declared_scene_fields_of_numpy_values_are_kept_as_jso
         "high": 0.01,
         "goal": [1, 2],
     }
-    with pytest.raises(TypeError, match=r"scene field 'low'.* JSON values and numpy arrays"):
+    with pytest.raises(
+        TypeError, match=r"the scene field 'low' is a object.* JSON values, numpy arrays"
+    ):
         policybench.wrap(gym.make("CartPole-v1"), "c", "b", run_dir=tmp_path / "b").reset(
             seed=0, options={"low": object()}
         )
@@ -367,3 +371,53 @@ def test_two_loops_recording_into_one_run_at_once_give_each_episode_its_own_id(t
     assert len({r[keys.NODEID] for r in found}) == 2
     assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 2
     assert all((tmp_path / r[keys.ROLLOUT_TRACE]).is_file() for r in found)
+
+
+def test_a_policy_description_of_numpy_values_and_paths_is_recorded_as_json(tmp_path):
+    policy = {"name": "mine", "lr": np.float32(0.5), "checkpoint": Path("ckpt/7")}
+    env = policybench.wrap(gym.make("CartPole-v1"), "c", "b", policy=policy, run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        env.step(0)
+    assert records(tmp_path)[0][keys.POLICY] == {"name": "mine", "lr": 0.5, "checkpoint": "ckpt/7"}
+    with pytest.raises(TypeError, match=r"the policy's field 'name' is a object"):
+        policybench.wrap(gym.make("CartPole-v1"), "c", "b", policy={"name": object()})
+
+
+class DictActions(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (3,))
+    action_space = gym.spaces.Dict(
+        {"arm": gym.spaces.Box(-1, 1, (2,)), "grip": gym.spaces.Discrete(2)}
+    )
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {"success": False}
+
+
+def test_the_trace_of_a_dict_action_space_holds_its_actions_flattened(tmp_path):
+    env = policybench.wrap(DictActions(), "d", "t", run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        env.step({"arm": np.array([0.25, -0.5], np.float32), "grip": 1})
+    [record] = records(tmp_path)
+    trace = json.loads((tmp_path / record[keys.ROLLOUT_TRACE]).read_text())
+    action = trace["arrays"]["action"]
+    played = np.frombuffer(zlib.decompress(base64.b64decode(action["zlib"])), np.float32)
+    assert played.reshape(action["shape"]).ravel().tolist() == [0.25, -0.5, 0.0, 1.0]
+
+
+def test_an_interrupted_loop_records_its_open_episode_by_the_exception_alone(tmp_path):
+    env = gym.make("CartPole-v1")
+    with (
+        pytest.raises(KeyboardInterrupt),
+        policybench.wrap(env, "cartpole", "balance", run_dir=tmp_path) as env,
+    ):
+        env.reset(seed=0)
+        env.step(0)
+        raise KeyboardInterrupt
+    [record] = records(tmp_path)
+    assert record[keys.REASON] == "the loop raised KeyboardInterrupt (after 1 steps)"

@@ -4,6 +4,7 @@ or one episode per sub-env of a VectorEnv) into a run directory the report reads
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,10 @@ def wrap(
     for name, value in (("eval", eval), ("task", task)):
         if not isinstance(value, str) or not value:
             raise TypeError(f"policybench.wrap: {name} must be a non-empty string, got {value!r}")
+    if policy is not None:
+        policy = {
+            name: _json_value(name, value, "the policy's field") for name, value in policy.items()
+        }
     statics = statics_of(eval, task, instruction, policy, arm, packages)
     directory = Path(run_dir) if run_dir is not None else new_run_dir(Path(report_dir))
     directory.mkdir(parents=True, exist_ok=True)
@@ -108,7 +113,8 @@ class Closing:
 
 
 def _raised(error: BaseException) -> str:
-    return f"the loop raised {type(error).__name__}: {error}"
+    said = str(error)
+    return f"the loop raised {type(error).__name__}" + (f": {said}" if said else "")
 
 
 class Recorder(Closing, gym.Wrapper):
@@ -252,26 +258,26 @@ def scene_of(
     if declared is None and not staged:
         return None
     return {
-        name: _scene_value(name, value)
-        for name, value in {**staged, **dict(declared or {})}.items()
+        name: _json_value(name, value) for name, value in {**staged, **dict(declared or {})}.items()
     }
 
 
-def _scene_value(name: str, value: Any) -> Any:
-    """A scene field as records keep it (JSON): numpy arrays and scalars become lists and numbers
-    (a reset option such as gym-pusht's `reset_to_state` array)."""
+def _json_value(name: str, value: Any, where: str = "the scene field") -> Any:
+    """A value as records keep it (JSON): numpy arrays and scalars become lists and numbers (a
+    reset option such as gym-pusht's `reset_to_state` array), paths their text."""
     if isinstance(value, np.ndarray | np.generic):
         return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, Mapping):
-        return {str(key): _scene_value(f"{name}.{key}", item) for key, item in value.items()}
+        return {str(key): _json_value(f"{name}.{key}", item, where) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_scene_value(name, item) for item in value]
+        return [_json_value(name, item, where) for item in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
     raise TypeError(
-        f"policybench.wrap: the scene field {name!r} (a reset option or a field of scene=) is a "
-        f"{type(value).__name__}, {value!r}; an episode's scene holds JSON values and numpy "
-        "arrays: give it as one of those"
+        f"policybench.wrap: {where} {name!r} is a {type(value).__name__}, {value!r}; records "
+        "hold JSON values, numpy arrays and paths: give it as one of those"
     )
 
 

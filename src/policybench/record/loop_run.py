@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Dict, Tuple, flatten
 
 from policybench import keys
 from policybench.pytest_plugin.outcomes import crashed_record, rollout_record
@@ -70,7 +71,7 @@ class OpenEpisode:
 
     def stepped(self, action: Any, reward: float, success: bool | None) -> None:
         self.reported = self.reported or success is not None
-        command = np.asarray(action)
+        command = self.run.command(action)
         self.trace.append(TraceStep(self._step_ns, command, float(reward), bool(success)))
         if success and self.success_step is None:
             self.success_step = len(self.trace) - 1
@@ -122,6 +123,7 @@ class LoopRun:
         self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
         self.action_bounds = None if low is None or high is None else (low, high)
+        self.composite = action_space if isinstance(action_space, Dict | Tuple) else None
         self.never_reported: set[str] = set()  # tasks whose env stepped and never said success
         self._write_run_info()
 
@@ -131,6 +133,13 @@ class LoopRun:
         statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
         statics[keys.NODEID] = nodeid(statics, index)
         return OpenEpisode(self, statics, video_fps)
+
+    def command(self, action: Any) -> np.ndarray:
+        """An action as the trace keeps it: a Dict or Tuple space's flattened, as gymnasium
+        flattens it (a Discrete part one-hot), any other as its array."""
+        if self.composite is not None:
+            return flatten(self.composite, action).astype(np.float32)
+        return np.asarray(action)
 
     def write(self, record: Mapping[str, Any]) -> None:
         self.writer.write(record)
