@@ -231,6 +231,8 @@ def test_a_loop_killed_mid_episode_keeps_finished_episodes_and_report_html_recor
     assert [r[keys.OUTCOME] for r in found] == ["unsolved", "unsolved", "error"]
     assert found[2][keys.SCENE] == {keys.TASK: "balance", keys.SEED: 9}
     assert found[2][keys.STEPS] is None and "died mid-episode" in found[2][keys.REASON]
+    page = (tmp_path / "rollouts" / "00002.html").read_text()
+    assert "a killed loop" in page and "made no step" not in page  # it stepped, unrecorded
     assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["errors"] == 1
     assert not list((tmp_path / UNFINISHED).glob("*.json"))
 
@@ -354,6 +356,18 @@ def test_report_html_records_a_loop_killed_in_its_first_episode(tmp_path):
     [record] = records(tmp_path)
     assert record[keys.OUTCOME] == "error" and "died mid-episode" in record[keys.REASON]
     assert (tmp_path / "index.html").is_file()
+
+
+def test_the_record_of_an_env_that_renders_no_frames_says_why_it_has_no_video(tmp_path):
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        env.step(0)
+    [record] = records(tmp_path)
+    assert keys.VIDEO not in record
+    assert 'render_mode="rgb_array"' in record[keys.VIDEO_MISSING]
+    page = (tmp_path / "rollouts" / "00000.html").read_text()
+    assert "render_mode=&#34;rgb_array&#34;" in page and "--record-video" not in page
 
 
 def test_two_loops_recording_into_one_run_at_once_give_each_episode_its_own_id(tmp_path):

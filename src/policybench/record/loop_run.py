@@ -35,6 +35,8 @@ from policybench.world import as_observation
 INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops
 NOT_DESCRIBED = "(not described)"  # run.json's policy when the loop did not describe it
 DIED = "the loop died mid-episode (its process ended before the episode did)"
+NOT_RENDERED = 'the env renders no frames (make it with render_mode="rgb_array" to film it)'
+UNFILMED = "the loop died before the episode's video was written"
 
 
 class OpenEpisode:
@@ -52,7 +54,8 @@ class OpenEpisode:
         self.video = None
         if video_fps is not None:
             self.video = VideoRecorder(run.run_dir / VIDEOS / f"{self.name}.mp4", video_fps)
-        self.marker = mark(run.run_dir, self.name, crashed_record(self.statics, DIED, {}))
+        unfilmed = {keys.VIDEO_MISSING: NOT_RENDERED if self.video is None else UNFILMED}
+        self.marker = mark(run.run_dir, self.name, crashed_record(self.statics, DIED, unfilmed))
         self._obs: Any = None
         self._step_ns = 0
 
@@ -108,6 +111,8 @@ class OpenEpisode:
             added[keys.ROLLOUT_TRACE] = trace_name
         if self.video is not None:
             added.update(record_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
+        else:
+            added[keys.VIDEO_MISSING] = NOT_RENDERED
         self.run.write(rollout_record({}, episode, added))
         self.marker.unlink(missing_ok=True)
 

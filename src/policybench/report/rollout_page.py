@@ -29,7 +29,7 @@ class PageTrace:
 def page_trace(run_dir: Path, record: Mapping[str, Any]) -> PageTrace:
     name = record.get(keys.ROLLOUT_TRACE)
     if not isinstance(name, str):
-        why = "the rollout made no step" if not record.get(keys.STEPS) else "no trace recorded"
+        why = "the rollout made no step" if record.get(keys.STEPS) == 0 else "no trace recorded"
         return PageTrace(None, f"{why} (runs write one per rollout unless --no-rollout-traces)")
     path = run_dir / name
     try:
