@@ -435,3 +435,15 @@ def test_an_interrupted_loop_records_its_open_episode_by_the_exception_alone(tmp
         raise KeyboardInterrupt
     [record] = records(tmp_path)
     assert record[keys.REASON] == "the loop raised KeyboardInterrupt (after 1 steps)"
+
+
+def test_a_loop_wrapped_again_after_one_was_killed_keeps_the_killed_episode(tmp_path):
+    loop = LOOP.replace("env.reset(seed=9)", "env.reset()")  # undeclared scenes: ids by index
+    assert subprocess.run([sys.executable, "-c", loop, tmp_path]).returncode == -9
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    with env:
+        env.reset()
+        env.step(0)
+    found = records(tmp_path)
+    assert sorted(r[keys.ROLLOUT_INDEX] for r in found) == [0, 1, 2, 3]
+    assert sorted(r[keys.OUTCOME] for r in found) == ["error", "unsolved", "unsolved", "unsolved"]
