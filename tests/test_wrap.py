@@ -63,6 +63,7 @@ def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tm
         "cartpole::balance/seed=1/episode=1",
         "cartpole::balance/episode=2",
     ]
+    assert env.run_dir == tmp_path
     assert found[0][keys.SUCCESS_REPORTED] is False  # CartPole never says success
     assert found[0][keys.SIM_S] is None and found[0][keys.WALL_S] > 0  # the loop's own time
     assert {"policybench", "gymnasium"} <= set(found[0][keys.PACKAGES])

@@ -72,6 +72,11 @@ class Closing:
         self._finished = False
         atexit.register(self._at_exit)
 
+    @property
+    def run_dir(self) -> Path:
+        """The run directory the episodes are recorded in (for `report compare` and the like)."""
+        return self.run.run_dir
+
     def _refuse_closed(self) -> None:
         if self._finished:
             raise RuntimeError(
