@@ -4,10 +4,12 @@ another interpreter (policybench.envserver), in one run: MetaWorld with state ob
 interpreter against LIBERO in this one, both at openpi's camera size (where both are installed).
 
 Run from the repository root:  python bench/isolation.py  (about a minute; --rounds N,
---python PATH for the other interpreter, default this one). Blocks of steps alternate between
-the two envs so that a busy machine slows both alike; the ratio is the median block's. The
-last columns say where the isolated step's extra time goes: a request that does nothing (two
-pipe hops and two process wake-ups) and encoding plus decoding the step's frames.
+--python PATH for the other interpreter, default this one, --only TEXT for some rows, and
+--same-cpu or --split-cpus to pin both sides to one CPU or to different ones). Blocks of
+steps alternate between the two envs so that a busy machine slows both alike; the ratio is the
+median block's. The last columns say where the isolated step's extra time goes: a request that
+does nothing (two pipe hops and two process wake-ups) and encoding plus decoding the step's
+frames.
 """
 
 from __future__ import annotations
@@ -131,13 +133,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100, help="steps a block (default 100)")
     parser.add_argument("--python", type=Path, default=Path(sys.executable))
     parser.add_argument(
+        "--only", default="", help="the rows whose env name holds this text (default: all)"
+    )
+    parser.add_argument(
         "--same-cpu",
         action="store_true",
         help="pin this process, and so the env servers it starts, to one CPU (Linux)",
     )
+    parser.add_argument(
+        "--split-cpus",
+        action="store_true",
+        help="pin this process to one CPU and the env servers to the others (Linux)",
+    )
     args = parser.parse_args()
-    if args.same_cpu:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    cpus = os.sched_getaffinity(0) if args.same_cpu or args.split_cpus else set()
+    if cpus:
+        os.sched_setaffinity(0, {min(cpus)})
+    servers_cpus = cpus - {min(cpus)} if args.split_cpus else set()
     print(f"command: {shlex.join(['python', *sys.argv])}")
     measured = cases(args.python)
     print(f"other interpreter: {args.python}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
@@ -149,7 +161,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for name, (local, isolated, draw) in measured.items():
+        if args.only not in name:
+            continue
         envs = {"local": local(), "isolated": isolated()}
+        if servers_cpus:
+            os.sched_setaffinity(envs["isolated"].server_pid, servers_cpus)
         steps = LIBERO_STEPS if name == LIBERO_ROW else args.steps
         actions = [draw(rng) for _ in range(steps)]
         times: dict[str, list[tuple[float, float]]] = {"local": [], "isolated": []}

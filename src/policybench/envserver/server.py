@@ -46,6 +46,7 @@ class Codec:
     def __init__(self) -> None:
         self._buffers: list[memoryview] = []
         self._packer = msgpack.Packer(default=self._encode, use_bin_type=True, strict_types=True)
+        self._unpackb = functools.partial(msgpack.unpackb, **self._unpack_options)
         self._frame: memoryview | None = None
         self._at = 0
 
@@ -57,10 +58,7 @@ class Codec:
                 raise TypeError("an array of Python objects cannot cross to the other interpreter")
             data, axes = in_memory_order(value)
             self._buffers.append(memoryview(data.reshape(-1).view(np.uint8)))
-            header = " ".join([data.dtype.str, *map(str, data.shape)])
-            if axes is not None:
-                header += "/" + " ".join(map(str, axes))
-            return msgpack.ExtType(ARRAY, header.encode())
+            return ext_array(data.dtype.str, data.shape, axes)
         if isinstance(value, tuple):
             return msgpack.ExtType(TUPLE, msgpack.packb(list(value), **self._options))
         if isinstance(value, np.generic):
@@ -117,13 +115,17 @@ class Codec:
 
     def read(self, stream: BinaryIO) -> dict[str, Any] | None:
         """The next frame's message from `stream`, None at its end."""
-        header = bytearray(HEADER.size)
-        if _read_into(stream, memoryview(header)) < HEADER.size:
-            return None
+        header = stream.read(HEADER.size)
+        while len(header) < HEADER.size:  # a raw stream (a socket's) may answer in parts
+            more = stream.read(HEADER.size - len(header))
+            if not more:
+                return None
+            header += more
         body_size, raw_size = HEADER.unpack(header)
-        frame = bytearray(_aligned(body_size) + raw_size)
-        view = memoryview(frame)
-        if _read_into(stream, view) < len(frame):
+        size = _aligned(body_size) + raw_size
+        view = memoryview(bytearray(size))
+        got = stream.readinto(view)  # all of it, unless the stream ends
+        if got < size and got + _read_into(stream, view[got:]) < size:
             return None
         return self.unpack(view, body_size)
 
@@ -131,9 +133,19 @@ class Codec:
         """The message of a frame read whole (without its HEADER)."""
         self._frame, self._at = frame[_aligned(body_size) :], 0
         try:
-            return msgpack.unpackb(frame[:body_size], **self._unpack_options)
+            return self._unpackb(frame[:body_size])
         finally:
             self._frame = None
+
+
+@functools.lru_cache(maxsize=256)
+def ext_array(dtype: str, shape: tuple[int, ...], axes: tuple[int, ...] | None) -> msgpack.ExtType:
+    """The ext ARRAY an array of this layout crosses as (`Codec._encode`): an env's frames repeat
+    a few layouts, spelled once each."""
+    header = " ".join([dtype, *map(str, shape)])
+    if axes is not None:
+        header += "/" + " ".join(map(str, axes))
+    return msgpack.ExtType(ARRAY, header.encode())
 
 
 @functools.lru_cache(maxsize=256)
