@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -278,3 +279,17 @@ def test_an_env_url_that_is_not_tcp_is_a_usage_error(pytester):
     result = pytester.runpytest("--env-url", "ws://gpu-box:7000")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--env-url takes tcp://HOST:PORT, e.g. tcp://gpu-box:7000*"])
+
+
+def test_a_port_in_use_is_one_line_naming_it(points, monkeypatch, capsys):
+    monkeypatch.delenv(PARENT_PID_VARIABLE, raising=False)  # not to die with this one's starter
+    monkeypatch.chdir(points)
+    monkeypatch.syspath_prepend(str(points))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        serve = ["env", "serve", "test_remote_points:REMOTE", "--port", str(port)]
+        assert cli.main(serve) == 1
+    err = capsys.readouterr().err
+    said = f"policybench env serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert said in err
+    assert "Traceback" not in err

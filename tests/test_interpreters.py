@@ -101,6 +101,8 @@ def test_concurrent_installs_build_once_and_list_shows_where_it_is(cache, tmp_pa
         f"already installed: numpy1 at {python}\n",
         f"built: numpy1 at {python}\n",
     ]
+    building = f"building numpy1 in {built}: numpy<2 msgpack\n"  # the one that builds says so
+    assert sorted(err for _, err in said) == ["", building], said
     assert not (built / "left-by-an-interrupted-build").exists()
 
     assert listed_line().split(": ", 1)[1] == f"installed: {python}"
@@ -148,3 +150,29 @@ def test_an_isolated_envs_packages_are_read_in_its_interpreter_or_not_installed_
     unbuilt = Isolated("tests.isolated_envs.numpy1_env:make", NUMPY1_INTERPRETER)
     missing = dict.fromkeys(("mujoco", "numpy", "msgpack"), "not installed")
     assert unbuilt.packages(["mujoco"]) == missing
+
+
+def test_list_names_a_given_python_that_is_missing_and_install_says_the_given_one_wins(
+    cache, monkeypatch, tmp_path, capsys
+):
+    from policybench import cli
+    from policybench.envserver.command import status
+
+    monkeypatch.setenv(VARIABLE, str(tmp_path / "nowhere"))
+    line = status(NUMPY1_INTERPRETER)  # installing would not help: the variable wins
+    assert line.startswith(f"missing: interpreter 'numpy1': ${VARIABLE} names ")
+    assert "nowhere, which is not a file" in line
+    monkeypatch.delenv(VARIABLE)
+    assert status(NUMPY1_INTERPRETER) == "not installed: policybench env install numpy1"
+
+    built = built_dir(NUMPY1_INTERPRETER)  # as a build leaves it, without building
+    (built / "bin").mkdir(parents=True)
+    (built / "bin" / "python").symlink_to(sys.executable)
+    (built / MARKER).write_text("{}")
+    monkeypatch.setenv(VARIABLE, sys.executable)
+    assert cli.main(["env", "install", "tests.isolated_envs.evals:NUMPY1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"already installed: numpy1 at {built / 'bin' / 'python'}",
+        f"note: ${VARIABLE} gives {sys.executable}, which runs numpy1's envs instead",
+    ]

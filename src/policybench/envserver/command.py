@@ -11,14 +11,17 @@ import ipaddress
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from policybench.envserver import Interpreter, Isolated
 from policybench.envserver.interpreters import (
     InterpreterBuildFailed,
     InterpreterMissing,
+    full_requirements,
     install,
     install_command,
+    override_variable,
     python_of,
 )
 from policybench.lifetime import die_with_starter
@@ -35,11 +38,21 @@ def isolated_interpreter(eval: Eval) -> Interpreter | None:
 
 
 def status(interpreter: Interpreter) -> str:
-    """One line for `policybench list`: where it is, or the one command that installs it."""
+    """One line for `policybench list`: where it is, or the one command that installs it; for a
+    Python given by its variable or `Interpreter.python`, that one, or why it cannot be used
+    (installing would not help: the given one wins)."""
     try:
         return f"installed: {python_of(interpreter)}"
-    except InterpreterMissing:
+    except InterpreterMissing as missing:
+        if given_python(interpreter):
+            return f"missing: {missing}"
         return f"not installed: {install_command(interpreter)}"
+
+
+def given_python(interpreter: Interpreter) -> str | None:
+    """The Python the user gave for `interpreter` ($POLICYBENCH_PYTHON_<NAME>, then
+    `Interpreter.python`), which runs its envs instead of a built one."""
+    return os.environ.get(override_variable(interpreter)) or interpreter.python
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -102,7 +115,16 @@ def run_serve(args: argparse.Namespace) -> int:
         return 1
     for missing in not_installed(served):  # its connections are refused, saying so
         log(missing)
-    with RelayServer(Relay(served, api_key), args.host, args.port) as listening:
+    try:
+        relay_server = RelayServer(Relay(served, api_key), args.host, args.port)
+    except OSError as error:  # the port taken, an address not this machine's, ...
+        print(
+            f"policybench env serve: cannot listen on {args.host}:{args.port}: "
+            f"{error.strerror or error}",
+            file=sys.stderr,
+        )
+        return 1
+    with relay_server as listening:
         host, port = listening.server_address[:2]
         names = ", ".join(s.name for s in served)
         print(f"{READY} {names} on {SCHEME}://{host}:{port}", flush=True)
@@ -132,12 +154,23 @@ def evals_named(names: list[str]) -> list[Eval]:
 def run_install(args: argparse.Namespace) -> int:
     try:
         interpreter = interpreter_named(args.name)
-        python, built = install(interpreter)
+        python, built = install(interpreter, building=said_building)
     except (LookupError, InterpreterBuildFailed) as error:
         print(f"policybench env install: {error}", file=sys.stderr)
         return 1
     print(f"{'built' if built else 'already installed'}: {interpreter.name} at {python}")
+    given = given_python(interpreter)
+    if given:  # runs use that one, not the one just installed
+        source = override_variable(interpreter)
+        source = f"${source}" if os.environ.get(source) else "Interpreter.python"
+        print(f"note: {source} gives {given}, which runs {interpreter.name}'s envs instead")
     return 0
+
+
+def said_building(interpreter: Interpreter, where: Path) -> None:
+    """Says on stderr what a build that takes seconds to minutes is doing meanwhile."""
+    requirements = " ".join(full_requirements(interpreter))
+    print(f"building {interpreter.name} in {where}: {requirements}", file=sys.stderr, flush=True)
 
 
 def interpreter_named(name: str) -> Interpreter:

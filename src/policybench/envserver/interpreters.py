@@ -21,7 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,15 +107,20 @@ def full_requirements(interpreter: Interpreter) -> tuple[str, ...]:
     return (*interpreter.requirements, *missing)
 
 
-def install(interpreter: Interpreter) -> tuple[Path, bool]:
+def install(
+    interpreter: Interpreter, building: Callable[[Interpreter, Path], None] | None = None
+) -> tuple[Path, bool]:
     """Builds `interpreter` into its cache directory unless it is there: (its Python, whether
     this call built it). Concurrent installs wait for each other on a lock file; a directory an
-    interrupted build left behind (no marker) is removed and built again."""
+    interrupted build left behind (no marker) is removed and built again. `building` is called
+    with the interpreter and its directory when this call starts to build it."""
     built = built_dir(interpreter)
     built.parent.mkdir(parents=True, exist_ok=True)
     with _locked(built.with_name(built.name + ".lock")):
         if (built / MARKER).is_file():
             return _python_in(built), False
+        if building is not None:
+            building(interpreter, built)
         shutil.rmtree(built, ignore_errors=True)
         try:
             _build(interpreter, built)
