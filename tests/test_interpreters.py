@@ -176,3 +176,34 @@ def test_list_names_a_given_python_that_is_missing_and_install_says_the_given_on
         f"already installed: numpy1 at {built / 'bin' / 'python'}",
         f"note: ${VARIABLE} gives {sys.executable}, which runs numpy1's envs instead",
     ]
+
+
+def test_an_entry_module_the_interpreter_cannot_import_says_how_to_make_it_importable(
+    tmp_path, monkeypatch
+):
+    from policybench.envserver.proxy import EnvServerError
+
+    (tmp_path / "beside_user_env.py").write_text(
+        "from tests.isolated_envs.numpy1_env import make\n"
+    )
+    (tmp_path / "needs_missing_env.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.chdir(tmp_path)  # beside the user, as pytest finds a test's own modules
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    own = Interpreter("own", python=sys.executable)
+    with pytest.raises(EnvServerError) as failed:
+        Isolated("beside_user_env:make", own)("drift")
+    said = str(failed.value)
+    assert "No module named 'beside_user_env'" in said
+    assert "imports beside_user_env from its own site-packages and $PYTHONPATH alone" in said
+    assert "Isolated(modules=...)" in said
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(REPO)]))  # the advice
+    env = Isolated("beside_user_env:make", own)("drift")
+    try:
+        assert env.action_space.shape == (2,)
+    finally:
+        env.close()
+    with pytest.raises(EnvServerError) as failed:  # what the entry's module imports: no advice
+        Isolated("needs_missing_env:make", own)("drift")
+    assert "No module named 'no_such_module_anywhere'" in str(failed.value)
+    assert "site-packages" not in str(failed.value)

@@ -43,14 +43,38 @@ class Isolated:
     def __call__(self, task: str) -> gym.Env:
         from policybench.envserver import remote
         from policybench.envserver.interpreters import python_of
-        from policybench.envserver.proxy import EnvProxy, server_script
+        from policybench.envserver.proxy import EnvProxy, EnvServerError, server_script
 
         served = remote.endpoint_in_use()  # --env-url: served by `policybench env serve`
-        if served is not None:
-            server = remote.RemoteEnvServer(served)
-            return EnvProxy(None, self.entry, task, self.kwargs, server=server)
-        script = server_script(self.modules)
-        return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
+        try:
+            if served is not None:
+                server = remote.RemoteEnvServer(served)
+                return EnvProxy(None, self.entry, task, self.kwargs, server=server)
+            script = server_script(self.modules)
+            return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
+        except EnvServerError as error:
+            hint = self._import_hint(str(error), remote_side=served is not None)
+            if hint is None:
+                raise
+            raise type(error)(f"{error}; {hint}") from error
+
+    def _import_hint(self, message: str, remote_side: bool) -> str | None:
+        """What to do when the env server's interpreter could not import the entry's module:
+        it imports from its own site-packages and $PYTHONPATH alone, not from where pytest
+        runs."""
+        module = self.entry.partition(":")[0]
+        parts = module.split(".")
+        prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
+        if "ModuleNotFoundError" not in message or not any(
+            f"No module named '{prefix}'" in message for prefix in prefixes
+        ):
+            return None
+        where = "`policybench env serve`'s $PYTHONPATH" if remote_side else "$PYTHONPATH"
+        return (
+            f"the env's interpreter imports {module} from its own site-packages and {where} "
+            "alone, not from the directory pytest runs in: install it there, put its folder on "
+            f"{where}, or name it in Isolated(modules=...)"
+        )
 
     def versions(self) -> dict[str, str]:
         """The distributions installed in the interpreter (normalized name -> version), the
