@@ -5,6 +5,7 @@ local EnvServer; `--env-url` points a run's isolated envs there (`use`)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -56,16 +57,39 @@ def url_refusal(url: str) -> str | None:
 
 
 _endpoint: EnvEndpoint | None = None
+# How `use` hands the endpoint to the processes this one starts (the run's own policy server,
+# which builds an env to read its action space): their environment, never a file.
+URL_VARIABLE = "POLICYBENCH_ENV_URL"
+KEY_VARIABLE = "POLICYBENCH_ENV_API_KEY"
+_outer: dict[str, str | None] = {}  # the variables as they were before `use` set them
 
 
 def use(endpoint: EnvEndpoint | None) -> None:
-    """Builds this process's isolated envs at `endpoint` from now on (None: in local
-    interpreters, the default)."""
+    """Builds this process's isolated envs, and those of the processes it starts from now on,
+    at `endpoint` (None: in local interpreters, the default)."""
     global _endpoint
     _endpoint = endpoint
+    if endpoint is None:
+        for name, value in _outer.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _outer.clear()
+        return
+    for name in (URL_VARIABLE, KEY_VARIABLE):
+        _outer.setdefault(name, os.environ.get(name))
+    os.environ[URL_VARIABLE] = endpoint.url
+    if endpoint.api_key:
+        os.environ[KEY_VARIABLE] = endpoint.api_key
+    else:
+        os.environ.pop(KEY_VARIABLE, None)
 
 
 def endpoint_in_use() -> EnvEndpoint | None:
+    """`use`'s endpoint, or the one a process that started this one handed it."""
+    if _endpoint is None and os.environ.get(URL_VARIABLE):
+        return EnvEndpoint(os.environ[URL_VARIABLE], os.environ.get(KEY_VARIABLE) or None)
     return _endpoint
 
 

@@ -1,5 +1,6 @@
 """--env-url: this run's isolated envs built by `policybench env serve` on another machine (or
-port) instead of in interpreters here, in the controller and in every worker alike."""
+port) instead of in interpreters here, in the controller, in every worker and in the run's own
+policy server alike."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         raise pytest.UsageError(why)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the run's own policy server starts: it inherits it
 def pytest_configure(config: pytest.Config) -> None:
     url = config.getoption(ENV_URL.dest)
     if url is not None:
