@@ -448,3 +448,23 @@ def test_a_loop_wrapped_again_after_one_was_killed_keeps_the_killed_episode(tmp_
     found = records(tmp_path)
     assert sorted(r[keys.ROLLOUT_INDEX] for r in found) == [0, 1, 2, 3]
     assert sorted(r[keys.OUTCOME] for r in found) == ["error", "unsolved", "unsolved", "unsolved"]
+
+
+ARM_LOOP = """
+import sys
+import gymnasium as gym
+import policybench
+env = gym.make("CartPole-v1")
+env = policybench.wrap(env, "cartpole", "balance", arm=sys.argv[2], run_dir=sys.argv[1])
+env.reset(seed=0)
+env.step(0)
+env.close()
+"""
+
+
+def test_loops_of_several_arms_recording_into_one_run_at_once_all_finish_and_are_listed(tmp_path):
+    arms = "ABCD"
+    loops = [subprocess.Popen([sys.executable, "-c", ARM_LOOP, tmp_path, arm]) for arm in arms]
+    assert [loop.wait() for loop in loops] == [0] * len(arms)
+    assert sorted(json.loads((tmp_path / RUN_INFO).read_text())["settings"]["arms"]) == list(arms)
+    assert sorted(r[keys.ARM] for r in records(tmp_path)) == list(arms)

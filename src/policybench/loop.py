@@ -96,9 +96,10 @@ class Closing:
         try:
             self._end_open(LOOP_ENDED, error)
         finally:
-            self.run.close()
-        if self.run.writer.path.is_file():  # summary.json and index.html, as `report html` writes
-            rebuild_report(self.run.run_dir)
+            with self.run.locked():  # other loops recording into the run may be closing too
+                self.run.close()
+                if self.run.writer.path.is_file():  # summary.json and index.html, as `report html`
+                    rebuild_report(self.run.run_dir)
 
     def close(self) -> None:
         self._finish(None)

@@ -10,10 +10,10 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from gymnasium.spaces import Dict, Tuple, flatten
@@ -134,10 +134,11 @@ class LoopRun:
 
     def open(self, scene: Mapping[str, Any] | None, video_fps: float | None = None) -> OpenEpisode:
         """A new episode of `scene` (None: the loop did not say which scene)."""
-        index = self._claim_index()
-        statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
-        statics[keys.NODEID] = nodeid(statics, index)
-        return OpenEpisode(self, statics, video_fps)
+        with self.locked() as claimed:  # its marker, too, while no loop closes the run
+            index = self._claim_index(claimed)
+            statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
+            statics[keys.NODEID] = nodeid(statics, index)
+            return OpenEpisode(self, statics, video_fps)
 
     def command(self, action: Any) -> np.ndarray:
         """An action as the trace keeps it: a Dict or Tuple space's flattened, as gymnasium
@@ -152,7 +153,8 @@ class LoopRun:
             self.never_reported.add(record[keys.TASK])
 
     def close(self) -> None:
-        """Writes run.json's fingerprint; the report is the caller's to write."""
+        """Writes run.json's fingerprint; the report is the caller's to write, both while it
+        holds `locked()`."""
         self.writer.close()
         with contextlib.suppress(OSError):  # no episode of any loop is open in it
             (self.run_dir / UNFINISHED).rmdir()
@@ -170,20 +172,28 @@ class LoopRun:
             if run is not None:
                 dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
 
-    def _claim_index(self) -> int:
-        """The next episode index of this loop's Eval and arm in the run directory, claimed under
-        a lock: loops recording into one directory at once (in one process or several) never
-        share an index, so never an id, a trace or a video."""
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[IO[str]]:
+        """The run directory's claimed episode indexes, held under a lock against the other loops
+        recording into it (in this process or others) while they claim one, or write run.json,
+        the summary or the report (not re-entrant: one holder per process at a time)."""
         with (self.run_dir / INDEXES).open("a+", encoding="utf-8") as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             file.seek(0)
-            claimed = json.loads(file.read() or "{}")
-            mine = json.dumps([self.statics[keys.EVAL], self.statics.get(keys.ARM)])
-            index = max(claimed.get(mine, 0), self.next_index)
-            claimed[mine] = self.next_index = index + 1
-            file.seek(0)
-            file.truncate()
-            file.write(json.dumps(claimed, sort_keys=True))
+            yield file
+
+    def _claim_index(self, file: IO[str]) -> int:
+        """The next episode index of this loop's Eval and arm in the run directory, from the
+        `locked()` file: loops recording into one directory at once never share an index, so
+        never an id, a trace or a video."""
+        claimed = json.loads(file.read() or "{}")
+        mine = json.dumps([self.statics[keys.EVAL], self.statics.get(keys.ARM)])
+        index = max(claimed.get(mine, 0), self.next_index)
+        claimed[mine] = self.next_index = index + 1
+        file.seek(0)
+        file.truncate()
+        file.write(json.dumps(claimed, sort_keys=True))
+        file.flush()
         return index
 
     def _recorded(self) -> int:
@@ -197,18 +207,19 @@ class LoopRun:
     def _write_run_info(self) -> None:
         """run.json as a pytest run writes it, with this loop's command line; the arms of every
         loop recording into the directory, in the order they started."""
-        run = RunInfo.load(self.run_dir)
-        if run is None:
-            policy = self.statics[keys.POLICY] or {}
-            named = {keys.POLICY: policy.get(keys.POLICY_NAME, NOT_DESCRIBED)}
-            run = RunInfo.now(self.run_dir.name, [], Path.cwd(), named)
-            command = shlex.join([Path(sys.executable).name, *sys.argv])
-            run = dataclasses.replace(run, command=command)
-        arm = self.statics.get(keys.ARM)
-        arms = list(run.settings.get(ARMS) or [])
-        if arm is not None and arm not in arms:
-            run = dataclasses.replace(run, settings={**run.settings, ARMS: [*arms, arm]})
-        run.write(self.run_dir)
+        with self.locked():
+            run = RunInfo.load(self.run_dir)
+            if run is None:
+                policy = self.statics[keys.POLICY] or {}
+                named = {keys.POLICY: policy.get(keys.POLICY_NAME, NOT_DESCRIBED)}
+                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), named)
+                command = shlex.join([Path(sys.executable).name, *sys.argv])
+                run = dataclasses.replace(run, command=command)
+            arm = self.statics.get(keys.ARM)
+            arms = list(run.settings.get(ARMS) or [])
+            if arm is not None and arm not in arms:
+                run = dataclasses.replace(run, settings={**run.settings, ARMS: [*arms, arm]})
+            run.write(self.run_dir)
 
 
 def statics_of(
