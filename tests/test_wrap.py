@@ -468,3 +468,31 @@ def test_loops_of_several_arms_recording_into_one_run_at_once_all_finish_and_are
     assert [loop.wait() for loop in loops] == [0] * len(arms)
     assert sorted(json.loads((tmp_path / RUN_INFO).read_text())["settings"]["arms"]) == list(arms)
     assert sorted(r[keys.ARM] for r in records(tmp_path)) == list(arms)
+
+
+def trace_times(run_dir: Path, record: dict) -> tuple[float, np.ndarray]:
+    trace = json.loads((run_dir / record[keys.ROLLOUT_TRACE]).read_text())
+    times = trace["arrays"]["time_s"]
+    raw = zlib.decompress(base64.b64decode(times["zlib"]))
+    return trace["period_s"], np.frombuffer(raw, times["dtype"])
+
+
+def test_a_trace_runs_on_the_clock_the_env_declares_so_its_plots_span_the_episode(tmp_path):
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    undeclared = gym.make("CartPole-v1")
+    undeclared.metadata = {**undeclared.metadata, "render_fps": None}
+    other = policybench.wrap(undeclared, "cartpole", "balance", run_dir=tmp_path / "pace")
+    for wrapped in (env, other):
+        with wrapped:
+            wrapped.reset(seed=0)
+            for _ in range(5):
+                wrapped.step(0)
+    [record] = records(tmp_path)
+    assert record[keys.CONTROL_HZ] == 50.0  # CartPole's render_fps: its 0.02 s step
+    period, times = trace_times(tmp_path, record)
+    assert period == 0.02 and times.tolist() == pytest.approx([0, 0.02, 0.04, 0.06, 0.08])
+    [paced] = records(tmp_path / "pace")
+    period, times = trace_times(tmp_path / "pace", paced)
+    assert paced[keys.CONTROL_HZ] is None  # said nowhere: the trace keeps the loop's own pace
+    assert period * 5 == pytest.approx(paced[keys.WALL_S], rel=1e-3)
+    assert times.tolist() == pytest.approx([k * period for k in range(5)])

@@ -57,7 +57,7 @@ def wrap(
     directory.mkdir(parents=True, exist_ok=True)
     vector = isinstance(env, VectorEnv)
     space = env.single_action_space if vector else env.action_space
-    run = LoopRun(directory, statics, space)
+    run = LoopRun(directory, statics, space, _declared_hz(env))
     declared = None if scene is None else dict(scene)
     return VectorRecorder(env, run, declared) if vector else Recorder(env, run, declared)
 
@@ -287,11 +287,18 @@ def _json_value(name: str, value: Any, where: str = "the scene field") -> Any:
     )
 
 
+def _declared_hz(env: gym.Env | VectorEnv) -> float | None:
+    """The rate the env says it steps at (gymnasium's `render_fps`: gym-pusht's 10, MetaWorld's
+    80, their Evals' control_hz), the clock of its episodes' traces and videos; None if unsaid."""
+    fps = (getattr(env, "metadata", None) or {}).get("render_fps")
+    return float(fps) if fps else None
+
+
 def _video_fps(env: gym.Env | VectorEnv) -> float | None:
     """The frame rate a video of the env is written at; None when it does not render frames."""
     if getattr(env, "render_mode", None) != "rgb_array":
         return None
-    return float(env.metadata.get("render_fps") or 30)
+    return _declared_hz(env) or 30.0
 
 
 def _sub(obs: Any, i: int) -> Any:

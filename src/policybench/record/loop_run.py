@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium.spaces import Dict, Tuple, flatten
 
 from policybench import keys
+from policybench.policy.base import control_period_ns
 from policybench.pytest_plugin.outcomes import crashed_record, rollout_record
 from policybench.pytest_plugin.rollout_trace import TRACES
 from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
@@ -94,12 +95,17 @@ class OpenEpisode:
             outcome = Outcome(OutcomeKind.SOLVED, f"success at step {self.success_step}")
         else:
             outcome = Outcome(OutcomeKind.UNSOLVED, f"{how} after {steps} steps")
+        wall_s = (time.perf_counter_ns() - self.started_ns) / 1e9
+        # The trace's clock: the rate the env declared (its video's), else the loop's own pace;
+        # step k starts at k periods, as a harness rollout's does.
+        clock_hz = self.statics[keys.CONTROL_HZ] or (steps / wall_s if steps else None)
+        period_ns = 0 if clock_hz is None else control_period_ns(clock_hz)
         episode = Episode(
             statics=self.statics,
-            trace=tuple(self.trace),
+            trace=tuple(step._replace(time_ns=k * period_ns) for k, step in enumerate(self.trace)),
             outcome=outcome,
             sim_s=0.0,
-            wall_s=(time.perf_counter_ns() - self.started_ns) / 1e9,
+            wall_s=wall_s,
             success_step=self.success_step,
             success_reported=self.reported,
             action_bounds=self.run.action_bounds,
@@ -107,7 +113,10 @@ class OpenEpisode:
         added: dict[str, Any] = {keys.SIM_S: None}  # the loop's time is wall time, as it went
         if self.trace:
             trace_name = f"{TRACES}/{self.name}.json"
-            write_trace(self.run.run_dir / trace_name, rollout_trace(episode, self.states))
+            clocked = dataclasses.replace(
+                episode, statics={**self.statics, keys.CONTROL_HZ: clock_hz}
+            )
+            write_trace(self.run.run_dir / trace_name, rollout_trace(clocked, self.states))
             added[keys.ROLLOUT_TRACE] = trace_name
         if self.video is not None:
             added.update(record_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
@@ -121,9 +130,15 @@ class LoopRun:
     """The run directory one wrapped env records into (several may share one: a loop per arm).
     Each ended episode's record is appended and flushed at once; run.json says how it ran."""
 
-    def __init__(self, run_dir: Path, statics: Mapping[str, Any], action_space: Any = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        statics: Mapping[str, Any],
+        action_space: Any = None,
+        control_hz: float | None = None,
+    ) -> None:
         self.run_dir = run_dir
-        self.statics = dict(statics)
+        self.statics = {**statics, keys.CONTROL_HZ: control_hz}  # None: the env did not say
         self.writer = ResultsWriter(run_dir)
         self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
