@@ -313,3 +313,19 @@ def test_the_runs_own_policy_server_reads_the_action_space_at_env_url_too(points
     assert {r["outcome"] for r in found.values()} <= {"solved", "unsolved"}, found
     written = [file for file in points.rglob("*") if file.is_file()]
     assert [str(file) for file in written if KEY.encode() in file.read_bytes()] == []
+
+
+def test_what_listens_but_is_no_env_server_is_said_within_the_connect_timeout(monkeypatch):
+    """A policy server's port given as --env-url, or anything that takes the connection and
+    never answers the hello: one line saying so, not a wait as long as the run's."""
+    monkeypatch.setattr(remote, "CONNECT_TIMEOUT_S", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody answers
+        url = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(EnvServerError) as failed:
+            remote.RemoteEnvServer(remote.EnvEndpoint(url))
+    assert time.monotonic() - started < 5.0
+    assert str(failed.value) == (
+        f"what listens at {url} gave no answer to an env server's hello within 0.5 s: is it a "
+        "`policybench env serve` (not a policy server, whose ws:// URL goes to --policy-url)?"
+    )

@@ -112,15 +112,22 @@ class RemoteEnvServer:
                 f"no env server at {endpoint.url} ({error.strerror or error}): start one there "
                 f"with `{how}`, or leave out --env-url to run isolated envs here"
             ) from None
-        self._socket.settimeout(None)
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._stream = self._socket.makefile("rb", buffering=0)
-        try:
+        try:  # the hello's answer within CONNECT_TIMEOUT_S too: what listens may be no env server
             hello = {"protocol": protocol.PROTOCOL, keys.ENV_API_KEY: endpoint.api_key}
             self.request("hello", **hello)
+        except EnvServerGone:
+            self._hang_up()
+            raise EnvServerGone(
+                f"what listens at {endpoint.url} gave no answer to an env server's hello within "
+                f"{CONNECT_TIMEOUT_S:g} s: is it a `policybench env serve` (not a policy "
+                "server, whose ws:// URL goes to --policy-url)?"
+            ) from None
         except BaseException:
             self._hang_up()
             raise
+        self._socket.settimeout(None)
 
     def request(self, op: str, **args: Any) -> Any:
         url = self.endpoint.url
