@@ -19,7 +19,7 @@ import pytest
 
 from policybench import cli
 from policybench.envserver import Interpreter, Isolated, remote
-from policybench.envserver.proxy import EnvServerError
+from policybench.envserver.proxy import EnvServerError, EnvServerGone
 from policybench.envserver.relay import READY
 from policybench.lifetime import PARENT_PID_VARIABLE
 from policybench.options import API_KEY_VARIABLE
@@ -329,3 +329,32 @@ def test_what_listens_but_is_no_env_server_is_said_within_the_connect_timeout(mo
         f"what listens at {url} gave no answer to an env server's hello within 0.5 s: is it a "
         "`policybench env serve` (not a policy server, whose ws:// URL goes to --policy-url)?"
     )
+
+
+def test_the_relays_own_errors_say_their_type_once_and_where_they_were_served(points):
+    """An env server killed on the serving machine, and an env that server does not serve: the
+    relay's message, then where (not `EnvServerGone: EnvServerGone in the env server ...`)."""
+    served_env = clean_env(points, **{API_KEY_VARIABLE: KEY})
+    server, port = start_env_server(points, served_env, "test_remote_points:REMOTE", "--port", "0")
+    url = f"tcp://127.0.0.1:{port}"
+    here = Interpreter("here", python=sys.executable)
+    remote.use(remote.EnvEndpoint(url, KEY))
+    try:
+        env = Isolated("test_remote_points:PausingPoint", here)("reach")
+        env.reset(seed=0)
+        made = (points / "serve.log").read_text().splitlines()[-1]
+        env_server = int(made.rsplit(" ", 1)[1])  # "...'s env in env server PID"
+        os.kill(env_server, signal.SIGKILL)
+        with pytest.raises(EnvServerGone) as gone:
+            env.reset(seed=1)
+        said = str(gone.value)
+        assert said.startswith(f"env server in {sys.executable} (pid {env_server}) ended at ")
+        assert "killed by signal 9" in said and said.endswith(f"(served at {url}, at reset)")
+        with pytest.raises(EnvServerError) as refused:
+            Isolated("test_remote_points:Other", here)("reach")
+        said = str(refused.value)
+        assert said.startswith("this server serves no env test_remote_points:Other")
+        assert said.endswith(f"(served at {url}, at make)") and "EnvServerError" not in said
+    finally:
+        remote.use(None)
+        stop(server)

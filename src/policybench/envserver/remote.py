@@ -157,7 +157,12 @@ class RemoteEnvServer:
                     f"env server at {url} refused the connection: {error['message']}"
                 )
             gone = error["type"] == EnvServerGone.__name__
-            raise (EnvServerGone if gone else EnvServerError)(
+            if error["type"] in (EnvServerGone.__name__, EnvServerError.__name__):
+                # the relay's own: its message says what, and the type is said once
+                raise (EnvServerGone if gone else EnvServerError)(
+                    f"{error['message']} (served at {url}, at {op})"
+                )
+            raise EnvServerError(
                 f"{error['type']} in the env server at {url} at {op}: {error['message']}"
                 + (f" [{where}]" if where else "")
             )
