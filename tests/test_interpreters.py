@@ -77,6 +77,7 @@ def test_concurrent_installs_build_once_and_list_shows_where_it_is(cache, tmp_pa
     def listed_line() -> str:
         listed = subprocess.run([*cli, "list"], env=env, capture_output=True, text=True)
         assert listed.returncode == 0, listed.stderr
+        assert "[None]" not in listed.stdout  # an isolated Eval names no extra
         return next(line for line in listed.stdout.splitlines() if "interpreter numpy1" in line)
 
     assert listed_line().split(": ", 1)[1] == "not installed: policybench env install numpy1"

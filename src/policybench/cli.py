@@ -31,7 +31,8 @@ def run_list(args: argparse.Namespace) -> int:
     print("evals:")
     for value in registered_evals().values():
         tasks = {rollout.scene.task for rollout in value.rollouts(1, 0)}
-        print(f"  {value.name:<24} {len(tasks):>3} tasks  ([{value.extra}])")
+        extra = f"  ([{value.extra}])" if value.extra else ""  # an isolated Eval needs none
+        print(f"  {value.name:<24} {len(tasks):>3} tasks{extra}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
             print(f"  {'':<24} interpreter {interpreter.name}: {env_command.status(interpreter)}")
