@@ -38,8 +38,18 @@ def test_ci_runs_the_readme_test_command_verbatim():
 
 def test_every_tox_env_of_the_test_command_is_defined():
     envs = re.search(r"tox -e (\S+)", readme_test_command()).group(1).split(",")
-    assert {"lerobot", "bench-smoke"} <= set(envs)
+    assert {"test", "lerobot"} <= set(envs)
     assert [env for env in envs if f"testenv:{env}" not in tox_ini()] == []
+
+
+def test_the_test_env_ends_with_bench_smokes_run():
+    """CI runs bench-smoke's selection in the test env, which holds its extras."""
+    ini = tox_ini()
+    smoke = "pytest {[bench-smoke]select}"
+    assert ini["testenv:test"]["commands"].strip().splitlines()[-1].strip() == smoke
+    assert ini["testenv:bench-smoke"]["commands"].strip() == smoke + " {posargs}"
+    bench_extras = {e.strip() for e in ini["testenv:bench"]["extras"].split(",")}
+    assert bench_extras <= {e.strip() for e in ini["testenv:test"]["extras"].split(",")}
 
 
 def test_the_readme_benchmark_command_without_tox_is_tox_benchs():
