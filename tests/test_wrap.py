@@ -496,3 +496,10 @@ def test_a_trace_runs_on_the_clock_the_env_declares_so_its_plots_span_the_episod
     assert paced[keys.CONTROL_HZ] is None  # said nowhere: the trace keeps the loop's own pace
     assert period * 5 == pytest.approx(paced[keys.WALL_S], rel=1e-3)
     assert times.tolist() == pytest.approx([k * period for k in range(5)])
+
+
+@pytest.mark.parametrize("arm", ["", 3])
+def test_an_arm_that_is_no_name_is_refused_at_wrap(tmp_path, arm):
+    with pytest.raises(TypeError, match=r"arm must be a non-empty string, got "):
+        policybench.wrap(gym.make("CartPole-v1"), "c", "b", arm=arm, run_dir=tmp_path)
+    assert not (tmp_path / RESULTS).exists()
