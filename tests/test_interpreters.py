@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,29 @@ def test_an_entry_module_the_interpreter_cannot_import_says_how_to_make_it_impor
         Isolated("needs_missing_env:make", own)("drift")
     assert "No module named 'no_such_module_anywhere'" in str(failed.value)
     assert "site-packages" not in str(failed.value)
+
+
+def test_an_interrupted_install_says_so_in_one_line_and_keeps_nothing(cache, tmp_path):
+    (tmp_path / "interrupted_interpreter.py").write_text(
+        "from policybench.envserver import Interpreter\n"
+        "INTERPRETER = Interpreter('interrupted', ('numpy<2', 'msgpack'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "policybench.cli", "env", "install"]
+    install = subprocess.Popen(
+        [*command, "interrupted_interpreter:INTERPRETER"],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's foreground job
+    )
+    first = install.stderr.readline()  # said before the venv is made: nothing fetched yet
+    assert first.startswith("building interrupted in "), first
+    os.killpg(install.pid, signal.SIGINT)  # Ctrl-C: to the command and what it started
+    rest = install.stderr.read()
+    assert install.wait(timeout=60) == 130
+    said = "policybench env install: interrupted; what it had built of interrupted is removed\n"
+    assert rest == said
+    left = [path.name for path in cache.iterdir()]
+    assert len(left) == 1 and left[0].endswith(".lock"), left  # no directory, half built or not

@@ -154,10 +154,21 @@ def evals_named(names: list[str]) -> list[Eval]:
 def run_install(args: argparse.Namespace) -> int:
     try:
         interpreter = interpreter_named(args.name)
-        python, built = install(interpreter, building=said_building)
-    except (LookupError, InterpreterBuildFailed) as error:
+    except LookupError as error:
         print(f"policybench env install: {error}", file=sys.stderr)
         return 1
+    try:
+        python, built = install(interpreter, building=said_building)
+    except InterpreterBuildFailed as error:
+        print(f"policybench env install: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the build's directory is removed: the next install starts anew
+        print(
+            f"policybench env install: interrupted; what it had built of {interpreter.name} "
+            "is removed",
+            file=sys.stderr,
+        )
+        return 130
     print(f"{'built' if built else 'already installed'}: {interpreter.name} at {python}")
     given = given_python(interpreter)
     if given:  # runs use that one, not the one just installed
