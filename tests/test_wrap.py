@@ -503,3 +503,15 @@ def test_an_arm_that_is_no_name_is_refused_at_wrap(tmp_path, arm):
     with pytest.raises(TypeError, match=r"arm must be a non-empty string, got "):
         policybench.wrap(gym.make("CartPole-v1"), "c", "b", arm=arm, run_dir=tmp_path)
     assert not (tmp_path / RESULTS).exists()
+
+
+def test_run_json_of_loops_of_two_arms_names_each_arm_s_policy_as_a_pytest_run_does(tmp_path):
+    for arm, name in (("A", "zero"), ("B", "balance")):
+        env = policybench.wrap(
+            gym.make("CartPole-v1"), "c", "b", arm=arm, policy={"name": name}, run_dir=tmp_path
+        )
+        with env:
+            env.reset(seed=0)
+            env.step(0)
+    settings = json.loads((tmp_path / RUN_INFO).read_text())["settings"]
+    assert (settings["arms"], settings["policy"]) == (["A", "B"], ["zero", "balance"])

@@ -224,16 +224,20 @@ class LoopRun:
         loop recording into the directory, in the order they started."""
         with self.locked():
             run = RunInfo.load(self.run_dir)
+            policy = (self.statics[keys.POLICY] or {}).get(keys.POLICY_NAME, NOT_DESCRIBED)
             if run is None:
-                policy = self.statics[keys.POLICY] or {}
-                named = {keys.POLICY: policy.get(keys.POLICY_NAME, NOT_DESCRIBED)}
-                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), named)
+                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), {keys.POLICY: policy})
                 command = shlex.join([Path(sys.executable).name, *sys.argv])
                 run = dataclasses.replace(run, command=command)
             arm = self.statics.get(keys.ARM)
             arms = list(run.settings.get(ARMS) or [])
             if arm is not None and arm not in arms:
-                run = dataclasses.replace(run, settings={**run.settings, ARMS: [*arms, arm]})
+                settings = {**run.settings, ARMS: [*arms, arm]}
+                if arms:  # an A/B run's policies, one per arm in their order, as a pytest run's
+                    listed = run.settings.get(keys.POLICY)
+                    listed = listed if isinstance(listed, list) else [listed]
+                    settings[keys.POLICY] = [*listed, policy]
+                run = dataclasses.replace(run, settings=settings)
             run.write(self.run_dir)
 
 
