@@ -358,3 +358,27 @@ def test_the_relays_own_errors_say_their_type_once_and_where_they_were_served(po
     finally:
         remote.use(None)
         stop(server)
+
+
+def test_an_entry_the_serving_interpreter_cannot_import_says_where_it_is_looked_for(points):
+    """`policybench env serve` finds the Eval beside it, its env server (another process, on
+    $PYTHONPATH alone) not the entry's module: the error says so, and where to put it."""
+    served_env = clean_env(points, **{API_KEY_VARIABLE: KEY})
+    served_env["PYTHONPATH"] = str(REPO)  # the Eval's module is found beside the server alone
+    server, port = start_env_server(points, served_env, "test_remote_points:REMOTE", "--port", "0")
+    remote.use(remote.EnvEndpoint(f"tcp://127.0.0.1:{port}", KEY))
+    try:
+        here = Interpreter("here", python=sys.executable)
+        with pytest.raises(EnvServerError) as failed:
+            Isolated("test_remote_points:PausingPoint", here)("reach")
+    finally:
+        remote.use(None)
+        stop(server)
+    said = str(failed.value)
+    assert "No module named 'test_remote_points'" in said
+    assert said.endswith(
+        "imports test_remote_points from its own site-packages and `policybench env serve`'s "
+        "$PYTHONPATH alone, not from the directory `policybench env serve` runs in: install it "
+        "there, put its folder on `policybench env serve`'s $PYTHONPATH, or name it in "
+        "Isolated(modules=...)"
+    )

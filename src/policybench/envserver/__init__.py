@@ -69,11 +69,12 @@ class Isolated:
             f"No module named '{prefix}'" in message for prefix in prefixes
         ):
             return None
-        where = "`policybench env serve`'s $PYTHONPATH" if remote_side else "$PYTHONPATH"
+        runner = "`policybench env serve`" if remote_side else "pytest"
+        where = f"{runner}'s $PYTHONPATH" if remote_side else "$PYTHONPATH"
         return (
             f"the env's interpreter imports {module} from its own site-packages and {where} "
-            "alone, not from the directory pytest runs in: install it there, put its folder on "
-            f"{where}, or name it in Isolated(modules=...)"
+            f"alone, not from the directory {runner} runs in: install it there, put its folder "
+            f"on {where}, or name it in Isolated(modules=...)"
         )
 
     def versions(self) -> dict[str, str]:
