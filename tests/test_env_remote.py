@@ -382,3 +382,22 @@ def test_an_entry_the_serving_interpreter_cannot_import_says_where_it_is_looked_
         "there, put its folder on `policybench env serve`'s $PYTHONPATH, or name it in "
         "Isolated(modules=...)"
     )
+
+
+def test_evals_whose_interpreter_is_missing_are_named_in_one_line_per_reason(points):
+    (points / "two_points.py").write_text(
+        "import dataclasses\n"
+        "from test_remote_points import REMOTE\n"
+        "OTHER = dataclasses.replace(REMOTE, name='remote-too')\n"
+    )
+    nowhere = str(points / "no-python-here")
+    served_env = clean_env(points, POLICYBENCH_PYTHON_HERE=nowhere, **{API_KEY_VARIABLE: KEY})
+    evals = ["test_remote_points:REMOTE", "two_points:OTHER"]
+    server, _ = start_env_server(points, served_env, *evals, "--port", "0")
+    stop(server)
+    said = [line for line in (points / "serve.log").read_text().splitlines() if nowhere in line]
+    assert said == [
+        f"policybench env serve: remote, remote-too: interpreter 'here': "
+        f"$POLICYBENCH_PYTHON_HERE names {nowhere}, which is not a file; give the path of a "
+        "Python executable"
+    ]

@@ -232,11 +232,12 @@ def loopback(host: str) -> bool:
 
 
 def not_installed(served: list[Served]) -> list[str]:
-    """Why each served Eval whose interpreter is missing here cannot be served yet."""
-    missing = []
+    """Why the served Evals whose interpreter is missing here cannot be served yet: a line per
+    reason, naming the Evals it holds for (a suite's Evals share one interpreter)."""
+    missing: dict[str, list[str]] = {}
     for each in served:
         try:
             python_of(each.make_env.interpreter)
         except InterpreterMissing as why:
-            missing.append(f"{each.name}: {why}")
-    return missing
+            missing.setdefault(str(why), []).append(each.name)
+    return [f"{', '.join(names)}: {why}" for why, names in missing.items()]
