@@ -296,14 +296,14 @@ def test_a_port_in_use_is_one_line_naming_it(points, monkeypatch, capsys):
 
 
 def test_the_runs_own_policy_server_reads_the_action_space_at_env_url_too(points):
-    """At -n 2 with --policy-sharing=shared the run's `policybench serve` builds an env to read
+    """Under -n with --policy-sharing=shared the run's `policybench serve` builds an env to read
     its action space (for `random`): at --env-url, as the workers do, not in an interpreter the
     run's machine lacks."""
     served_env = clean_env(points, **{API_KEY_VARIABLE: KEY})
     server, port = start_env_server(points, served_env, "test_remote_points:REMOTE", "--port", "0")
     try:
         nowhere = clean_env(points, POLICYBENCH_PYTHON_HERE=str(points / "no-python-here"))
-        args = ["-n", "2", "--policy=random", "--policy-sharing=shared", "-k", "remote"]
+        args = ["-n", "1", "--policy=random", "--policy-sharing=shared", "-k", "remote"]
         url = ["--env-url", f"tcp://127.0.0.1:{port}", "--env-api-key", KEY]
         result = run(points, nowhere, *args, "--rollouts", "1", *url)
     finally:
