@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zlib
@@ -18,8 +19,9 @@ import pytest
 
 import policybench
 from policybench import keys
+from policybench.report.html import Findings, write_html
 from policybench.report.results import LATEST, RESULTS, read_results
-from policybench.report.summary import RUN_INFO, SUMMARY
+from policybench.report.summary import RUN_INFO, SUMMARY, Summary
 from policybench.report.unfinished import UNFINISHED
 from policybench.scoring.app import PAGE, ScoringApp
 from policybench.scoring.server import Request
@@ -58,10 +60,11 @@ def test_each_episode_is_one_record_of_its_scene_with_its_trace_and_run_files(tm
         None,
     ]
     assert found[2][keys.REASON] == "the loop ended the episode after 1 steps"
+    run = tmp_path.name  # the run an episode is of is in its id: runs merged never collide
     assert [r[keys.NODEID] for r in found] == [
-        "cartpole::balance/seed=0/episode=0",
-        "cartpole::balance/seed=1/episode=1",
-        "cartpole::balance/episode=2",
+        f"cartpole::balance/seed=0/episode={run}:0",
+        f"cartpole::balance/seed=1/episode={run}:1",
+        f"cartpole::balance/episode={run}:2",
     ]
     assert env.run_dir == tmp_path
     assert found[0][keys.SUCCESS_REPORTED] is False  # CartPole never says success
@@ -104,6 +107,77 @@ def test_a_loop_recording_into_its_run_again_goes_on_counting_its_episodes(tmp_p
     assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 3  # the same scene's too
     assert len({r[keys.NODEID] for r in found}) == 3  # what verdicts and merge tell apart
     assert json.loads((tmp_path / SUMMARY).read_text())["overall"]["rollouts"] == 3
+
+
+def test_report_merge_of_separate_loop_runs_keeps_every_episode_and_a_copy_adds_none(tmp_path):
+    for name, seeded in (("a", True), ("b", True), ("c", False), ("d", False)):
+        env = policybench.wrap(
+            gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path / name
+        )
+        with env:
+            for seed in range(3 if seeded else 2):
+                env.reset(seed=seed if seeded else None)
+                run_to_end(env)
+    shutil.copytree(tmp_path / "a", tmp_path / "a-copy")
+    parts = [tmp_path / name for name in ("a", "b", "c", "d", "a-copy")]
+    merge = subprocess.run(
+        [CLI, "report", "merge", *parts, "--out", tmp_path / "merged"],
+        capture_output=True,
+        text=True,
+    )
+    assert merge.returncode == 0, merge.stderr
+    found = records(tmp_path / "merged")
+    assert len(found) == 3 + 3 + 2 + 2  # the same seeds' and the unseeded episodes of each run
+    assert len({r[keys.NODEID] for r in found}) == 10
+    assert len({r[keys.ROLLOUT_TRACE] for r in found}) == 10
+    assert all((tmp_path / "merged" / r[keys.ROLLOUT_TRACE]).is_file() for r in found)
+    merging = json.loads((tmp_path / "merged" / RUN_INFO).read_text())["settings"]["merge"]
+    assert merging["exact_duplicates_dropped"] == 3 and merging["repeats"] == 0  # a-copy's
+    # Two loop runs of one name share ids: merge refuses rather than keep one run's episodes.
+    for where in ("here", "there"):
+        env = policybench.wrap(
+            gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path / where / "run"
+        )
+        with env:
+            env.reset(seed=0)
+            run_to_end(env)
+    merge = subprocess.run(
+        [
+            CLI,
+            "report",
+            "merge",
+            tmp_path / "here" / "run",
+            tmp_path / "there" / "run",
+            "--out",
+            tmp_path / "m2",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert merge.returncode != 0 and "two loop runs of one name" in merge.stderr
+    assert not (tmp_path / "m2" / RESULTS).exists()
+
+
+def test_a_loop_runs_report_says_its_steps_took_wall_time_and_shows_no_model_calls(tmp_path):
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        run_to_end(env)
+    index = (tmp_path / "index.html").read_text()
+    page = (tmp_path / "rollouts" / "00000.html").read_text()
+    assert 'id="loop-run"' in index and "the loop's own wall time" in index
+    for harness_only in ("charged in simulated time", ">sim s<", ">infer ms<", ">latency<"):
+        assert harness_only not in index
+    assert "Model calls" not in page and "call-plots" not in page
+    # The same episode as a harness rollout's record (of a plan, in simulated time) keeps them.
+    record = {**records(tmp_path)[0], keys.ROLLOUT_COUNT: 1, keys.SIM_S: 1.0}
+    harness = tmp_path / "harness"
+    shutil.copytree(tmp_path / "traces", harness / "traces")
+    write_html(harness, Findings(Summary.of([record]), (record,), None))
+    index = (harness / "index.html").read_text()
+    assert 'id="loop-run"' not in index and "charged in simulated time" in index
+    assert ">sim s<" in index and ">infer ms<" in index
+    assert "Model calls" in (harness / "rollouts" / "00000.html").read_text()
 
 
 SUCCEEDS = """
@@ -303,7 +377,8 @@ def test_a_wrapped_metaworld_loop_matches_the_benchmark_scene_by_scene(tmp_path)
     pages = [
         sections_of(tmp_path / run / "rollouts" / "00000.html") for run in ("bench/latest", "loop")
     ]
-    assert pages[0] == pages[1] and "What the policy did" in pages[1]
+    assert "What the policy did" in pages[1] and "Model calls" in pages[0]  # a loop makes none
+    assert [section for section in pages[0] if section != "Model calls"] == pages[1]
 
 
 def sections_of(page: Path) -> list[str]:

@@ -45,7 +45,7 @@ def wrap(
     several arms may share one `run_dir`), `packages` are distributions whose versions every
     record keeps (policybench's and gymnasium's always). The run is closed, its summary and
     report written, by `close()`, by leaving a `with` block, or at exit."""
-    named = {"eval": eval, "task": task, **({} if arm is None else {"arm": arm})}
+    named = {keys.EVAL: eval, keys.TASK: task, **({} if arm is None else {keys.ARM: arm})}
     for name, value in named.items():
         if not isinstance(value, str) or not value:
             raise TypeError(f"policybench.wrap: {name} must be a non-empty string, got {value!r}")

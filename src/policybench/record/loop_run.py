@@ -145,14 +145,14 @@ class LoopRun:
         self.action_bounds = None if low is None or high is None else (low, high)
         self.composite = action_space if isinstance(action_space, Dict | Tuple) else None
         self.never_reported: set[str] = set()  # tasks whose env stepped and never said success
-        self._write_run_info()
+        self.run_id = self._write_run_info()  # in every episode's id: runs merged never collide
 
     def open(self, scene: Mapping[str, Any] | None, video_fps: float | None = None) -> OpenEpisode:
         """A new episode of `scene` (None: the loop did not say which scene)."""
         with self.locked() as claimed:  # its marker, too, while no loop closes the run
             index = self._claim_index(claimed)
             statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
-            statics[keys.NODEID] = nodeid(statics, index)
+            statics[keys.NODEID] = nodeid(statics, self.run_id, index)
             return OpenEpisode(self, statics, video_fps)
 
     def command(self, action: Any) -> np.ndarray:
@@ -219,9 +219,10 @@ class LoopRun:
         records = read_results(self.writer.path).records
         return sum((r[keys.EVAL], r.get(keys.ARM)) == mine for r in records)
 
-    def _write_run_info(self) -> None:
+    def _write_run_info(self) -> str:
         """run.json as a pytest run writes it, with this loop's command line; the arms of every
-        loop recording into the directory, in the order they started."""
+        loop recording into the directory, in the order they started. Returns the run's id (the
+        directory's name when the first loop recorded into it)."""
         with self.locked():
             run = RunInfo.load(self.run_dir)
             policy = (self.statics[keys.POLICY] or {}).get(keys.POLICY_NAME, NOT_DESCRIBED)
@@ -239,6 +240,7 @@ class LoopRun:
                     settings[keys.POLICY] = [*listed, policy]
                 run = dataclasses.replace(run, settings=settings)
             run.write(self.run_dir)
+            return run.run_id
 
 
 def statics_of(
@@ -261,14 +263,16 @@ def statics_of(
     return statics if arm is None else {**statics, keys.ARM: arm}
 
 
-def nodeid(statics: Mapping[str, Any], index: int) -> str:
-    """A wrapped episode's id, unique in its run (a loop may run a scene twice): its scene's
-    fields as a planned rollout's id shows them, and its episode index."""
+def nodeid(statics: Mapping[str, Any], run_id: str, index: int) -> str:
+    """A wrapped episode's id: its scene's fields as a planned rollout's id shows them, then the
+    run it is of and its index there (`episode=<run id>:<index>`). Unique in its run (a loop may
+    run a scene twice) and across runs: a loop plans no rollouts, so an episode of another run
+    is another sample, never a rerun of this one, and `report merge` keeps both."""
     scene = {k: v for k, v in (statics[keys.SCENE] or {}).items() if k != keys.TASK}
     fields = "".join(f"/{name}={value}" for name, value in scene.items())
     arm = statics.get(keys.ARM)
     policy = "" if arm is None else f"/policy={arm}"
-    return f"{statics[keys.EVAL]}::{statics[keys.TASK]}{fields}/episode={index}{policy}"
+    return f"{statics[keys.EVAL]}::{statics[keys.TASK]}{fields}/episode={run_id}:{index}{policy}"
 
 
 def _version(distribution: str) -> str:

@@ -60,10 +60,12 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             "Model call wall time (rollout mean)", "ms", NO_CALLS, findings.records, infer_ms
         ),
     ]
+    loop = loop_run(findings.records)
     index = run_dir / INDEX
     index.write_text(
         env.get_template("index.html.j2").render(
             f=findings,
+            wrapped=loop,
             title=findings.run.run_id if findings.run else run_dir.name,
             overview=[*summary.evals, summary.overall],
             chart=task_chart(tasks),
@@ -93,6 +95,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             template.render(
                 row=row,
                 record=record,
+                wrapped=loop_run([record]),
                 statics=flatten(record),
                 trace=trace.embedded,
                 no_trace=trace.missing,
@@ -104,6 +107,18 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             encoding="utf-8",
         )
     return index
+
+
+def of_loop(record: Mapping[str, Any]) -> bool:
+    """Whether `record` is an episode of a loop policybench.wrap recorded: of no plan (a harness
+    rollout's record says how many its Eval planned), in the loop's wall time (no simulated
+    clock, no model calls)."""
+    return keys.ROLLOUT_COUNT not in record and record.get(keys.SIM_S) is None
+
+
+def loop_run(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `records` are all episodes of loops (a run policybench.wrap recorded)."""
+    return bool(records) and all(of_loop(record) for record in records)
 
 
 def percent(value: float | None, digits: int = 1) -> str:

@@ -16,7 +16,7 @@ from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
 from policybench.report.arms import ARMS
-from policybench.report.html import INDEX, ROLLOUTS, Findings, write_html
+from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 from policybench.report.verdicts import carry_verdicts, gather_verdicts
@@ -156,6 +156,13 @@ def merge_records(parts: Sequence[Part]) -> Merged:
             label = record.get(keys.NODEID) or f"{record[keys.EVAL]} {record.get(keys.SCENE)}"
             if _json(first) == _json(record):
                 exact += 1
+            elif of_loop(record):  # its id names its run: a second record is of another run
+                raise MergeRefused(
+                    f"{label} is in {source} and in {part.name} as two different episodes: a "
+                    "loop's episode id names its run, so these are two loop runs of one name "
+                    "(one run would drop the other's episodes); merge runs recorded into "
+                    "directories of different names"
+                )
             elif before == after:
                 repeats += 1
             elif before == OutcomeKind.ERROR:

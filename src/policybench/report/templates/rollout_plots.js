@@ -143,7 +143,8 @@
     }
     reward.line(times, a.reward, PALETTE[2]);
     plots.push(reward);
-    plots.push(timeline(document.getElementById("call-plots"), trace, a, end));
+    var callBox = document.getElementById("call-plots");  // none on a loop's episode: no calls
+    if (callBox) plots.push(timeline(callBox, trace, a, end));
     var stateBox = document.getElementById("state-plots");
     Object.keys(trace.arrays).filter(function (n) { return n.indexOf("state/") === 0; }).forEach(function (name) {
       var series = rows(a[name], trace.arrays[name].shape);
