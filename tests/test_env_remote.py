@@ -401,3 +401,25 @@ def test_evals_whose_interpreter_is_missing_are_named_in_one_line_per_reason(poi
         f"$POLICYBENCH_PYTHON_HERE names {nowhere}, which is not a file; give the path of a "
         "Python executable"
     ]
+
+
+def test_an_env_url_for_a_run_without_isolated_evals_says_it_builds_nothing_there(pytester):
+    pytester.makepyfile(
+        envs=ENVS,
+        test_here=(
+            "import policybench\n"
+            "from envs import point_eval\n"
+            "@policybench.parametrize(point_eval('here'))\n"
+            "def test_point(rollout, harness):\n"
+            "    harness(rollout)\n"
+        ),
+    )
+    url = "tcp://127.0.0.1:9"  # nothing listens: nothing asks there either
+    result = pytester.runpytest_subprocess("--env-url", url, "--policy=random", "--rollouts", "1")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-3000:]
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestWarning: --env-url {url} builds no env of this run: none of its Evals "
+            "(here) runs its env in an interpreter of its own, so each runs here*"
+        ]
+    )
