@@ -312,6 +312,31 @@ def test_a_loop_killed_mid_episode_keeps_finished_episodes_and_report_html_recor
     assert not list((tmp_path / UNFINISHED).glob("*.json"))
 
 
+def test_a_killed_episodes_partial_video_is_removed_when_its_error_is_recorded(tmp_path):
+    pytest.importorskip("av", reason="needs pip install 'policybench[video]'")
+    pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
+    loop = LOOP.replace(
+        'gym.make("CartPole-v1")',
+        'gym.make("gym_pusht/PushT-v0", render_mode="rgb_array", max_episode_steps=50)',
+    )
+    loop = loop.replace("import policybench", "import gym_pusht, policybench")
+    loop = loop.replace(
+        "env.step(0)\nos.kill", "[env.step([256.0, 256.0]) for _ in range(40)]\nos.kill"
+    )
+    loop = loop.replace("env.step(0)", "env.step([256.0, 256.0])")
+    done = subprocess.run([sys.executable, "-c", loop, tmp_path], capture_output=True)
+    assert done.returncode == -9
+    assert len(list((tmp_path / "videos").glob("*.mp4"))) == 3  # the killed one's half written
+    report = subprocess.run([CLI, "report", "html", tmp_path], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    found = records(tmp_path)
+    assert [r[keys.OUTCOME] for r in found] == ["unsolved", "unsolved", "error"]
+    assert sorted((tmp_path / "videos").glob("*.mp4")) == sorted(
+        tmp_path / r[keys.VIDEO] for r in found[:2]
+    )
+    assert keys.VIDEO not in found[2] or found[2][keys.VIDEO] is None
+
+
 def test_a_loop_that_dies_of_an_uncaught_exception_records_the_open_episode_at_exit(tmp_path):
     loop = LOOP.replace("os.kill(os.getpid(), signal.SIGKILL)", "raise SystemError('dead')")
     done = subprocess.run([sys.executable, "-c", loop, tmp_path], capture_output=True, text=True)

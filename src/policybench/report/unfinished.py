@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.pytest_plugin.video import VIDEOS
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 
 UNFINISHED = ".episodes-in-progress"  # a run directory's folder of markers, one per open episode
@@ -49,6 +50,8 @@ def seal_unfinished(run_dir: Path) -> list[str]:
             if _identity(record) not in written:  # not already ended just before the kill
                 writer.write(record)
                 said.append(f"{_named(record)}: {record[keys.REASON]}; recorded as an error")
+                # The video its loop was writing (named as its marker) stops mid-file: unplayable.
+                (run_dir / VIDEOS / f"{path.stem}.mp4").unlink(missing_ok=True)
             path.unlink()
     finally:
         writer.close()
