@@ -3,7 +3,11 @@ replaced, and the rollout runs again (or is an error naming where it hung)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
+import os
+import time
 
 import pytest
 
@@ -64,3 +68,30 @@ def test_a_rollout_that_always_hangs_is_an_error_naming_where(pytester):
     (record,) = records(pytester)
     assert record["outcome"] == "error" and "in step" in record["reason"]
     assert "no end within 2 s" in record["reason"]
+
+
+def _remove_empty_hangs_dir(hangs: str, until: float) -> None:
+    """Another worker finishing its rollouts: removes hangs/ whenever it is empty."""
+    while time.monotonic() < until:
+        with contextlib.suppress(OSError):
+            os.rmdir(hangs)
+        time.sleep(0.0001)
+
+
+def test_the_hang_file_opens_while_another_worker_removes_the_empty_hangs_dir(tmp_path):
+    """A worker opens its hang file while another removes hangs/ as empty, even from inside
+    mkdir (which then raises FileExistsError): a rollout must not fail for it."""
+    from policybench.pytest_plugin.watchdog import _opened
+
+    path = tmp_path / "hangs" / "gw0.txt"
+    remover = multiprocessing.get_context("spawn").Process(
+        target=_remove_empty_hangs_dir, args=(str(path.parent), time.monotonic() + 4.0)
+    )
+    remover.start()
+    try:
+        time.sleep(0.5)  # the remover is running
+        for _ in range(3000):
+            _opened(path).close()
+            path.unlink()
+    finally:
+        remover.join()

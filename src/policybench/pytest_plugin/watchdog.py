@@ -197,13 +197,15 @@ def watched(
 
 def _opened(path: Path) -> IO[str]:
     """The hang file, opened to append (with hangs/, which another worker that just finished
-    may have removed as empty between the two steps)."""
-    for _ in range(10):
-        path.parent.mkdir(parents=True, exist_ok=True)
+    may remove as empty at any moment: between the two steps, or inside mkdir itself, which then
+    finds the directory there and gone again and raises FileExistsError)."""
+    for _ in range(100):
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             return path.open("a")
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):
             continue
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path.open("a")
 
 
