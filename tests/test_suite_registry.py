@@ -64,3 +64,16 @@ def test_an_installed_packages_suite_is_listed_without_editing_any_list(tmp_path
         line.split()[:3] == ["my-reach", "2", "tasks"] for line in listed.stdout.splitlines()
     )
     assert "metaworld-mt10" in listed.stdout
+
+
+def test_an_eval_named_module_attr_is_found_beside_the_user_or_named_clearly(tmp_path, monkeypatch):
+    """`policybench probe/serve --eval mymodule:EVAL` finds a module in the working directory,
+    as `python -m` would, and a module that is nowhere is a LookupError saying what to do."""
+    (tmp_path / "beside_user_evals.py").write_text(
+        "from policybench.suites.pusht import PUSHT\nEVAL = PUSHT\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert eval_named("beside_user_evals:EVAL").name == "pusht"
+    with pytest.raises(LookupError, match="cannot import 'nowhere_module'.*PYTHONPATH"):
+        eval_named("nowhere_module:EVAL")

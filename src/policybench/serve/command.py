@@ -99,10 +99,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
     if args.max_batch < 1 or args.max_wait_ms < 0 or args.call_timeout < 0:
         raise SystemExit("--max-batch must be >= 1, --max-wait-ms and --call-timeout >= 0")
+    try:
+        evals = [eval_named(name) for name in args.eval]
+    except LookupError as error:
+        raise SystemExit(f"policybench serve: --eval: {error}") from None
     models = EvalModels(
         args.policy,
         PolicySettings(seed=args.seed, device=args.policy_device),
-        [eval_named(name) for name in args.eval],
+        evals,
         args.evals_from_clients,
     )
     config = ServerConfig(

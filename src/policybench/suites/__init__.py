@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from importlib.metadata import entry_points
 from types import ModuleType
 
@@ -38,7 +39,16 @@ def eval_named(text: str) -> Eval:
             raise LookupError(f"no registered eval {text!r}; known: {sorted(evals)}")
         return evals[text]
     module_name, _, attribute = text.partition(":")
-    value = getattr(importlib.import_module(module_name), attribute, None)
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # a module beside the user, as `python -m` finds it
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise LookupError(
+            f"cannot import {module_name!r} for {text} ({error}); run from the directory that "
+            "holds it or put it on PYTHONPATH"
+        ) from None
+    value = getattr(module, attribute, None)
     if not isinstance(value, Eval):
         raise LookupError(f"{text} is not an Eval (got {type(value).__name__})")
     return value
