@@ -75,5 +75,5 @@ def test_an_eval_named_module_attr_is_found_beside_the_user_or_named_clearly(tmp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert eval_named("beside_user_evals:EVAL").name == "pusht"
-    with pytest.raises(LookupError, match="cannot import 'nowhere_module'.*PYTHONPATH"):
+    with pytest.raises(LookupError, match=r"cannot import 'nowhere_module'.*PYTHONPATH"):
         eval_named("nowhere_module:EVAL")
