@@ -75,7 +75,7 @@ def outcomes_of(pytester: pytest.Pytester, report_dir: Path, *args: str) -> dict
 
 @pytest.mark.parametrize("policy", ["scripted", "random"])
 def test_two_workers_give_the_same_outcomes_as_one_process(pytester, tmp_path, policy):
-    # Two rollouts of two tasks: each worker runs more than one, one process runs all four.
+    # Two rollouts of two tasks: one process runs all four in turn, two workers share them.
     select = ("--rollouts", "2", "-k", "reach or pick-place", f"--policy={policy}")
     serial = outcomes_of(pytester, tmp_path / "serial", "-n", "0", *select)
     parallel = outcomes_of(pytester, tmp_path / "parallel", "-n", "2", *select)
