@@ -8,8 +8,10 @@ import base64
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 import zlib
 from pathlib import Path
 
@@ -178,6 +180,35 @@ def test_a_loop_runs_report_says_its_steps_took_wall_time_and_shows_no_model_cal
     assert 'id="loop-run"' not in index and "charged in simulated time" in index
     assert ">sim s<" in index and ">infer ms<" in index
     assert "Model calls" in (harness / "rollouts" / "00000.html").read_text()
+
+
+def test_policybench_score_of_a_loop_run_says_its_verdicts_once_at_ctrl_c(tmp_path):
+    env = policybench.wrap(gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path)
+    with env:
+        env.reset(seed=0)
+        run_to_end(env)
+    [record] = records(tmp_path)
+    server = subprocess.Popen(
+        [CLI, "score", tmp_path, "--port", "0", "--scorer", "ana"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = next(line for line in server.stdout if line.startswith("scoring"))
+        url = url.rsplit("open ", 1)[1].strip()
+        verdict = {keys.VERDICT_ROLLOUT: record[keys.NODEID], keys.VERDICT: "success"}
+        request = urllib.request.Request(
+            url.rstrip("/") + "/verdict", json.dumps(verdict).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=60)
+    assert server.returncode == 0, out + err
+    assert out.count("operator verdicts from ana") == 1, out
+    assert "report:" in out
 
 
 SUCCEEDS = """

@@ -55,14 +55,17 @@ def run_score(args: argparse.Namespace) -> int:
     unfilmed = unfilmed_line(list(rollouts.values()))
     if unfilmed is not None:
         print(f"note: {unfilmed}")
-    print(f"scoring {len(rollouts)} rollouts of {app.run_id}: open {server.url}")
-    print("Ctrl-C when done: the report is then rewritten with the verdicts")
-    # Ctrl-C or SIGTERM end the page (a shell's background job inherits an ignored SIGINT).
+    # Ctrl-C or SIGTERM end the page (a shell's background job inherits an ignored SIGINT),
+    # from the moment it is announced: one pressed as the lines print ends it without a trace.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
+        print(f"scoring {len(rollouts)} rollouts of {app.run_id}: open {server.url}", flush=True)
+        print("Ctrl-C when done: the report is then rewritten with the verdicts", flush=True)
         server.serve()
-    records = read_results(run_dir / RESULTS).records
-    print("\n".join(Agreement.of(records, read_verdicts(run_dir)).lines()))
+    verdicts = read_verdicts(run_dir)
+    if not (verdicts.given or verdicts.problems):  # else the report's rebuild says them
+        records = read_results(run_dir / RESULTS).records
+        print("\n".join(Agreement.of(records, verdicts).lines()))
     rebuild_report(run_dir)
     return 0
