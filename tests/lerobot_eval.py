@@ -1,4 +1,5 @@
-"""PushT runs for the LeRobot tests: a whole `pytest benchmarks/test_pusht.py` run and its records,
+"""PushT runs for the LeRobot tests: a whole pytest run of PushT (tests/pusht_short.py's 60-step
+episodes unless told otherwise) and its records,
 and both sides of a comparison with lerobot-eval: its own `eval_policy` loop (its vectorized env,
 seeds start_seed + i) and policybench's rollouts of the same seeds, each episode as (success,
 sum reward, max reward)."""
@@ -19,14 +20,15 @@ from policybench.suites.pusht import PUSHT
 from policybench.world import World
 
 REPO = Path(__file__).resolve().parents[1]
+SHORT = "tests/pusht_short.py"
 Episode = tuple[bool, float, float]
 
 
 def run_pusht(
-    report_dir: Path, *args: str, rollouts: int = 2, timeout_s: float = 300
+    report_dir: Path, *args: str, rollouts: int = 2, timeout_s: float = 300, suite: str = SHORT
 ) -> list[dict]:
-    """The records of `pytest benchmarks/test_pusht.py` run with `args`, by node id."""
-    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    """The records of `pytest SUITE` (a PushT benchmark file) run with `args`, by node id."""
+    command = [sys.executable, "-m", "pytest", suite, "-p", "no:cacheprovider"]
     command += ["-q", "--rollouts", str(rollouts), "--report-dir", str(report_dir), *args]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
