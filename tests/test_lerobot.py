@@ -54,13 +54,23 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("act-pusht"))
 
 
-@pytest.mark.slow
-def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoint, tmp_path):
+@pytest.fixture(scope="module")
+def alone(checkpoint, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Three rollouts in one process, one at a time: what the other ways of running them must
+    give (run once for both tests that compare against it)."""
     policy = f"--policy=lerobot:{checkpoint}"
-    in_process = run_pusht(tmp_path / "n0", policy, "-n", "0")
+    return run_pusht(tmp_path_factory.mktemp("alone"), policy, "-n", "0", rollouts=3)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(
+    checkpoint, alone, tmp_path
+):
+    policy = f"--policy=lerobot:{checkpoint}"
     per_worker = run_pusht(tmp_path / "n2", policy, "-n", "2", "--policy-sharing=per-worker")
     shared = run_pusht(tmp_path / "shared", policy, "-n", "2")
-    assert len(in_process) == 2
+    in_process = alone[:2]  # the same two rollouts, seeds 0 and 1
+    assert len(per_worker) == len(shared) == 2
     assert outcomes(per_worker) == outcomes(in_process)
     assert outcomes(shared) == outcomes(in_process)
     first = in_process[0]
@@ -74,9 +84,10 @@ def test_a_checkpoint_runs_pusht_alike_in_process_per_worker_and_shared(checkpoi
     assert all(r[keys.MODEL_CALLS] == -(-r[keys.STEPS] // 10) for r in in_process)
 
 
-def test_rollouts_side_by_side_in_one_process_equal_those_run_one_at_a_time(checkpoint, tmp_path):
+def test_rollouts_side_by_side_in_one_process_equal_those_run_one_at_a_time(
+    checkpoint, alone, tmp_path
+):
     policy = f"--policy=lerobot:{checkpoint}"
-    alone = run_pusht(tmp_path / "alone", policy, "-n", "0", rollouts=3)
     side_by_side = run_pusht(
         tmp_path / "k3", policy, "-n", "0", "--envs-per-worker", "3", rollouts=3
     )
