@@ -20,9 +20,15 @@ from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
 from policybench.pytest_plugin.preflights import preflight_lines
-from policybench.pytest_plugin.resume import compact, latest_per_rollout, resumed_of
+from policybench.pytest_plugin.resume import (
+    compact,
+    latest_per_rollout,
+    resume_command,
+    resumed_of,
+)
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.shards import shard_setting
+from policybench.pytest_plugin.watchdog import HUNG
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
@@ -71,6 +77,7 @@ class Aggregator:
         self.findings: Findings | None = None
         self.unreported: tuple[str, ...] = ()  # gate breaches of a run that recorded nothing
         self.report_s = 0.0
+        self.interrupted = False  # set at the session's end: stopped by ^C or SIGTERM
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         no_policy = no_policy_of(report)
@@ -107,7 +114,8 @@ class Aggregator:
         self.run_info = dataclasses.replace(self.run_info, settings=settings)
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self.writer.close()
         if self.sealer is not None:
             self.sealer.close()
@@ -213,6 +221,8 @@ class Aggregator:
             write(line, red=True, bold=True)
         write(f"results: {self.writer.path}")
         write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
+        if self.interrupted and HUNG not in self.config.stash:  # a hang says it itself
+            write(f"interrupted: continue the run with: {resume_command(self.config)}", bold=True)
 
     def _no_policy_line(self) -> str:
         evals = ", ".join(sorted(self.no_policy))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from argparse import SUPPRESS
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from policybench import keys
 from policybench.harness import planned_statics
 from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.options import RunSettings, protocol_settings
+from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
 from policybench.report.results import RESULTS, read_results
@@ -153,3 +154,17 @@ def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
         for record in records:
             file.write(json.dumps(record, sort_keys=True) + "\n")
     temporary.replace(path)
+
+
+def resume_command(config: pytest.Config) -> str:
+    """The command that continues this run: its own, with `--resume` naming its run directory
+    (an API key shows as ***: the user gives it again)."""
+    args = redacted_command(config.invocation_params.args)
+    kept = [arg for i, arg in enumerate(args) if not _is_resume(args, i)]
+    return shlex.join(["pytest", *kept, "--resume", str(rundir.run_dir_of(config))])
+
+
+def _is_resume(args: list[str], i: int) -> bool:
+    """Whether args[i] is `--resume`, its value, or `--resume=RUN`."""
+    arg = args[i]
+    return arg == "--resume" or arg.startswith("--resume=") or (i > 0 and args[i - 1] == "--resume")

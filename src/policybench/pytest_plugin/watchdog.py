@@ -14,7 +14,6 @@ import contextlib
 import datetime
 import faulthandler
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -26,7 +25,7 @@ from typing import IO
 
 import pytest
 
-from policybench.pytest_plugin.options import redacted_command
+from policybench.pytest_plugin.resume import resume_command
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.serve import client
 from policybench.spec import Rollout
@@ -212,21 +211,12 @@ def _opened(path: Path) -> IO[str]:
 def _stopped_by(config: pytest.Config, rollout: Rollout, limit: float, path: Path) -> list[str]:
     """What a run without xdist says when one of its rollouts hung: which, where its stack is,
     and how to continue."""
-    args = redacted_command(config.invocation_params.args)  # a key shows as ***: give it again
-    kept = [arg for i, arg in enumerate(args) if not _is_resume(args, i)]
-    resume = shlex.join(["pytest", *kept, "--resume", str(run_dir_of(config))])
     return [
         f"rollout {rollout.id} of {rollout.eval} did not end within {limit:g} s "
         "(--rollout-wall-timeout), so the run stopped there",
         f"the stack of every thread: {path}",
-        f"continue the run with: {resume}",
+        f"continue the run with: {resume_command(config)}",
     ]
-
-
-def _is_resume(args: list[str], i: int) -> bool:
-    """Whether args[i] is `--resume`, its value, or `--resume=RUN`."""
-    arg = args[i]
-    return arg == "--resume" or arg.startswith("--resume=") or (i > 0 and args[i - 1] == "--resume")
 
 
 @pytest.hookimpl(wrapper=True)

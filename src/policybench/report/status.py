@@ -65,7 +65,9 @@ class Status:
         parts.append(f"{self.errors} error{'' if self.errors == 1 else 's'}")
         rate = self.per_minute
         parts.append("-/min" if rate is None else f"{rate:.1f}/min")
-        if self.finished:
+        if self.finished and self.done < self.total:  # interrupted, or items that never ran
+            parts.append(f"stopped with {self.total - self.done} not run")
+        elif self.finished:
             parts.append("finished")
         elif (eta := self.eta_s) is not None:
             parts.append(f"ETA {duration(eta)}")
