@@ -19,7 +19,7 @@ pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[l
 pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 
 from policybench import keys
-from tests.lerobot_eval import outcomes, run_pusht
+from tests.lerobot_eval import SHORT, outcomes, run_pusht
 from tests.test_lerobot import write_checkpoint
 from tests.test_remote import REPO, free_port
 
@@ -38,8 +38,8 @@ def serve(checkpoint: Path, port: int) -> subprocess.Popen[str]:
 
 
 def run_suite(report_dir: Path, url: str) -> list[dict]:
-    """benchmarks/test_pusht.py over the wire, with the suite's python."""
-    command = [SUITE_PYTHON, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    """PushT (the short episodes run_pusht runs) over the wire, with the suite's python."""
+    command = [SUITE_PYTHON, "-m", "pytest", SHORT, "-p", "no:cacheprovider"]
     command += ["-q", "--rollouts", "2", "--report-dir", str(report_dir), "-n", "2"]
     command += ["--policy=openpi", "--policy-url", url]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
