@@ -32,7 +32,7 @@ from policybench.registry import PolicySettings, build_policy
 from policybench.spec import seeded_per_task
 from policybench.suites.pusht import INSTRUCTION, LEROBOT, PUSHT, TASK
 from policybench.world import World
-from tests.lerobot_eval import REPO
+from tests.lerobot_eval import REPO, SHORT
 from tests.test_lerobot import write_checkpoint
 
 # Decoding videos with LeRobot's default (torchcodec) needs the system's FFmpeg libraries.
@@ -45,7 +45,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", "benchmarks/test_pusht.py", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", SHORT, "-p", "no:cacheprovider"]
     command += ["-q", "--report-dir", str(tmp_path / "reports"), *args]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
