@@ -148,9 +148,9 @@ def test_an_eval_without_a_lerobot_codec_is_unavailable(checkpoint):
 
 def test_rollouts_match_lerobot_evals_own_loop(checkpoint):
     """lerobot-eval's eval_policy (its vectorized PushT env, seeds start_seed + i) and policybench
-    give each seed the same success, sum and max reward."""
-    theirs = lerobot_evals_episodes(checkpoint, 2, 7)
-    ours = policybenchs_episodes(checkpoint, 2, 7)
+    give each seed the same success, sum and max reward (over 60 steps: six chunks)."""
+    theirs = lerobot_evals_episodes(checkpoint, 2, 7, steps=60)
+    ours = policybenchs_episodes(checkpoint, 2, 7, steps=60)
     assert [success for success, _, _ in ours] == [success for success, _, _ in theirs]
     np.testing.assert_allclose([o[1:] for o in ours], [t[1:] for t in theirs], rtol=1e-9, atol=1e-9)
 
