@@ -110,6 +110,7 @@ def test_a_bare_pretrained_policy_is_refused_with_how_to_wrap_it():
 def test_the_training_example_evaluates_its_act_in_memory_between_steps(tmp_path):
     command = [sys.executable, str(EXAMPLE), "--out", str(tmp_path), "--steps", "2"]
     command += ["--eval-every", "1", "--rollouts", "1", "--workers", "2", "--batch-size", "4"]
+    command += ["--record-rollouts", "1"]  # one expert episode holds far more than a batch
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["HF_HUB_OFFLINE"] = "1"
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
