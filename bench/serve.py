@@ -48,7 +48,9 @@ class PatchTransformer:
 
     name = "patch-transformer"
 
-    def __init__(self, width: int = 128, layers: int = 4, seed: int = 0) -> None:
+    def __init__(
+        self, width: int = 128, layers: int = 4, seed: int = 0, device: str = "cpu"
+    ) -> None:
         import torch
         from torch import nn
 
@@ -60,18 +62,22 @@ class PatchTransformer:
         layer = nn.TransformerEncoderLayer(width, 4, 4 * width, batch_first=True, dropout=0.0)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
         self.head = nn.Linear(width, HORIZON * ACTION_DIM)
+        self.device = device
+        for module in (self.patches, self.state, self.encoder, self.head):
+            module.to(device)
+        self.position = self.position.to(device)
 
     def predict_batch(self, requests: Sequence[tuple[SessionContext, Observation]]) -> list[Chunk]:
         torch = self.torch
         with torch.inference_mode():
-            images = torch.from_numpy(np.stack([obs[IMAGE] for _, obs in requests]))
-            states = torch.from_numpy(np.stack([obs[STATE] for _, obs in requests]))
+            images = torch.from_numpy(np.stack([obs[IMAGE] for _, obs in requests])).to(self.device)
+            states = torch.from_numpy(np.stack([obs[STATE] for _, obs in requests])).to(self.device)
             n, grid = len(requests), SIZE // PATCH
             pixels = images.float().div_(255.0).reshape(n, grid, PATCH, grid, PATCH, 3)
             pixels = pixels.permute(0, 1, 3, 2, 4, 5).reshape(n, grid * grid, -1)
             tokens = torch.cat([self.patches(pixels), self.state(states)[:, None]], dim=1)
             encoded = self.encoder(tokens + self.position)
-            actions = self.head(encoded.mean(dim=1)).reshape(n, HORIZON, ACTION_DIM).numpy()
+            actions = self.head(encoded.mean(dim=1)).reshape(n, HORIZON, ACTION_DIM).cpu().numpy()
         return [Chunk(actions[i], ctx.control_hz) for i, (ctx, _) in enumerate(requests)]
 
     def open(self, context: SessionContext):
@@ -117,7 +123,7 @@ def model(args: argparse.Namespace) -> PatchTransformer | ZeroModel:
     import torch
 
     torch.set_num_threads(args.threads)
-    return PatchTransformer(args.width)
+    return PatchTransformer(args.width, device=args.device)
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,7 @@ Process = subprocess.Popen[str]
 def spawn(role: str, args: argparse.Namespace, *extra: str) -> Process:
     command = [sys.executable, __file__, "--role", role, "--seconds", str(args.seconds)]
     command += ["--threads", str(args.threads), "--width", str(args.width), *extra]
+    command += ["--device", args.device]
     command += ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
     command += server_cpus_flag(args)
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -435,6 +442,7 @@ def command(args: argparse.Namespace) -> str:
         f"--max-batch={args.max_batch}",
         f"--max-wait-ms={args.max_wait_ms:g}",
         *server_cpus_flag(args),
+        *([f"--device={args.device}"] if args.device != "cpu" else []),
     ]
     return shlex.join(["python", "bench/serve.py", *flags])
 
@@ -550,6 +558,9 @@ if __name__ == "__main__":
         default=set(),
         help="pin both servers' processes to these CPUs, comma-separated (Linux; default: none, "
         "the clients and the model alone are never pinned)",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device of the model (default cpu; e.g. cuda)"
     )
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
