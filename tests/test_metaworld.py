@@ -75,7 +75,8 @@ def outcomes_of(pytester: pytest.Pytester, report_dir: Path, *args: str) -> dict
 
 @pytest.mark.parametrize("policy", ["scripted", "random"])
 def test_two_workers_give_the_same_outcomes_as_one_process(pytester, tmp_path, policy):
-    # Two rollouts of two tasks: one process runs all four in turn, two workers share them.
+    # Two rollouts of two tasks: one process runs all four in turn, two workers share them (the
+    # pytest processes' start, not the rollouts, is most of this test's time).
     select = ("--rollouts", "2", "-k", "reach or pick-place", f"--policy={policy}")
     serial = outcomes_of(pytester, tmp_path / "serial", "-n", "0", *select)
     parallel = outcomes_of(pytester, tmp_path / "parallel", "-n", "2", *select)
