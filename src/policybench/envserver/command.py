@@ -186,17 +186,10 @@ def said_building(interpreter: Interpreter, where: Path) -> None:
 
 def interpreter_named(name: str) -> Interpreter:
     if ":" in name:
+        from policybench.suites import module_beside_user
+
         module_name, _, attribute = name.partition(":")
-        if "" not in sys.path:
-            sys.path.insert(0, "")  # a module beside the user, as `python -m` finds it
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise LookupError(
-                f"cannot import {module_name!r} ({error}); run from the directory that holds it "
-                "or put it on PYTHONPATH"
-            ) from None
-        value = getattr(module, attribute, None)
+        value = getattr(module_beside_user(module_name, name), attribute, None)
         value = isolated_interpreter(value) if isinstance(value, Eval) else value
         if not isinstance(value, Interpreter):
             raise LookupError(f"{name} is neither an isolated Eval nor an Interpreter")

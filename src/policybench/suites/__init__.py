@@ -31,6 +31,21 @@ def registered_evals() -> dict[str, Eval]:
     return found
 
 
+def module_beside_user(module_name: str, wanted_for: str) -> ModuleType:
+    """The module `module_name` (of `wanted_for`, a module:attribute the user gave), looked for
+    beside the user too, as `python -m` finds it; one that cannot be imported is a LookupError
+    saying what to do."""
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        raise LookupError(
+            f"cannot import {module_name!r} for {wanted_for} ({error}); run from the directory "
+            "that holds it or put it on PYTHONPATH"
+        ) from None
+
+
 def eval_named(text: str) -> Eval:
     """An Eval named by its registered name or as `module:attribute`."""
     if ":" not in text:
@@ -39,16 +54,7 @@ def eval_named(text: str) -> Eval:
             raise LookupError(f"no registered eval {text!r}; known: {sorted(evals)}")
         return evals[text]
     module_name, _, attribute = text.partition(":")
-    if "" not in sys.path:
-        sys.path.insert(0, "")  # a module beside the user, as `python -m` finds it
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise LookupError(
-            f"cannot import {module_name!r} for {text} ({error}); run from the directory that "
-            "holds it or put it on PYTHONPATH"
-        ) from None
-    value = getattr(module, attribute, None)
+    value = getattr(module_beside_user(module_name, text), attribute, None)
     if not isinstance(value, Eval):
         raise LookupError(f"{text} is not an Eval (got {type(value).__name__})")
     return value
