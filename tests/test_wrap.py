@@ -21,6 +21,8 @@ import pytest
 
 import policybench
 from policybench import keys
+from policybench.cli import main as policybench_main
+from policybench.report.arms import BLINDED, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.report.html import Findings, write_html
 from policybench.report.results import LATEST, RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, Summary
@@ -646,3 +648,116 @@ def test_run_json_of_loops_of_two_arms_names_each_arm_s_policy_as_a_pytest_run_d
             env.step(0)
     settings = json.loads((tmp_path / RUN_INFO).read_text())["settings"]
     assert (settings["arms"], settings["policy"]) == (["A", "B"], ["zero", "balance"])
+
+
+# What a blinded run must not show before it is unblinded: the arms' names and their policies'.
+BLIND_ARMS = {"pizero": {"name": "openpi-zz", "checkpoint": "/ckpt/pi-77"}, "diffusion": {}}
+HIDDEN = ("pizero", "diffusion", "openpi-zz", "pi-77")
+
+
+def leaks(run_dir: Path) -> dict[str, list[str]]:
+    """The names each file of `run_dir` shows, but for the two that keep them aside."""
+    found = {
+        str(path.relative_to(run_dir)): [name for name in HIDDEN if name in path.read_text()]
+        for path in run_dir.rglob("*")
+        if path.is_file() and path.name not in (BLINDING_FILE, SEALED_FILE)
+    }
+    return {path: names for path, names in found.items() if names}
+
+
+def test_wrapped_loops_as_blinded_arms_show_letters_until_unblinded_and_still_pair(tmp_path):
+    for (arm, described), policy in zip(BLIND_ARMS.items(), (lambda obs: 0, balance), strict=True):
+        env = policybench.wrap(
+            succeeding_cartpole(),
+            "cartpole",
+            "balance",
+            policy=described or None,
+            arm=arm,
+            blind=True,
+            run_dir=tmp_path,
+        )
+        with env:
+            for seed in range(4):
+                obs, _ = env.reset(seed=seed)
+                done = False
+                while not done:
+                    obs, _, terminated, truncated, _ = env.step(policy(obs))
+                    done = terminated or truncated
+    assert leaks(tmp_path) == {}
+    scoring = ScoringApp(tmp_path, scorer="ana").page(Request("GET", PAGE, {})).body.decode()
+    assert b"/policy=A" in scoring.encode() and not [n for n in HIDDEN if n in scoring]
+    assert sorted({r[keys.ARM] for r in records(tmp_path)}) == ["A", "B"]
+    settings = json.loads((tmp_path / RUN_INFO).read_text())["settings"]
+    assert (settings["arms"], settings["policy"]) == (["A", "B"], BLINDED)
+    [versus] = json.loads((tmp_path / SUMMARY).read_text())["arm_comparisons"]
+    [row] = versus["tasks"]
+    assert row["design"] == "paired" and sum(row["pairs"].values()) == 4
+    assert sorted([row["before"], row["after"]]) == [[0, 4], [4, 4]]
+
+    assert policybench_main(["report", "unblind", str(tmp_path)]) == 0
+    unblinded = records(tmp_path)
+    assert sorted({r[keys.ARM] for r in unblinded}) == ["diffusion", "pizero"]
+    for record in unblinded:
+        assert record[keys.NODEID].endswith(f"/policy={record[keys.ARM]}")
+        assert record[keys.POLICY] == (BLIND_ARMS[record[keys.ARM]] or None)
+    run = json.loads((tmp_path / RUN_INFO).read_text())
+    assert sorted(run["settings"]["arms"]) == ["diffusion", "pizero"]
+    assert sorted(run["settings"]["policy"]) == ["(not described)", "openpi-zz"]
+    assert run["command"] != BLINDED
+    [versus] = json.loads((tmp_path / SUMMARY).read_text())["arm_comparisons"]
+    [row] = versus["tasks"]
+    assert row["design"] == "paired" and sum(row["pairs"].values()) == 4
+    assert all(arm in (tmp_path / "index.html").read_text() for arm in BLIND_ARMS)
+
+
+BLIND_LOOP = """
+import sys
+import gymnasium as gym
+import policybench
+env = policybench.wrap(
+    gym.make("CartPole-v1"), "cartpole", "balance", arm=sys.argv[2],
+    policy={"name": sys.argv[2] + "-policy"}, blind=True, run_dir=sys.argv[1],
+)
+with env:
+    for seed in range(2):
+        env.reset(seed=seed)
+        env.step(0)
+"""
+
+
+def test_blinded_loops_recording_at_once_each_keep_one_letter_and_their_own_policy(tmp_path):
+    loops = [
+        subprocess.Popen([sys.executable, "-c", BLIND_LOOP, tmp_path, arm]) for arm in BLIND_ARMS
+    ]
+    assert [loop.wait() for loop in loops] == [0, 0]
+    assert sorted(r[keys.ARM] for r in records(tmp_path)) == ["A", "A", "B", "B"]
+    letters = json.loads((tmp_path / BLINDING_FILE).read_text())["letters"]
+    assert sorted(named["label"] for named in letters.values()) == sorted(BLIND_ARMS)
+    assert leaks(tmp_path) == {}
+    assert policybench_main(["report", "unblind", str(tmp_path)]) == 0
+    for record in records(tmp_path):
+        assert record[keys.POLICY] == {"name": f"{record[keys.ARM]}-policy"}
+
+
+def test_the_letters_of_loops_joining_a_blinded_run_say_nothing_of_which_started_first():
+    firsts = set()
+    for i in range(20):
+        blinding, first = Blinding(f"k{i}", {}).joined("first", "p")
+        blinding, second = blinding.joined("second", "q")
+        assert blinding.joined("first", "p") == (blinding, first)  # a loop joining again
+        third = blinding.joined("third", "r")[1]
+        assert {first, second} == {"A", "B"} and third in "CD"
+        firsts.add(first)
+    assert firsts == {"A", "B"}
+
+
+def test_a_loop_that_blinds_a_run_otherwise_than_its_first_loop_is_refused(tmp_path):
+    for blind, other in ((True, False), (False, True)):
+        run_dir = tmp_path / str(blind)
+        make = gym.make
+        with policybench.wrap(make("CartPole-v1"), "c", "b", arm="x", blind=blind, run_dir=run_dir):
+            pass
+        with pytest.raises(ValueError, match=f"wrap with blind={blind}, or record into another"):
+            policybench.wrap(make("CartPole-v1"), "c", "b", arm="y", blind=other, run_dir=run_dir)
+    with pytest.raises(TypeError, match=r"blind=True .* needs this loop's arm"):
+        policybench.wrap(gym.make("CartPole-v1"), "c", "b", blind=True, run_dir=tmp_path / "n")

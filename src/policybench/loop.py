@@ -34,6 +34,7 @@ def wrap(
     instruction: str | None = None,
     policy: Mapping[str, Any] | None = None,
     arm: str | None = None,
+    blind: bool = False,
     packages: Sequence[str] = (),
     run_dir: Path | str | None = None,
     report_dir: Path | str = "reports",
@@ -42,13 +43,20 @@ def wrap(
     new run directory under `report_dir`). An episode's scene is its task and the seed and
     options the loop reset it with, plus `scene`; without a seed or `scene` it is recorded as
     undeclared (None). `policy` describes the policy, `arm` names it in an A/B run (loops of
-    several arms may share one `run_dir`), `packages` are distributions whose versions every
-    record keeps (policybench's and gymnasium's always). The run is closed, its summary and
-    report written, by `close()`, by leaving a `with` block, or at exit."""
+    several arms may share one `run_dir`; `blind=True`, said by every loop that shares it, letters
+    the arms and seals their policies away until `policybench report unblind`), `packages` are
+    distributions whose versions every record keeps (policybench's and gymnasium's always). The
+    run is closed, its summary and report written, by `close()`, by leaving a `with` block, or at
+    exit."""
     named = {keys.EVAL: eval, keys.TASK: task, **({} if arm is None else {keys.ARM: arm})}
     for name, value in named.items():
         if not isinstance(value, str) or not value:
             raise TypeError(f"policybench.wrap: {name} must be a non-empty string, got {value!r}")
+    if blind and arm is None:
+        raise TypeError(
+            "policybench.wrap: blind=True letters the arms of an A/B run, so it needs this "
+            'loop\'s arm, e.g. arm="pi0"'
+        )
     if policy is not None:
         policy = {
             name: _json_value(name, value, "the policy's field") for name, value in policy.items()
@@ -58,7 +66,7 @@ def wrap(
     directory.mkdir(parents=True, exist_ok=True)
     vector = isinstance(env, VectorEnv)
     space = env.single_action_space if vector else env.action_space
-    run = LoopRun(directory, statics, space, _declared_hz(env))
+    run = LoopRun(directory, statics, space, _declared_hz(env), blind)
     declared = None if scene is None else dict(scene)
     return VectorRecorder(env, run, declared) if vector else Recorder(env, run, declared)
 

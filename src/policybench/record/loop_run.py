@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import secrets
 import shlex
 import sys
 import time
@@ -26,7 +27,7 @@ from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
-from policybench.report.arms import ARMS
+from policybench.report.arms import ARMS, BLINDED, BLINDING, UNBLINDED, Blinding, Sealer
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
@@ -128,7 +129,9 @@ class OpenEpisode:
 
 class LoopRun:
     """The run directory one wrapped env records into (several may share one: a loop per arm).
-    Each ended episode's record is appended and flushed at once; run.json says how it ran."""
+    Each ended episode's record is appended and flushed at once; run.json says how it ran.
+    In a blinded run (`blind`, as every loop recording into it says) the arm is its letter and
+    the policy's description is sealed away, as a `--blind` pytest run's, until `report unblind`."""
 
     def __init__(
         self,
@@ -136,16 +139,21 @@ class LoopRun:
         statics: Mapping[str, Any],
         action_space: Any = None,
         control_hz: float | None = None,
+        blind: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.statics = {**statics, keys.CONTROL_HZ: control_hz}  # None: the env did not say
+        # in every episode's id (runs merged never collide), and the arm's letter if blinded
+        self.run_id, arm = self._write_run_info(blind)
+        if arm is not None:
+            self.statics[keys.ARM] = arm
+        self.sealer = Sealer(run_dir) if blind else None
         self.writer = ResultsWriter(run_dir)
         self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
         self.action_bounds = None if low is None or high is None else (low, high)
         self.composite = action_space if isinstance(action_space, Dict | Tuple) else None
         self.never_reported: set[str] = set()  # tasks whose env stepped and never said success
-        self.run_id = self._write_run_info()  # in every episode's id: runs merged never collide
 
     def open(self, scene: Mapping[str, Any] | None, video_fps: float | None = None) -> OpenEpisode:
         """A new episode of `scene` (None: the loop did not say which scene)."""
@@ -153,6 +161,8 @@ class LoopRun:
             index = self._claim_index(claimed)
             statics = {**self.statics, keys.ROLLOUT_INDEX: index, keys.SCENE: scene}
             statics[keys.NODEID] = nodeid(statics, self.run_id, index)
+            if self.sealer is not None:  # its marker, record and trace keep only the letter
+                statics = self.sealer.seal(statics)
             return OpenEpisode(self, statics, video_fps)
 
     def command(self, action: Any) -> np.ndarray:
@@ -171,6 +181,8 @@ class LoopRun:
         """Writes run.json's fingerprint; the report is the caller's to write, both while it
         holds `locked()`."""
         self.writer.close()
+        if self.sealer is not None:
+            self.sealer.close()
         with contextlib.suppress(OSError):  # no episode of any loop is open in it
             (self.run_dir / UNFINISHED).rmdir()
         for task in sorted(self.never_reported):
@@ -219,20 +231,32 @@ class LoopRun:
         records = read_results(self.writer.path).records
         return sum((r[keys.EVAL], r.get(keys.ARM)) == mine for r in records)
 
-    def _write_run_info(self) -> str:
+    def _write_run_info(self, blind: bool) -> tuple[str, str | None]:
         """run.json as a pytest run writes it, with this loop's command line; the arms of every
-        loop recording into the directory, in the order they started. Returns the run's id (the
-        directory's name when the first loop recorded into it)."""
+        loop recording into the directory, in the order they started (letters in their order,
+        and blinding.json, when blinded). Returns the run's id (the directory's name when the
+        first loop recorded into it) and the arm as the records name it."""
         with self.locked():
             run = RunInfo.load(self.run_dir)
+            blinding = Blinding.load(self.run_dir)
+            if run is not None:
+                _refuse_other_blinding(self.run_dir, run.settings, blinding is not None, blind)
             policy = (self.statics[keys.POLICY] or {}).get(keys.POLICY_NAME, NOT_DESCRIBED)
+            command = shlex.join([Path(sys.executable).name, *sys.argv])
             if run is None:
-                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), {keys.POLICY: policy})
-                command = shlex.join([Path(sys.executable).name, *sys.argv])
-                run = dataclasses.replace(run, command=command)
+                said = BLINDED if blind else policy
+                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), {keys.POLICY: said})
+                run = dataclasses.replace(run, command=BLINDED if blind else command)
             arm = self.statics.get(keys.ARM)
             arms = list(run.settings.get(ARMS) or [])
-            if arm is not None and arm not in arms:
+            if blind:  # the command, arm and policy as typed are kept aside in blinding.json
+                blinding, arm = (blinding or Blinding(secrets.token_hex(8), {})).joined(
+                    str(arm), policy
+                )
+                blinding.write(self.run_dir, command, joined=True)
+                settings = {**run.settings, ARMS: sorted(blinding.letters)}
+                run = dataclasses.replace(run, settings={**settings, BLINDING: blinding.digest})
+            elif arm is not None and arm not in arms:
                 settings = {**run.settings, ARMS: [*arms, arm]}
                 if arms:  # an A/B run's policies, one per arm in their order, as a pytest run's
                     listed = run.settings.get(keys.POLICY)
@@ -240,7 +264,25 @@ class LoopRun:
                     settings[keys.POLICY] = [*listed, policy]
                 run = dataclasses.replace(run, settings=settings)
             run.write(self.run_dir)
-            return run.run_id
+            return run.run_id, arm
+
+
+def _refuse_other_blinding(
+    run_dir: Path, settings: Mapping[str, Any], blinded: bool, blind: bool
+) -> None:
+    """Every loop recording into one run directory blinds it as its first loop did."""
+    if settings.get(UNBLINDED) and blind:
+        raise ValueError(
+            f"policybench.wrap: the run in {run_dir} is unblinded already (report unblind), so "
+            "blind=True would hide nothing; record the blinded arms into a new run_dir"
+        )
+    if blinded != blind and not settings.get(UNBLINDED):
+        was = "blinded (blind=True)" if blinded else "not blinded"
+        raise ValueError(
+            f"policybench.wrap: the run in {run_dir} was started {was} by its first loop, and "
+            f"this loop asks blind={blind}; every loop recording into one run directory blinds "
+            f"it alike: wrap with blind={blinded}, or record into another run_dir"
+        )
 
 
 def statics_of(

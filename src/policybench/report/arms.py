@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +33,9 @@ KEPT = (
     keys.EXECUTE_STEPS,
     keys.WARM_START,
 )
-# An arm label: letters, digits, _ . - and, in a latency sweep's (`steps:2`), a colon.
-_ARM_AT_END = re.compile(rf"/{ARM_IN_ID}=([A-Za-z0-9_.:-]+)\]$")
+# An arm label: letters, digits, _ . - and, in a latency sweep's (`steps:2`), a colon; at the
+# end of a pytest item's id (`...]`) or of a wrapped loop's episode id.
+_ARM_AT_END = re.compile(rf"/{ARM_IN_ID}=([A-Za-z0-9_.:-]+)(\]?)$")
 
 
 def arm_order(records: Iterable[Mapping[str, Any]], listed: Sequence[str] = ()) -> tuple[str, ...]:
@@ -56,14 +59,34 @@ class Blinding:
         text = json.dumps([self.key, self.letters], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def write(self, run_dir: Path, command: str) -> None:
-        """Writes blinding.json, unless the run (being resumed) has one."""
+    def write(self, run_dir: Path, command: str, joined: bool = False) -> None:
+        """Writes blinding.json, unless the run (being resumed) has one; `joined`: an arm joined
+        the run (a wrapped loop's), so its letters are written anew, with the command it has."""
         path = run_dir / BLINDING_FILE
         if path.exists():
-            return
+            if not joined:
+                return
+            command = json.loads(path.read_text())[COMMAND_LINE]
         run_dir.mkdir(parents=True, exist_ok=True)
         data = {"key": self.key, "letters": self.letters, COMMAND_LINE: command}
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def joined(self, label: str, policy: str) -> tuple[Blinding, str]:
+        """The blinding with the arm `label` lettered, and its letter: an arm that joins a run
+        one loop at a time (policybench.wrap's). Letters are dealt in pairs (A and B, C and D,
+        ...); which of a pair the earlier arm gets is shuffled by the key, so the letters of two
+        arms say nothing of which loop started first."""
+        for letter, named in self.letters.items():
+            if named["label"] == label:
+                return self, letter
+        taken = len(self.letters)
+        if taken == len(string.ascii_uppercase):
+            raise ValueError(f"a blinded run letters at most {taken} arms; {label!r} is one more")
+        pair, second = divmod(taken, 2)
+        flipped = random.Random(f"blind/{self.key}/{pair}").random() < 0.5
+        letter = string.ascii_uppercase[2 * pair + (second != flipped)]
+        named = {**self.letters, letter: {"label": label, keys.POLICY: policy}}
+        return Blinding(self.key, dict(sorted(named.items()))), letter
 
     @classmethod
     def load(cls, run_dir: Path) -> Blinding | None:
@@ -190,7 +213,7 @@ class Unsealed:
         unblinded = {**record, keys.ARM: self.label(str(letter))}
         if isinstance(nodeid, str):
             unblinded[keys.NODEID] = _ARM_AT_END.sub(
-                f"/{ARM_IN_ID}={self.label(str(letter))}]", nodeid
+                lambda end: f"/{ARM_IN_ID}={self.label(str(letter))}{end.group(2)}", nodeid
             )
             if nodeid in self.described:
                 unblinded[keys.POLICY] = self.described[nodeid]
