@@ -761,3 +761,33 @@ def test_a_loop_that_blinds_a_run_otherwise_than_its_first_loop_is_refused(tmp_p
             policybench.wrap(make("CartPole-v1"), "c", "b", arm="y", blind=other, run_dir=run_dir)
     with pytest.raises(TypeError, match=r"blind=True .* needs this loop's arm"):
         policybench.wrap(gym.make("CartPole-v1"), "c", "b", blind=True, run_dir=tmp_path / "n")
+
+
+def test_verdicts_given_on_a_blinded_run_still_count_once_it_is_unblinded(tmp_path):
+    for arm, policy in zip(BLIND_ARMS, (lambda obs: 0, balance), strict=True):
+        env = policybench.wrap(
+            succeeding_cartpole(), "cartpole", "balance", arm=arm, blind=True, run_dir=tmp_path
+        )
+        with env:
+            for seed in range(2):
+                obs, _ = env.reset(seed=seed)
+                done = False
+                while not done:
+                    obs, _, terminated, truncated, _ = env.step(policy(obs))
+                    done = terminated or truncated
+    app = ScoringApp(tmp_path, scorer="ana")
+    for record in records(tmp_path):  # the scorer calls every rollout a success
+        body = {keys.VERDICT_ROLLOUT: record[keys.NODEID], keys.VERDICT: "success"}
+        assert app.verdict(Request("POST", "/verdict", {}, json.dumps(body).encode())).status == 200
+
+    def operator_rates() -> dict[str, tuple]:
+        rows = json.loads((tmp_path / SUMMARY).read_text())["operator"]["rows"]
+        return {row["arm"]: (row["scored"], row["operator_rate"]) for row in rows}
+
+    assert policybench_main(["report", "html", str(tmp_path)]) == 0
+    assert operator_rates() == {"A": (2, 1.0), "B": (2, 1.0)}
+    assert policybench_main(["report", "unblind", str(tmp_path)]) == 0
+    assert operator_rates() == {"pizero": (2, 1.0), "diffusion": (2, 1.0)}
+    given = [json.loads(line) for line in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
+    ids = {record[keys.NODEID] for record in records(tmp_path)}
+    assert {verdict[keys.VERDICT_ROLLOUT] for verdict in given} == ids

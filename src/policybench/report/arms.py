@@ -212,12 +212,24 @@ class Unsealed:
         nodeid = record.get(keys.NODEID)
         unblinded = {**record, keys.ARM: self.label(str(letter))}
         if isinstance(nodeid, str):
-            unblinded[keys.NODEID] = _ARM_AT_END.sub(
-                lambda end: f"/{ARM_IN_ID}={self.label(str(letter))}{end.group(2)}", nodeid
-            )
+            unblinded[keys.NODEID] = self.nodeid(nodeid, str(letter))
             if nodeid in self.described:
                 unblinded[keys.POLICY] = self.described[nodeid]
         return unblinded
+
+    def nodeid(self, nodeid: str, letter: str | None = None) -> str:
+        """A blinded item id with its arm's name in place of the letter it ends with (`letter`
+        where given, else the one the id names)."""
+        return _ARM_AT_END.sub(
+            lambda end: f"/{ARM_IN_ID}={self.label(letter or end.group(1))}{end.group(2)}", nodeid
+        )
+
+    def verdict(self, verdict: Mapping[str, Any]) -> dict[str, Any]:
+        """A verdict given on a blinded rollout, naming the rollout by its unblinded id."""
+        rollout = verdict.get(keys.VERDICT_ROLLOUT)
+        if not isinstance(rollout, str):
+            return dict(verdict)
+        return {**verdict, keys.VERDICT_ROLLOUT: self.nodeid(rollout)}
 
     def settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         """A blinded run's settings with the arms named, in the run's order."""
@@ -230,9 +242,14 @@ class Unsealed:
         }
 
 
-def unblind_lines(path: Path, unsealed: Unsealed) -> None:
-    """Rewrites results.jsonl with every record unblinded, atomically (a crash meanwhile leaves
-    the old file); a line that is not a record (cut off by a killed run) stays as it was."""
+def unblind_lines(path: Path, unsealed: Unsealed, verdicts: bool = False) -> None:
+    """Rewrites results.jsonl with every record unblinded (with `verdicts`, verdicts.jsonl with
+    every verdict naming its rollout's unblinded id, so the verdicts still meet their rollouts),
+    atomically (a crash meanwhile leaves the old file); a line that is not a record or a verdict
+    (cut off by a killed run) stays as it was. A file that is not there is left so."""
+    if not path.is_file():
+        return
+    unblind = unsealed.verdict if verdicts else unsealed.record
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     with temporary.open("w", encoding="utf-8") as file:
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -241,6 +258,6 @@ def unblind_lines(path: Path, unsealed: Unsealed) -> None:
             except json.JSONDecodeError:
                 record = None
             if isinstance(record, dict):
-                line = json.dumps(unsealed.record(record), sort_keys=True)
+                line = json.dumps(unblind(record), sort_keys=True)
             file.write(line + "\n")
     temporary.replace(path)

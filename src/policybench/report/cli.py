@@ -21,7 +21,7 @@ from policybench.report.paired import Adjustment
 from policybench.report.results import RESULTS, read_results, resolve_run
 from policybench.report.summary import RunInfo, Summary
 from policybench.report.unfinished import seal_named, seal_unfinished
-from policybench.report.verdicts import SOURCE_HELP, judged_records
+from policybench.report.verdicts import SOURCE_HELP, VERDICTS, judged_records
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -216,6 +216,7 @@ def run_unblind(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         sys.exit(f"policybench report unblind: {error}")
     unblind_lines(run_dir / RESULTS, unsealed)
+    unblind_lines(run_dir / VERDICTS, unsealed, verdicts=True)
     if run is not None:
         settings = unsealed.settings(run.settings)
         run = dataclasses.replace(run, command=unsealed.command, settings=settings)
