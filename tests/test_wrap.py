@@ -791,3 +791,31 @@ def test_verdicts_given_on_a_blinded_run_still_count_once_it_is_unblinded(tmp_pa
     given = [json.loads(line) for line in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
     ids = {record[keys.NODEID] for record in records(tmp_path)}
     assert {verdict[keys.VERDICT_ROLLOUT] for verdict in given} == ids
+
+
+def test_a_blinded_loops_error_names_neither_its_arm_nor_its_policy(tmp_path):
+    for arm, described in BLIND_ARMS.items():
+        env = policybench.wrap(
+            gym.make("CartPole-v1"),
+            "cartpole",
+            "balance",
+            policy=described or None,
+            arm=arm,
+            blind=True,
+            run_dir=tmp_path,
+        )
+        with pytest.raises(RuntimeError), env:
+            env.reset(seed=0)
+            env.step(0)
+            raise RuntimeError(f"{arm} ({described}) lost its server; {arm}s kept")
+    reasons = {r[keys.ARM]: r[keys.REASON] for r in records(tmp_path)}
+    letters = json.loads((tmp_path / BLINDING_FILE).read_text())["letters"]
+    for letter, reason in reasons.items():
+        arm = letters[letter]["label"]
+        shown = (
+            f"{{'name': '<arm {letter}>', 'checkpoint': '<arm {letter}>'}}"
+            if arm == "pizero"
+            else "{}"
+        )
+        said = f"<arm {letter}> ({shown}) lost its server; {arm}s kept"  # a longer word is kept
+        assert reason == f"the loop raised RuntimeError: {said} (after 1 steps)"

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import re
 import secrets
 import shlex
 import sys
@@ -27,7 +28,15 @@ from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
-from policybench.report.arms import ARMS, BLINDED, BLINDING, UNBLINDED, Blinding, Sealer
+from policybench.report.arms import (
+    ARMS,
+    BLINDED,
+    BLINDING,
+    KEPT,
+    UNBLINDED,
+    Blinding,
+    Sealer,
+)
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
@@ -144,10 +153,13 @@ class LoopRun:
         self.run_dir = run_dir
         self.statics = {**statics, keys.CONTROL_HZ: control_hz}  # None: the env did not say
         # in every episode's id (runs merged never collide), and the arm's letter if blinded
+        named = _names_of(statics) if blind else []
         self.run_id, arm = self._write_run_info(blind)
         if arm is not None:
             self.statics[keys.ARM] = arm
         self.sealer = Sealer(run_dir) if blind else None
+        # a blinded record's reason (an exception's message) names no arm nor its policy
+        self._names = _names_pattern(named)
         self.writer = ResultsWriter(run_dir)
         self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
@@ -173,6 +185,10 @@ class LoopRun:
         return np.asarray(action)
 
     def write(self, record: Mapping[str, Any]) -> None:
+        reason = record.get(keys.REASON)
+        if self._names is not None and isinstance(reason, str):
+            hidden = f"<arm {self.statics[keys.ARM]}>"
+            record = {**record, keys.REASON: self._names.sub(hidden, reason)}
         self.writer.write(record)
         if record[keys.STEPS] and record[keys.SUCCESS_REPORTED] is False:
             self.never_reported.add(record[keys.TASK])
@@ -265,6 +281,42 @@ class LoopRun:
                 run = dataclasses.replace(run, settings=settings)
             run.write(self.run_dir)
             return run.run_id, arm
+
+
+def _names_of(statics: Mapping[str, Any]) -> list[str]:
+    """What tells a loop's arm apart, as its statics say it before they are blinded: the arm's
+    name and every text of its policy's description (but the run-wide fields a blinded record
+    keeps)."""
+    texts: list[str] = []
+
+    def gather(value: Any) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, Mapping):
+            for inner in value.values():
+                gather(inner)
+        elif isinstance(value, list | tuple):
+            for inner in value:
+                gather(inner)
+
+    gather(statics.get(keys.ARM))
+    described = statics.get(keys.POLICY)
+    if isinstance(described, Mapping):
+        gather({name: value for name, value in described.items() if name not in KEPT})
+    return [text for text in texts if text.strip()]
+
+
+def _names_pattern(names: Sequence[str]) -> re.Pattern[str] | None:
+    """Each of `names` where it stands as a whole (not inside a longer word), the longest first
+    so that a name that begins another is not replaced inside it; None for none."""
+    if not names:
+        return None
+    alternatives = []
+    for name in sorted(set(names), key=len, reverse=True):
+        before = r"(?<!\w)" if re.match(r"\w", name) else ""
+        after = r"(?!\w)" if re.search(r"\w$", name) else ""
+        alternatives.append(before + re.escape(name) + after)
+    return re.compile("|".join(alternatives))
 
 
 def _refuse_other_blinding(
