@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
@@ -309,6 +310,23 @@ def test_an_env_that_renders_gets_a_video_shown_by_its_report_page_and_scoring_p
     assert record[keys.VIDEO] in page
     scoring = ScoringApp(tmp_path, scorer="ana").page(Request("GET", PAGE, {}))
     assert record[keys.VIDEO].encode() in scoring.body  # `policybench score` shows it
+    with ScoringApp(tmp_path, scorer="ana").server("127.0.0.1", 0) as server:
+        video = server.url + "files/" + record[keys.VIDEO]
+        assert fetched(video) == (200, (tmp_path / record[keys.VIDEO]).read_bytes())
+        assert fetched(video, "bytes=0-9")[0] == 206
+        assert fetched(video, "bytes=x-")[0] == 416  # not numbers: refused, not a traceback
+        for other in (RESULTS, RUN_INFO, SUMMARY, record[keys.ROLLOUT_TRACE]):
+            assert fetched(server.url + "files/" + other)[0] == 404, other  # not on the page
+
+
+def fetched(url: str, byte_range: str | None = None) -> tuple[int, bytes]:
+    """The status and body a GET of `url` answers (with a Range header if given)."""
+    headers = {} if byte_range is None else {"Range": byte_range}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
 
 
 LOOP = """
@@ -684,6 +702,9 @@ def test_wrapped_loops_as_blinded_arms_show_letters_until_unblinded_and_still_pa
                     obs, _, terminated, truncated, _ = env.step(policy(obs))
                     done = terminated or truncated
     assert leaks(tmp_path) == {}
+    with ScoringApp(tmp_path, scorer="ana").server("127.0.0.1", 0) as server:
+        for sealed in (BLINDING_FILE, SEALED_FILE, RESULTS):  # the key, the automatic outcomes
+            assert fetched(server.url + "files/" + sealed)[0] == 404, sealed
     scoring = ScoringApp(tmp_path, scorer="ana").page(Request("GET", PAGE, {})).body.decode()
     assert b"/policy=A" in scoring.encode() and not [n for n in HIDDEN if n in scoring]
     assert sorted({r[keys.ARM] for r in records(tmp_path)}) == ["A", "B"]

@@ -96,7 +96,13 @@ class ScoringApp:
         return {("GET", PAGE): self.page, ("POST", VERDICT_PATH): self.verdict}
 
     def server(self, host: str, port: int) -> PageServer:
-        return PageServer(self.routes(), self.run_dir, host, port)
+        return PageServer(self.routes(), self.run_dir, host, port, shown=self.videos)
+
+    def videos(self) -> set[str]:
+        """The files the page links to: its rollouts' videos (no other file of the run, such as
+        a blinded run's key or its automatic outcomes, is served)."""
+        videos = (record.get(keys.VIDEO) for record in self.rollouts().values())
+        return {video for video in videos if isinstance(video, str)}
 
     def rollouts(self) -> dict[str, dict[str, Any]]:
         """The run's rollouts by id (a rollout recorded twice, as a resumed run's retried one:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -89,17 +89,28 @@ def page_templates() -> Any:
     )
 
 
-def file_response(root: Path, relative: str, range_header: str | None) -> Response:
-    """A file under `root` (a 404 for anything outside it), or the byte range asked for."""
+def file_response(
+    root: Path, relative: str, range_header: str | None, shown: Collection[str]
+) -> Response:
+    """A file under `root` that the page shows (`shown`, paths relative to `root`; a 404 for any
+    other, so a blinded run's key and records stay out of a scorer's reach), or the byte range
+    asked for."""
     path = (root / unquote(relative)).resolve()
-    if not path.is_relative_to(root.resolve()) or not path.is_file():
-        raise HttpError(HTTPStatus.NOT_FOUND, f"no file {relative!r} in {root.name}")
+    if (
+        not path.is_relative_to(root.resolve())
+        or path.relative_to(root.resolve()).as_posix() not in shown
+        or not path.is_file()
+    ):
+        raise HttpError(HTTPStatus.NOT_FOUND, f"no file {relative!r} on this page")
     media = MEDIA_TYPES.get(path.suffix, "application/octet-stream")
     size = path.stat().st_size
     if range_header and range_header.startswith("bytes="):
         first, _, last = range_header[len("bytes=") :].split(",")[0].partition("-")
-        start = int(first) if first else max(0, size - int(last or 0))
-        end = min(size - 1, int(last)) if first and last else size - 1
+        try:
+            start = int(first) if first else max(0, size - int(last or 0))
+            end = min(size - 1, int(last)) if first and last else size - 1
+        except ValueError:  # not numbers: as unsatisfiable as a range past the end
+            start, end = size, size
         if start >= size or start > end:
             raise HttpError(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, f"range {range_header}")
         with path.open("rb") as file:
@@ -119,11 +130,19 @@ class _Server(ThreadingHTTPServer):
 
 
 class PageServer:
-    """Serves `routes` and, under /files/, the files of `root`; `start()` runs it on a thread of
-    its own (for tests and for a page beside a running harness), `serve()` until interrupted."""
+    """Serves `routes` and, under /files/, the files of `root` that `shown()` names (the paths
+    the page links to, relative to `root`; none by default); `start()` runs it on a thread of its
+    own (for tests and for a page beside a running harness), `serve()` until interrupted."""
 
-    def __init__(self, routes: Routes, root: Path, host: str = LOOPBACK, port: int = 0) -> None:
-        self.routes, self.root = dict(routes), root
+    def __init__(
+        self,
+        routes: Routes,
+        root: Path,
+        host: str = LOOPBACK,
+        port: int = 0,
+        shown: Callable[[], Collection[str]] = frozenset,
+    ) -> None:
+        self.routes, self.root, self.shown = dict(routes), root, shown
         self.httpd = _Server((host, port), self._handler_class())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -160,7 +179,8 @@ class PageServer:
         """What the server answers `request` with; a refusal as a JSON `{"error": message}`."""
         try:
             if request.method == "GET" and request.path.startswith(FILES):
-                return file_response(self.root, request.path[len(FILES) :], range_header)
+                relative = request.path[len(FILES) :]
+                return file_response(self.root, relative, range_header, self.shown())
             handler = self.routes.get((request.method, request.path))
             if handler is None:
                 known = sorted(f"{method} {path}" for method, path in self.routes)
