@@ -22,3 +22,29 @@ def test_blind_run_names_no_policy_in_any_file_but_the_sealed_ones(bench):  # no
         if path.name not in (BLINDING_FILE, SEALED_FILE)
     }
     assert {path: names for path, names in leaks.items() if names} == {}
+
+
+def test_a_sealed_records_messages_name_neither_its_policy_nor_its_server(tmp_path):
+    """An error's reason (a policy's own exception) and a retry's message keep the arm's letter
+    in place of its policy's name, checkpoint or server; run-wide fields stay readable."""
+    from policybench import keys
+    from policybench.report.arms import Sealer
+
+    sealer = Sealer(tmp_path, servers=[("ws://gpu-7:8000", "B")])
+    record = {
+        keys.NODEID: "t::a/seed=0/policy=B",
+        keys.ARM: "B",
+        keys.POLICY: {
+            "name": "pizero",
+            "checkpoint": "ckpt/pi0-libero",
+            keys.INFERENCE_LATENCY: "steps:2",
+        },
+        keys.REASON: "RuntimeError: pizero lost ckpt/pi0-libero at ws://gpu-7:8000 (steps:2)",
+        keys.RETRIED: ["pizero timed out"],
+    }
+    sealed = sealer.seal(record)
+    sealer.close()
+    reason = "RuntimeError: <arm B> lost <arm B> at <arm B's server> (steps:2)"
+    assert sealed[keys.REASON] == reason
+    assert sealed[keys.RETRIED] == ["<arm B> timed out"]
+    assert "pizero" in (tmp_path / "blinding-policies.jsonl").read_text()  # kept, sealed

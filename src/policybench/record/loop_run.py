@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import re
 import secrets
 import shlex
 import sys
@@ -32,10 +31,11 @@ from policybench.report.arms import (
     ARMS,
     BLINDED,
     BLINDING,
-    KEPT,
     UNBLINDED,
     Blinding,
     Sealer,
+    telling_texts,
+    whole_words,
 )
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
@@ -153,13 +153,13 @@ class LoopRun:
         self.run_dir = run_dir
         self.statics = {**statics, keys.CONTROL_HZ: control_hz}  # None: the env did not say
         # in every episode's id (runs merged never collide), and the arm's letter if blinded
-        named = _names_of(statics) if blind else []
+        named = telling_texts(statics.get(keys.ARM), statics.get(keys.POLICY)) if blind else []
         self.run_id, arm = self._write_run_info(blind)
         if arm is not None:
             self.statics[keys.ARM] = arm
         self.sealer = Sealer(run_dir) if blind else None
         # a blinded record's reason (an exception's message) names no arm nor its policy
-        self._names = _names_pattern(named)
+        self._names = whole_words(named)
         self.writer = ResultsWriter(run_dir)
         self.next_index = self._recorded()  # a loop recording into a run again goes on counting
         low, high = getattr(action_space, "low", None), getattr(action_space, "high", None)
@@ -281,42 +281,6 @@ class LoopRun:
                 run = dataclasses.replace(run, settings=settings)
             run.write(self.run_dir)
             return run.run_id, arm
-
-
-def _names_of(statics: Mapping[str, Any]) -> list[str]:
-    """What tells a loop's arm apart, as its statics say it before they are blinded: the arm's
-    name and every text of its policy's description (but the run-wide fields a blinded record
-    keeps)."""
-    texts: list[str] = []
-
-    def gather(value: Any) -> None:
-        if isinstance(value, str):
-            texts.append(value)
-        elif isinstance(value, Mapping):
-            for inner in value.values():
-                gather(inner)
-        elif isinstance(value, list | tuple):
-            for inner in value:
-                gather(inner)
-
-    gather(statics.get(keys.ARM))
-    described = statics.get(keys.POLICY)
-    if isinstance(described, Mapping):
-        gather({name: value for name, value in described.items() if name not in KEPT})
-    return [text for text in texts if text.strip()]
-
-
-def _names_pattern(names: Sequence[str]) -> re.Pattern[str] | None:
-    """Each of `names` where it stands as a whole (not inside a longer word), the longest first
-    so that a name that begins another is not replaced inside it; None for none."""
-    if not names:
-        return None
-    alternatives = []
-    for name in sorted(set(names), key=len, reverse=True):
-        before = r"(?<!\w)" if re.match(r"\w", name) else ""
-        after = r"(?!\w)" if re.search(r"\w$", name) else ""
-        alternatives.append(before + re.escape(name) + after)
-    return re.compile("|".join(alternatives))
 
 
 def _refuse_other_blinding(

@@ -120,6 +120,41 @@ def sealed_description(
     return {keys.POLICY_NAME: letter, **kept}
 
 
+def telling_texts(arm: Any, described: Any, kept_fields: Sequence[str] = KEPT) -> list[str]:
+    """What tells an arm apart in a message: its name and every text of its policy's
+    description (of three characters or more), but the run-wide fields a blinded record
+    keeps."""
+    texts: list[str] = []
+
+    def gather(value: Any) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, Mapping):
+            for inner in value.values():
+                gather(inner)
+        elif isinstance(value, list | tuple):
+            for inner in value:
+                gather(inner)
+
+    gather(arm)
+    if isinstance(described, Mapping):
+        gather({name: value for name, value in described.items() if name not in kept_fields})
+    return [text for text in texts if len(text.strip()) >= 3]  # "A", "0", "on" name nothing
+
+
+def whole_words(names: Sequence[str]) -> re.Pattern[str] | None:
+    """Each of `names` where it stands as a whole (not inside a longer word), the longest first
+    so that a name that begins another is not replaced inside it; None for none."""
+    if not names:
+        return None
+    alternatives = []
+    for name in sorted(set(names), key=len, reverse=True):
+        before = r"(?<!\w)" if re.match(r"\w", name) else ""
+        after = r"(?!\w)" if re.search(r"\w$", name) else ""
+        alternatives.append(before + re.escape(name) + after)
+    return re.compile("|".join(alternatives))
+
+
 class Sealer:
     """Blinds records on their way to results.jsonl: the policy's description (its name,
     checkpoint, codec) goes to the sealed file, the record keeps its letter."""
@@ -162,10 +197,18 @@ class Sealer:
         self._file.write(json.dumps(sealed, sort_keys=True) + "\n")
         self._file.flush()
         sealed_record = dict(record)
+        # a message (an error's reason, a retry's) names neither the arm's server nor its policy
+        names = whole_words(telling_texts(None, described, self.kept_fields))
+        hidden = f"<arm {record.get(keys.ARM)}>"
+
+        def blinded(text: Any) -> Any:
+            text = self._without_urls(text)
+            return names.sub(hidden, text) if names and isinstance(text, str) else text
+
         if keys.REASON in record:
-            sealed_record[keys.REASON] = self._without_urls(record[keys.REASON])
+            sealed_record[keys.REASON] = blinded(record[keys.REASON])
         if isinstance(record.get(keys.RETRIED), list):
-            sealed_record[keys.RETRIED] = list(map(self._without_urls, record[keys.RETRIED]))
+            sealed_record[keys.RETRIED] = list(map(blinded, record[keys.RETRIED]))
         if not isinstance(described, Mapping):
             return sealed_record
         sealed_policy = sealed_description(described, record.get(keys.ARM), self.kept_fields)
