@@ -4,7 +4,6 @@ sub-env of a vector env), and an episode the loop dies in is marked, then record
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-import zlib
 from pathlib import Path
 
 import gymnasium as gym
@@ -23,6 +21,7 @@ import pytest
 import policybench
 from policybench import keys
 from policybench.cli import main as policybench_main
+from policybench.record.rollout_trace import read_trace
 from policybench.report.arms import BLINDED, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.report.html import Findings, write_html
 from policybench.report.results import LATEST, RESULTS, read_results
@@ -570,10 +569,8 @@ def test_the_trace_of_a_dict_action_space_holds_its_actions_flattened(tmp_path):
         env.reset(seed=0)
         env.step({"arm": np.array([0.25, -0.5], np.float32), "grip": 1})
     [record] = records(tmp_path)
-    trace = json.loads((tmp_path / record[keys.ROLLOUT_TRACE]).read_text())
-    action = trace["arrays"]["action"]
-    played = np.frombuffer(zlib.decompress(base64.b64decode(action["zlib"])), np.float32)
-    assert played.reshape(action["shape"]).ravel().tolist() == [0.25, -0.5, 0.0, 1.0]
+    played = read_trace(tmp_path / record[keys.ROLLOUT_TRACE])["arrays"]["action"]
+    assert played.ravel().tolist() == [0.25, -0.5, 0.0, 1.0]
 
 
 def test_an_interrupted_loop_records_its_open_episode_by_the_exception_alone(tmp_path):
@@ -622,10 +619,8 @@ def test_loops_of_several_arms_recording_into_one_run_at_once_all_finish_and_are
 
 
 def trace_times(run_dir: Path, record: dict) -> tuple[float, np.ndarray]:
-    trace = json.loads((run_dir / record[keys.ROLLOUT_TRACE]).read_text())
-    times = trace["arrays"]["time_s"]
-    raw = zlib.decompress(base64.b64decode(times["zlib"]))
-    return trace["period_s"], np.frombuffer(raw, times["dtype"])
+    trace = read_trace(run_dir / record[keys.ROLLOUT_TRACE])
+    return trace["period_s"], trace["arrays"]["time_s"]
 
 
 def test_a_trace_runs_on_the_clock_the_env_declares_so_its_plots_span_the_episode(tmp_path):
