@@ -11,6 +11,7 @@ import importlib.util
 import os
 import queue
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -69,7 +70,6 @@ class EnvServer:
 
     def __init__(self, python: Path, script: Path | None = None) -> None:
         self.python = python
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._interrupted = False
         self._codec = protocol.Codec()
         command = [str(python), str(script or server_script())]
@@ -84,10 +84,7 @@ class EnvServer:
         )
         for pipe in (self._process.stdin, self._process.stdout):
             widen(pipe.fileno())
-        self._stderr_reader = threading.Thread(
-            target=self._keep_stderr, name="env-server-stderr", daemon=True
-        )
-        self._stderr_reader.start()
+        self._stderr = StderrTail(self._process)
         try:
             answer = self.request("hello", protocol=protocol.PROTOCOL)
             if answer.get("protocol") != protocol.PROTOCOL:
@@ -118,7 +115,7 @@ class EnvServer:
             answer = None
         self._interrupted = False
         if answer is None:
-            raise EnvServerGone(self._ended(op))
+            raise EnvServerGone(self._stderr.ended(self.python, op))
         if "error" in answer:
             error = answer["error"]
             where = " | ".join(line.strip() for line in error["traceback"][-3:-1])
@@ -147,25 +144,41 @@ class EnvServer:
             for pipe in (process.stdin, process.stdout):
                 pipe.close()
 
-    def _ended(self, op: str) -> str:
+
+class StderrTail:
+    """The last lines an env server `process` writes to stderr, read on a thread of their own
+    (each also echoed on our stderr with the server's pid, when `echo`)."""
+
+    def __init__(self, process: subprocess.Popen, echo: bool = False) -> None:
+        self.process, self.echo = process, echo
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._reader = threading.Thread(target=self._keep, name="env-server-stderr", daemon=True)
+        self._reader.start()
+
+    def ended(self, python: Path, op: str) -> str:
+        """Why the server in `python` ended at request `op`: how it ended and its stderr's last
+        lines (killed if it has not ended within CLOSE_WAIT_S)."""
+        process = self.process
         try:
-            code = self._process.wait(CLOSE_WAIT_S)
+            code = process.wait(CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            code = self._process.wait()
-        self._stderr_reader.join(CLOSE_WAIT_S)  # its last lines say why
+            process.kill()
+            code = process.wait()
+        self._reader.join(CLOSE_WAIT_S)  # its last lines say why
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        stderr = " | ".join(self._stderr) or "nothing"
+        stderr = " | ".join(self.lines) or "nothing"
         return (
-            f"env server in {self.python} (pid {self._process.pid}) ended at {op} ({how}); "
+            f"env server in {python} (pid {process.pid}) ended at {op} ({how}); "
             f"the tail of its stderr: {stderr}"
         )
 
-    def _keep_stderr(self) -> None:
-        for line in self._process.stderr:
+    def _keep(self) -> None:
+        for line in self.process.stderr:
             text = line.decode(errors="replace").rstrip()
             if text:
-                self._stderr.append(text)
+                self.lines.append(text)
+                if self.echo:
+                    print(f"env server {self.process.pid}: {text}", file=sys.stderr, flush=True)
 
 
 def widen(fd: int) -> None:

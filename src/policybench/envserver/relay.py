@@ -4,7 +4,6 @@ own in its Eval's interpreter, and the relay passes frames between the socket an
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hmac
 import os
@@ -13,7 +12,6 @@ import socket
 import socketserver
 import subprocess
 import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +29,9 @@ from policybench.envserver.interpreters import (
 )
 from policybench.envserver.proxy import (
     CLOSE_WAIT_S,
-    STDERR_TAIL_LINES,
     EnvServerError,
     EnvServerGone,
+    StderrTail,
     server_script,
     widen,
 )
@@ -231,9 +229,7 @@ class EnvServerProcess:
         self._in_flight = False
         for pipe in (self.process.stdin, self.process.stdout):
             widen(pipe.fileno())
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
-        self._stderr_reader = threading.Thread(target=self._keep_stderr, daemon=True)
-        self._stderr_reader.start()
+        self._stderr = StderrTail(self.process, echo=True)
 
     def relay(self, make: memoryview, frames: Frames) -> None:
         """Says hello to the server, hands it the client's `make`, then passes each answer to
@@ -260,7 +256,7 @@ class EnvServerProcess:
                 return False  # the client went away while the env was busy
             answer = frames.read(stdout)
         except (FrameMissing, BrokenPipeError):
-            frames.send_error(EnvServerGone.__name__, self._ended(op))
+            frames.send_error(EnvServerGone.__name__, self._stderr.ended(self.python, op))
             return False
         self._in_flight = False
         if to_client:
@@ -307,27 +303,6 @@ class EnvServerProcess:
             process.kill()
             process.wait()
         process.stdout.close()
-
-    def _ended(self, op: str) -> str:
-        try:
-            code = self.process.wait(CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait()
-        self._stderr_reader.join(CLOSE_WAIT_S)
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        stderr = " | ".join(self._stderr) or "nothing"
-        return (
-            f"env server in {self.python} (pid {self.process.pid}) ended at {op} ({how}); "
-            f"the tail of its stderr: {stderr}"
-        )
-
-    def _keep_stderr(self) -> None:
-        for line in self.process.stderr:
-            text = line.decode(errors="replace").rstrip()
-            if text:
-                self._stderr.append(text)
-                print(f"env server {self.process.pid}: {text}", file=sys.stderr, flush=True)
 
 
 def log(line: str) -> None:
