@@ -9,8 +9,11 @@ import threading
 import time
 
 import pytest
+from websockets.sync.server import serve
 
+from policybench.policy.base import SessionContext
 from policybench.serve import client
+from policybench.serve.wire import packb
 from tests.test_remote import REPO, free_port, start_server
 
 BENCHMARK = """
@@ -137,3 +140,44 @@ def test_a_waiting_rollout_reaches_a_returned_server_within_half_a_second(monkey
     endpoint = client.Endpoint("ws://127.0.0.1:9", server_wait_s=120.0)
     assert client.Outages().wait_for(endpoint, connect_once) == "connected"
     assert back_at <= clock.now <= back_at + 0.5
+
+
+def test_a_server_turning_connections_away_while_it_closes_is_waited_for_not_refused():
+    """A closing websockets server answers new connections with HTTP 503 until it is gone (a
+    run's own server exiting to be restarted does): the client waits that out as an outage, as it
+    does a refused port, instead of failing the rollout at once. A real server on loopback."""
+    turned_away: list[int] = []
+
+    def closing_at_first(connection, request):
+        if len(turned_away) < 2:
+            turned_away.append(1)
+            return connection.respond(503, "Server is shutting down.\n")
+        return None
+
+    def handler(connection):
+        connection.send(packb({"served": "again"}))
+        connection.recv()
+
+    port = free_port()
+    with serve(handler, "127.0.0.1", port, process_request=closing_at_first) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        endpoint = client.Endpoint(f"ws://127.0.0.1:{port}", server_wait_s=10.0)
+        model = client.RemoteModel(endpoint)
+        source = model.open(SessionContext("reach a", 10.0))
+        source.close()
+        server.shutdown()
+    assert len(turned_away) == 2 and model.metadata == {"served": "again"}
+
+    # Without a wait, the 503 is the outage's one-line error, not a refusal naming a key.
+    with serve(
+        lambda connection: None,
+        "127.0.0.1",
+        port,
+        process_request=lambda c, r: c.respond(503, "closing\n"),
+    ) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with pytest.raises(client.RemoteDown, match="cannot reach a policy server"):
+            client.RemoteModel(client.Endpoint(f"ws://127.0.0.1:{port}")).open(
+                SessionContext("reach a", 10.0)
+            )
+        server.shutdown()

@@ -17,6 +17,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,12 @@ class RemoteModel:
             )
         except websockets.InvalidStatus as refused:
             status = refused.response.status_code
+            if status == HTTPStatus.SERVICE_UNAVAILABLE:
+                # A server closing (a run's own server exiting to be restarted) turns new
+                # connections away with 503 until its port is free: an outage, not a refusal.
+                raise _Unreachable(
+                    f"HTTP 503: {refused.response.body.decode(errors='replace').strip()}"
+                ) from None
             hint = "pass the right key with --policy-api-key" if status == 401 else HOW_TO_SERVE
             raise RemoteUnavailable(
                 f"policy server {endpoint.shown} refused the connection (HTTP {status}: "
