@@ -191,12 +191,8 @@ def test_nothing_listening_is_one_line_naming_the_url_and_what_to_start():
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
     make_env = Isolated("nowhere:Env", Interpreter("not-here", python="/no/such/python"))
-    remote.use(remote.EnvEndpoint(url))
-    try:
-        with pytest.raises(EnvServerError) as raised:
-            make_env("task")
-    finally:
-        remote.use(None)
+    with remote.used(remote.EnvEndpoint(url)), pytest.raises(EnvServerError) as raised:
+        make_env("task")
     message = str(raised.value)
     assert "\n" not in message
     assert message.startswith(f"no env server at {url} (Connection refused)")
@@ -338,25 +334,24 @@ def test_the_relays_own_errors_say_their_type_once_and_where_they_were_served(po
     server, port = start_env_server(points, served_env, "test_remote_points:REMOTE", "--port", "0")
     url = f"tcp://127.0.0.1:{port}"
     here = Interpreter("here", python=sys.executable)
-    remote.use(remote.EnvEndpoint(url, KEY))
     try:
-        env = Isolated("test_remote_points:PausingPoint", here)("reach")
-        env.reset(seed=0)
-        made = (points / "serve.log").read_text().splitlines()[-1]
-        env_server = int(made.rsplit(" ", 1)[1])  # "...'s env in env server PID"
-        os.kill(env_server, signal.SIGKILL)
-        with pytest.raises(EnvServerGone) as gone:
-            env.reset(seed=1)
-        said = str(gone.value)
-        assert said.startswith(f"env server in {sys.executable} (pid {env_server}) ended at ")
-        assert "killed by signal 9" in said and said.endswith(f"(served at {url}, at reset)")
-        with pytest.raises(EnvServerError) as refused:
-            Isolated("test_remote_points:Other", here)("reach")
-        said = str(refused.value)
-        assert said.startswith("this server serves no env test_remote_points:Other")
-        assert said.endswith(f"(served at {url}, at make)") and "EnvServerError" not in said
+        with remote.used(remote.EnvEndpoint(url, KEY)):
+            env = Isolated("test_remote_points:PausingPoint", here)("reach")
+            env.reset(seed=0)
+            made = (points / "serve.log").read_text().splitlines()[-1]
+            env_server = int(made.rsplit(" ", 1)[1])  # "...'s env in env server PID"
+            os.kill(env_server, signal.SIGKILL)
+            with pytest.raises(EnvServerGone) as gone:
+                env.reset(seed=1)
+            said = str(gone.value)
+            assert said.startswith(f"env server in {sys.executable} (pid {env_server}) ended at ")
+            assert "killed by signal 9" in said and said.endswith(f"(served at {url}, at reset)")
+            with pytest.raises(EnvServerError) as refused:
+                Isolated("test_remote_points:Other", here)("reach")
+            said = str(refused.value)
+            assert said.startswith("this server serves no env test_remote_points:Other")
+            assert said.endswith(f"(served at {url}, at make)") and "EnvServerError" not in said
     finally:
-        remote.use(None)
         stop(server)
 
 
@@ -366,13 +361,12 @@ def test_an_entry_the_serving_interpreter_cannot_import_says_where_it_is_looked_
     served_env = clean_env(points, **{API_KEY_VARIABLE: KEY})
     served_env["PYTHONPATH"] = str(REPO)  # the Eval's module is found beside the server alone
     server, port = start_env_server(points, served_env, "test_remote_points:REMOTE", "--port", "0")
-    remote.use(remote.EnvEndpoint(f"tcp://127.0.0.1:{port}", KEY))
+    endpoint = remote.EnvEndpoint(f"tcp://127.0.0.1:{port}", KEY)
     try:
         here = Interpreter("here", python=sys.executable)
-        with pytest.raises(EnvServerError) as failed:
+        with remote.used(endpoint), pytest.raises(EnvServerError) as failed:
             Isolated("test_remote_points:PausingPoint", here)("reach")
     finally:
-        remote.use(None)
         stop(server)
     said = str(failed.value)
     assert "No module named 'test_remote_points'" in said

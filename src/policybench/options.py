@@ -1,5 +1,5 @@
-"""The options pytest, `policybench probe` and `policybench serve` share, each declared once:
-its flag, default, help and the check its value must pass, for argparse and pytest alike."""
+"""The options pytest and the `policybench` commands share, each declared once: its flag,
+default, help and the check its value must pass, for argparse and pytest alike."""
 
 from __future__ import annotations
 
@@ -147,3 +147,10 @@ ENV_API_KEY = Option(
     f"API key for --env-url's server (default: ${API_KEY_VARIABLE}, else none); never recorded",
     metavar="KEY",
 )
+
+
+def declare_env_url(add: Callable[..., Any], checked: bool = True) -> None:
+    """Declares --env-url and --env-api-key with `add`, for pytest and every command that builds
+    an isolated Eval's env (`envserver.remote.given` applies them)."""
+    ENV_URL.declare(add, checked=checked)
+    ENV_API_KEY.declare(add, checked=checked)

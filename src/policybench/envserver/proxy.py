@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,29 @@ class EnvServerError(RuntimeError):
 
 class EnvServerGone(EnvServerError):
     """An env server ended (it crashed, was killed, or failed to start) before it answered."""
+
+
+class Answering:
+    """Whether a connection to an env server (`who`, as messages name it) still pairs each
+    answer with its request: not once a wait for an answer was interrupted (a watchdog raises
+    in the waiting thread), as that answer would come first to the next request. Such a
+    connection refuses every request, and its server is to be ended without one."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.interrupted = False
+
+    @contextlib.contextmanager
+    def request(self, op: str) -> Iterator[None]:
+        """The block that sends request `op` and reads its answer; refused once interrupted."""
+        if self.interrupted:
+            raise EnvServerError(
+                f"{self.who} was interrupted in a request (its answer would come before "
+                f"{op}'s): discard the env and build another"
+            )
+        self.interrupted = True  # until the block ends: an exception out of it leaves it so
+        yield
+        self.interrupted = False
 
 
 def server_script(modules: tuple[str, ...] = ()) -> Path:
@@ -70,7 +93,6 @@ class EnvServer:
 
     def __init__(self, python: Path, script: Path | None = None) -> None:
         self.python = python
-        self._interrupted = False
         self._codec = protocol.Codec()
         command = [str(python), str(script or server_script())]
         self._process = _spawn(
@@ -85,6 +107,7 @@ class EnvServer:
         for pipe in (self._process.stdin, self._process.stdout):
             widen(pipe.fileno())
         self._stderr = StderrTail(self._process)
+        self._answering = Answering(f"env server in {python} (pid {self._process.pid})")
         try:
             answer = self.request("hello", protocol=protocol.PROTOCOL)
             if answer.get("protocol") != protocol.PROTOCOL:
@@ -102,18 +125,13 @@ class EnvServer:
 
     def request(self, op: str, **args: Any) -> Any:
         process = self._process
-        if self._interrupted:
-            raise EnvServerError(
-                f"env server in {self.python} (pid {process.pid}) was interrupted in a request "
-                f"(its answer would come before {op}'s): discard the env and build another"
-            )
-        self._interrupted = True  # until the answer is in: a watchdog may interrupt the wait
-        try:
-            protocol.write_frame(process.stdin.fileno(), self._codec.frame({"op": op, **args}))
-            answer = self._codec.read(process.stdout)
-        except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
-            answer = None
-        self._interrupted = False
+        with self._answering.request(op):
+            try:
+                frame = self._codec.frame({"op": op, **args})
+                protocol.write_frame(process.stdin.fileno(), frame)
+                answer = self._codec.read(process.stdout)
+            except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
+                answer = None
         if answer is None:
             raise EnvServerGone(self._stderr.ended(self.python, op))
         if "error" in answer:
@@ -130,11 +148,11 @@ class EnvServer:
         still busy with an interrupted request)."""
         process = self._process
         try:
-            if process.poll() is None and not self._interrupted:
+            if process.poll() is None and not self._answering.interrupted:
                 with contextlib.suppress(EnvServerGone):  # it ended meanwhile: nothing to close
                     self.request("close")
         finally:
-            if self._interrupted:  # it is still busy with a request nobody waits for
+            if self._answering.interrupted:  # it is still busy with a request nobody waits for
                 process.kill()
             try:
                 process.wait(CLOSE_WAIT_S)

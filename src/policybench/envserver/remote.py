@@ -1,19 +1,25 @@
 """Isolated envs served from another machine: `RemoteEnvServer` is our side of a connection to
 `policybench env serve` (envserver/relay.py) at a tcp:// URL, making the same requests as a
-local EnvServer; `--env-url` points a run's isolated envs there (`use`)."""
+local EnvServer; `--env-url` points a run's isolated envs there (`used`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from policybench import keys
 from policybench.envserver import server as protocol
-from policybench.envserver.proxy import EnvServerError, EnvServerGone
+from policybench.envserver.proxy import Answering, EnvServerError, EnvServerGone
+from policybench.options import api_key
+
+if TYPE_CHECKING:
+    from policybench.spec import Eval
 
 SCHEME = "tcp"
 CONNECT_TIMEOUT_S = 10.0
@@ -57,37 +63,68 @@ def url_refusal(url: str) -> str | None:
 
 
 _endpoint: EnvEndpoint | None = None
-# How `use` hands the endpoint to the processes this one starts (the run's own policy server,
-# which builds an env to read its action space): their environment, never a file.
+# How `used` hands the endpoint to the processes this one starts (the run's own policy server,
+# which builds an env to read its action space; evaluate's child run): their environment, never
+# a file or a command line.
 URL_VARIABLE = "POLICYBENCH_ENV_URL"
 KEY_VARIABLE = "POLICYBENCH_ENV_API_KEY"
-_outer: dict[str, str | None] = {}  # the variables as they were before `use` set them
 
 
-def use(endpoint: EnvEndpoint | None) -> None:
-    """Builds this process's isolated envs, and those of the processes it starts from now on,
-    at `endpoint` (None: in local interpreters, the default)."""
+@contextlib.contextmanager
+def used(endpoint: EnvEndpoint) -> Iterator[EnvEndpoint]:
+    """Builds this process's isolated envs, and those of the processes it starts, at `endpoint`
+    within the block; then where they were built before."""
     global _endpoint
+    before = _endpoint, {name: os.environ.get(name) for name in (URL_VARIABLE, KEY_VARIABLE)}
     _endpoint = endpoint
-    if endpoint is None:
-        for name, value in _outer.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _outer.clear()
-        return
-    for name in (URL_VARIABLE, KEY_VARIABLE):
-        _outer.setdefault(name, os.environ.get(name))
-    os.environ[URL_VARIABLE] = endpoint.url
-    if endpoint.api_key:
-        os.environ[KEY_VARIABLE] = endpoint.api_key
-    else:
-        os.environ.pop(KEY_VARIABLE, None)
+    _set_variables({URL_VARIABLE: endpoint.url, KEY_VARIABLE: endpoint.api_key})
+    try:
+        yield endpoint
+    finally:
+        _endpoint, variables = before
+        _set_variables(variables)
+
+
+def given(url: str | None, key: str | None) -> contextlib.AbstractContextManager[Any]:
+    """`used` for the endpoint --env-url `url` and --env-api-key `key` (else $POLICYBENCH_API_KEY)
+    name, for a command that builds isolated Evals' envs; nothing changes without `url`."""
+    if url is None:
+        return contextlib.nullcontext()
+    return used(EnvEndpoint(url, api_key(key)))
+
+
+def builds_nothing(url: str | None, evals: Iterable[Eval]) -> str | None:
+    """What to say when none of `evals` is isolated: --env-url `url` builds none of their envs,
+    whatever listens there. None: one of them is, there is none, or no `url`."""
+    from policybench.envserver import Isolated
+
+    named = {e.name: e for e in evals}
+    if url is None or not named or any(isinstance(e.make_env, Isolated) for e in named.values()):
+        return None
+    return (
+        f"--env-url {url} builds no env of this run: none of its Evals "
+        f"({', '.join(sorted(named))}) runs its env in an interpreter of its own, so each runs "
+        "here (MetaWorld and PushT run isolated with $POLICYBENCH_ENV_PYTHON set)"
+    )
+
+
+def say_builds_nothing(command: str, url: str | None, evals: Iterable[Eval]) -> None:
+    """`builds_nothing`'s line on stderr, for `policybench command`."""
+    said = builds_nothing(url, evals)
+    if said is not None:
+        print(f"policybench {command}: {said}", file=sys.stderr, flush=True)
+
+
+def _set_variables(values: dict[str, str | None]) -> None:
+    for name, value in values.items():
+        if value:
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
 
 
 def endpoint_in_use() -> EnvEndpoint | None:
-    """`use`'s endpoint, or the one a process that started this one handed it."""
+    """`used`'s endpoint, or the one a process that started this one handed it."""
     if _endpoint is None and os.environ.get(URL_VARIABLE):
         return EnvEndpoint(os.environ[URL_VARIABLE], os.environ.get(KEY_VARIABLE) or None)
     return _endpoint
@@ -102,7 +139,7 @@ class RemoteEnvServer:
     def __init__(self, endpoint: EnvEndpoint) -> None:
         self.endpoint = endpoint
         self._codec = protocol.Codec()
-        self._interrupted = False
+        self._answering = Answering(f"env server at {endpoint.url}")
         host, port = endpoint.address
         try:
             self._socket = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
@@ -131,19 +168,13 @@ class RemoteEnvServer:
 
     def request(self, op: str, **args: Any) -> Any:
         url = self.endpoint.url
-        if self._interrupted:
-            raise EnvServerError(
-                f"env server at {url} was interrupted in a request (its answer would come "
-                f"before {op}'s): discard the env and build another"
-            )
-        self._interrupted = True  # until the answer is in: a watchdog may interrupt the wait
-        try:
-            frame = self._codec.frame({"op": op, **args})
-            protocol.write_frame(self._socket.fileno(), frame)
-            answer = self._codec.read(self._stream)
-        except OSError:  # reset by the other side, or closed here already
-            answer = None
-        self._interrupted = False
+        with self._answering.request(op):
+            try:
+                frame = self._codec.frame({"op": op, **args})
+                protocol.write_frame(self._socket.fileno(), frame)
+                answer = self._codec.read(self._stream)
+            except OSError:  # reset by the other side, or closed here already
+                answer = None
         if answer is None:
             raise EnvServerGone(
                 f"env server at {url} closed the connection at {op}: its `policybench env "
@@ -172,7 +203,7 @@ class RemoteEnvServer:
         """Ends the connection, and with it the env server there: asks it to close its env
         first, unless it is still busy with an interrupted request (the relay then kills it)."""
         try:
-            if not self._interrupted and self._socket.fileno() >= 0:
+            if not self._answering.interrupted and self._socket.fileno() >= 0:
                 with contextlib.suppress(EnvServerError):  # gone meanwhile: nothing to close
                     self.request("close")
         finally:

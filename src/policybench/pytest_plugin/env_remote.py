@@ -4,17 +4,19 @@ policy server alike."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
 
-from policybench.options import ENV_API_KEY, ENV_URL, api_key
+from policybench.options import ENV_API_KEY, ENV_URL, declare_env_url
+
+_ENDPOINT_USED = pytest.StashKey[contextlib.ExitStack]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("policybench", "policybench: evaluate robot policies")
-    ENV_URL.declare(group.addoption, checked=False)
-    ENV_API_KEY.declare(group.addoption, checked=False)
+    declare_env_url(group.addoption, checked=False)
 
 
 @pytest.hookimpl
@@ -30,15 +32,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if url is not None:
         from policybench.envserver import remote  # a proxy's imports, only when it is used
 
-        key = api_key(config.getoption(ENV_API_KEY.dest))
-        remote.use(remote.EnvEndpoint(url, key))
+        used = contextlib.ExitStack()
+        used.enter_context(remote.given(url, config.getoption(ENV_API_KEY.dest)))
+        config.stash[_ENDPOINT_USED] = used
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if config.getoption(ENV_URL.dest) is not None:
-        from policybench.envserver import remote
-
-        remote.use(None)
+    used = config.stash.get(_ENDPOINT_USED, None)
+    if used is not None:
+        used.close()
 
 
 @pytest.hookimpl(trylast=True)  # the items this process runs: after -k, --shard, --resume
@@ -48,17 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     url = config.getoption(ENV_URL.dest)
     if url is None:
         return
-    from policybench.envserver import Isolated
+    from policybench.envserver import remote
     from policybench.pytest_plugin.collection import planned_of
 
-    evals = {planned.eval.name: planned.eval for planned in map(planned_of, items) if planned}
-    if evals and not any(isinstance(e.make_env, Isolated) for e in evals.values()):
-        warnings.warn(
-            pytest.PytestWarning(
-                f"--env-url {url} builds no env of this run: none of its Evals "
-                f"({', '.join(sorted(evals))}) runs its env in an interpreter of its own, so "
-                "each runs here (MetaWorld and PushT run isolated with $POLICYBENCH_ENV_PYTHON "
-                "set)"
-            ),
-            stacklevel=1,
-        )
+    said = remote.builds_nothing(url, (p.eval for p in map(planned_of, items) if p))
+    if said is not None:
+        warnings.warn(pytest.PytestWarning(said), stacklevel=1)
