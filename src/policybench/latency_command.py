@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import remote
 from policybench.options import (
     INFER_TIMEOUT,
     POLICY_API_KEY,
@@ -24,6 +25,7 @@ from policybench.options import (
     SEED,
     SERVER_WAIT,
     api_key,
+    declare_env_url,
 )
 from policybench.policy.base import Observation, SessionContext, release
 from policybench.policy.chunk_player import ChunkPolicy
@@ -90,6 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     INFER_TIMEOUT.declare(parser.add_argument)
     SERVER_WAIT.declare(parser.add_argument, default=0.0)
     SEED.declare(parser.add_argument)
+    declare_env_url(parser.add_argument)
     parser.add_argument(
         "--seconds",
         type=float,
@@ -136,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"policybench latency record: {error}") from None
     _check_installed(eval)
     eval_ref = args.eval if ":" in args.eval else None
-    policy, observation, context = _observation(eval, endpoint, args.seed, eval_ref)
+    remote.say_builds_nothing("latency record", args.env_url, [eval])
+    with remote.given(args.env_url, args.env_api_key):
+        policy, observation, context = _observation(eval, endpoint, args.seed, eval_ref)
     print(
         f"recording {endpoint.shown} for {args.seconds:g} s with {eval.name}'s observations "
         f"({_sizes(observation)})"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import remote
 from policybench.options import (
     INFER_TIMEOUT,
     POLICY_API_KEY,
@@ -26,6 +27,7 @@ from policybench.options import (
     SEED,
     SERVER_WAIT,
     api_key,
+    declare_env_url,
 )
 from policybench.policy.base import Observation, Policy
 from policybench.policy.chunk_player import ChunkPolicy
@@ -85,6 +87,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     SEED.declare(parser.add_argument)
     POLICY_DEVICE.declare(parser.add_argument)
+    declare_env_url(parser.add_argument)
     parser.add_argument(
         "--out",
         type=Path,
@@ -103,6 +106,13 @@ def run(args: argparse.Namespace) -> int:
     except (LookupError, ValueError) as error:
         raise SystemExit(f"policybench probe: {error}") from None
     _check_installed(eval)
+    remote.say_builds_nothing("probe", args.env_url, [eval])
+    with remote.given(args.env_url, args.env_api_key):
+        return _probe(args, eval, endpoint)
+
+
+def _probe(args: argparse.Namespace, eval: Eval, endpoint: Endpoint | None) -> int:
+    """`run`'s probe of `eval`'s first observation (of --task) with the policy at `endpoint`."""
     unrenderable = render_problem(eval.renderer)
     if unrenderable is not None:
         raise SystemExit(f"policybench probe: {eval.name}: {unrenderable}")

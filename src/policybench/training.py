@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policybench.options import API_KEY_VARIABLE
+from policybench.envserver import remote
+from policybench.options import API_KEY_VARIABLE, ENV_URL
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.registry import PolicySettings, PolicyUnavailable, as_policy
 from policybench.report.summary import SUMMARY, Summary
@@ -65,12 +66,16 @@ def evaluate(
     seed: int = 0,
     report_dir: str | Path | None = None,
     pytest_args: Sequence[str] = (),
+    env_url: str | None = None,
+    env_api_key: str | None = None,
 ) -> Evaluation:
     """Evaluates `model` (a Model, a Policy over a Model, or a factory as `--policy module:attr`
     takes) on `evals` as `pytest --policy=openpi` would: a child pytest run with `workers`
     processes (0: one) reaches the model through policybench's batching server on loopback, in
     this process, so the model never leaves it and no checkpoint is written. `report_dir`:
-    where the run is written (default reports/ here). Blocks until the run ends."""
+    where the run is written (default reports/ here). `env_url`, `env_api_key`: pytest's --env-url
+    and --env-api-key, where isolated Evals' envs are built (the key reaches the run through its
+    environment alone). Blocks until the run ends."""
     if isinstance(model, Eval):
         raise TypeError(
             "evaluate(model, evals=...) evaluates a model; to run a test once per planned "
@@ -88,6 +93,22 @@ def evaluate(
             f"evaluate runs registered Evals (policybench list), by name or object; {unnamed} "
             "are not registered: register their module under the policybench.suites entry point"
         )
+    why = ENV_URL.refusal(env_url)
+    if why is not None:
+        raise ValueError(why)
+    with remote.given(env_url, env_api_key):  # this process's envs, and the run's
+        return _evaluate(model, named, rollouts, workers, seed, report_dir, pytest_args)
+
+
+def _evaluate(
+    model: Any,
+    named: list[Eval],
+    rollouts: int,
+    workers: int,
+    seed: int,
+    report_dir: str | Path | None,
+    pytest_args: Sequence[str],
+) -> Evaluation:
     settings = PolicySettings(seed=seed)
     served = {e.name: _served(model, e, settings) for e in named}
     key = secrets.token_urlsafe(16)

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from policybench.envserver import remote
 from policybench.lifetime import die_with_starter
-from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED
+from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED, declare_env_url
 from policybench.registry import (
     OPENPI,
     PolicySettings,
@@ -84,6 +85,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     SEED.declare(parser.add_argument)
     POLICY_DEVICE.declare(parser.add_argument)
+    declare_env_url(parser.add_argument)  # where a policy that needs an action space reads it
     parser.set_defaults(func=run)
 
 
@@ -118,7 +120,11 @@ def run(args: argparse.Namespace) -> int:
         max_frame_bytes=round(args.max_frame_mb * 2**20),
         call_timeout_s=args.call_timeout or None,
     )
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
+    remote.say_builds_nothing("serve", args.env_url, evals)
+    with (
+        remote.given(args.env_url, args.env_api_key),
+        contextlib.suppress(KeyboardInterrupt),  # Ctrl-C is how a user stops a server
+    ):
         return event_loop.run(_serve(PolicyServer(models, config, args.policy)))
     return 0
 
