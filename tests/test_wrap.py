@@ -4,8 +4,10 @@ sub-env of a vector env), and an episode the loop dies in is marked, then record
 
 from __future__ import annotations
 
+import html
 import json
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,6 +29,7 @@ from policybench.report.html import Findings, write_html
 from policybench.report.results import LATEST, RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, Summary
 from policybench.report.unfinished import UNFINISHED
+from policybench.report.verdicts import Verdict, append_verdict, read_verdicts
 from policybench.scoring.app import PAGE, ScoringApp
 from policybench.scoring.server import Request
 
@@ -137,29 +140,120 @@ def test_report_merge_of_separate_loop_runs_keeps_every_episode_and_a_copy_adds_
     assert all((tmp_path / "merged" / r[keys.ROLLOUT_TRACE]).is_file() for r in found)
     merging = json.loads((tmp_path / "merged" / RUN_INFO).read_text())["settings"]["merge"]
     assert merging["exact_duplicates_dropped"] == 3 and merging["repeats"] == 0  # a-copy's
-    # Two loop runs of one name share ids: merge refuses rather than keep one run's episodes.
+
+
+def test_report_merge_of_two_loop_runs_of_one_name_keeps_both_runs_episodes(tmp_path):
+    """Two machines each wrote `runs/loop` (copied here to here/run and there/run): their episode
+    ids name the same run id, yet they are two runs; merge keeps both, each episode with its
+    own id, trace, video and verdict, and a copy of either still adds nothing."""
     for where in ("here", "there"):
-        env = policybench.wrap(
-            gym.make("CartPole-v1"), "cartpole", "balance", run_dir=tmp_path / where / "run"
-        )
-        with env:
-            env.reset(seed=0)
-            run_to_end(env)
+        env = gym.make("CartPole-v1", render_mode="rgb_array")
+        with policybench.wrap(env, "cartpole", "balance", run_dir=tmp_path / where / "run") as env:
+            for seed in range(2):
+                env.reset(seed=seed)
+                run_to_end(env)
+    here, there = records(tmp_path / "here" / "run"), records(tmp_path / "there" / "run")
+    assert [r[keys.NODEID] for r in here] == [r[keys.NODEID] for r in there]  # one name's ids
+    given = Verdict.now(there[1][keys.NODEID], "success", "ann")  # on there's episode 1
+    append_verdict(tmp_path / "there" / "run", given)
+    shutil.copytree(tmp_path / "there" / "run", tmp_path / "copy" / "run")
+    parts = [tmp_path / where / "run" for where in ("here", "there", "copy")]
+    merge = subprocess.run(
+        [CLI, "report", "merge", *parts, "--out", tmp_path / "m"], capture_output=True, text=True
+    )
+    assert merge.returncode == 0, merge.stderr
+    assert f"{parts[1]} is another loop run named run" in merge.stdout
+    found = records(tmp_path / "m")
+    assert len(found) == 4  # both runs' two episodes; the copy's are exact duplicates
+    assert len({r[keys.NODEID] for r in found}) == 4
+    assert sum("/episode=run~2:" in r[keys.NODEID] for r in found) == 2
+    for name in (keys.ROLLOUT_TRACE, keys.VIDEO):
+        assert len({r[name] for r in found}) == 4
+        assert all((tmp_path / "m" / r[name]).is_file() for r in found)
+    # The renamed episode's video is its own run's, not the other run's of the old name.
+    renamed = next(r for r in found if r[keys.NODEID].endswith("/episode=run~2:1"))
+    twin = tmp_path / "there" / "run" / there[1][keys.VIDEO]
+    assert (tmp_path / "m" / renamed[keys.VIDEO]).read_bytes() == twin.read_bytes()
+    # The verdict given on `there`'s episode follows it, not `here`'s episode of the old id.
+    summary = json.loads((tmp_path / "m" / SUMMARY).read_text())
+    assert [v.rollout for v in read_verdicts(tmp_path / "m").given] == [renamed[keys.NODEID]]
+    assert summary["operator"] is not None
+    assert summary["overall"]["rollouts"] == 4
+    listed = json.loads((tmp_path / "m" / RUN_INFO).read_text())["settings"]["merged_from"]
+    assert [part.get("episodes_named") for part in listed] == [None, "run~2", "run~2"]
+
+
+def test_report_merge_refuses_copies_of_one_loop_run_both_recorded_into_again(tmp_path):
+    """A run copied, then recorded into again in both places: the copies' new episodes took the
+    same ids as one run's; merge names the clash rather than drop either."""
+    with policybench.wrap(gym.make("CartPole-v1"), "c", "b", run_dir=tmp_path / "a" / "run") as env:
+        env.reset(seed=0)
+        run_to_end(env)
+    shutil.copytree(tmp_path / "a" / "run", tmp_path / "b" / "run")
+    for where in ("a", "b"):
+        with policybench.wrap(
+            gym.make("CartPole-v1"), "c", "b", run_dir=tmp_path / where / "run"
+        ) as env:
+            env.reset(seed=1)
+            run_to_end(env, action=1 if where == "a" else 0)
     merge = subprocess.run(
         [
             CLI,
             "report",
             "merge",
-            tmp_path / "here" / "run",
-            tmp_path / "there" / "run",
+            tmp_path / "a" / "run",
+            tmp_path / "b" / "run",
             "--out",
-            tmp_path / "m2",
+            tmp_path / "m",
         ],
         capture_output=True,
         text=True,
     )
-    assert merge.returncode != 0 and "two loop runs of one name" in merge.stderr
-    assert not (tmp_path / "m2" / RESULTS).exists()
+    assert merge.returncode != 0
+    assert "as two different episodes of one run" in merge.stderr
+    assert str(tmp_path / "a" / "run") in merge.stderr and "Traceback" not in merge.stderr
+    assert not (tmp_path / "m" / RESULTS).exists()
+
+
+COMMAND_LOOP = """
+import sys
+import gymnasium as gym
+import policybench
+env = gym.make("CartPole-v1")
+arm = sys.argv[2]
+with policybench.wrap(env, "cartpole", "balance", arm=arm, run_dir=sys.argv[1]) as env:
+    env.reset(seed=0)
+    env.step(0)
+"""
+
+
+def test_run_json_of_loops_recording_into_one_run_lists_every_loops_command(tmp_path):
+    """Arms recorded by processes of different scripts and arguments: run.json's `command` is
+    the first loop's, its `commands` every distinct one (a loop run again adds none), and the
+    report and a merge of the run show them all."""
+    scripts = {arm: tmp_path / f"loop_{arm.lower()}.py" for arm in ("A", "B")}
+    for script in scripts.values():
+        script.write_text(COMMAND_LOOP)
+    run_dir = tmp_path / "run"
+    calls = [
+        [sys.executable, scripts["A"], run_dir, "A"],
+        [sys.executable, scripts["B"], run_dir, "B"],
+        [sys.executable, scripts["A"], run_dir, "A"],  # the same command again
+    ]
+    for call in calls:
+        assert subprocess.run(call, capture_output=True).returncode == 0
+    said = [shlex.join([Path(sys.executable).name, str(c[1]), str(run_dir), c[3]]) for c in calls]
+    run = json.loads((run_dir / RUN_INFO).read_text())
+    assert run["command"] == said[0]
+    assert run["settings"]["commands"] == said[:2]
+    index = (run_dir / "index.html").read_text()
+    assert all(html.escape(command) in index for command in said[:2])
+    merge = subprocess.run(
+        [CLI, "report", "merge", run_dir, "--out", tmp_path / "m"], capture_output=True, text=True
+    )
+    assert merge.returncode == 0, merge.stderr
+    merged = json.loads((tmp_path / "m" / RUN_INFO).read_text())["settings"]
+    assert merged["commands"] == said[:2] and merged["merged_from"][0]["commands"] == said[:2]
 
 
 def test_a_loop_runs_report_says_its_steps_took_wall_time_and_shows_no_model_calls(tmp_path):

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import os
 import secrets
 import shlex
 import sys
@@ -37,8 +38,9 @@ from policybench.report.arms import (
     telling_texts,
     whole_words,
 )
+from policybench.report.merge import COMMANDS, RUN_UID
 from policybench.report.results import RESULTS, ResultsWriter, read_results
-from policybench.report.summary import RunInfo
+from policybench.report.summary import RUN_INFO, RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
 from policybench.report.video import VideoRecorder
 from policybench.world import as_observation
@@ -213,7 +215,7 @@ class LoopRun:
             records = read_results(self.run_dir / RESULTS).records
             protocol = Protocol.of(records, run.settings if run else None)
             if run is not None:
-                dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
+                _write_whole(dataclasses.replace(run, fingerprint=protocol.as_json()), self.run_dir)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[IO[str]]:
@@ -248,7 +250,9 @@ class LoopRun:
         return sum((r[keys.EVAL], r.get(keys.ARM)) == mine for r in records)
 
     def _write_run_info(self, blind: bool) -> tuple[str, str | None]:
-        """run.json as a pytest run writes it, with this loop's command line; the arms of every
+        """run.json as a pytest run writes it, with the first loop's command line (`command`)
+        and every distinct command line of the loops recording into the directory (the setting
+        `commands`, in the order they first recorded: how each arm was made); the arms of every
         loop recording into the directory, in the order they started (letters in their order,
         and blinding.json, when blinded). Returns the run's id (the directory's name when the
         first loop recorded into it) and the arm as the records name it."""
@@ -261,8 +265,13 @@ class LoopRun:
             command = shlex.join([Path(sys.executable).name, *sys.argv])
             if run is None:
                 said = BLINDED if blind else policy
-                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), {keys.POLICY: said})
+                settings = {keys.POLICY: said, RUN_UID: secrets.token_hex(8)}
+                run = RunInfo.now(self.run_dir.name, [], Path.cwd(), settings)
                 run = dataclasses.replace(run, command=BLINDED if blind else command)
+            if not blind:  # a blinded run's commands would name its arms: blinding.json's
+                commands = list(run.settings.get(COMMANDS) or [run.command])
+                commands += [] if command in commands else [command]
+                run = dataclasses.replace(run, settings={**run.settings, COMMANDS: commands})
             arm = self.statics.get(keys.ARM)
             arms = list(run.settings.get(ARMS) or [])
             if blind:  # the command, arm and policy as typed are kept aside in blinding.json
@@ -279,8 +288,16 @@ class LoopRun:
                     listed = listed if isinstance(listed, list) else [listed]
                     settings[keys.POLICY] = [*listed, policy]
                 run = dataclasses.replace(run, settings=settings)
-            run.write(self.run_dir)
+            _write_whole(run, self.run_dir)
             return run.run_id, arm
+
+
+def _write_whole(run: RunInfo, run_dir: Path) -> None:
+    """Writes run.json whole or not at all (a loop interrupted as it writes keeps the last)."""
+    staging = run_dir / f".{RUN_INFO}-{os.getpid()}"
+    run.write(staging)
+    os.replace(staging / RUN_INFO, run_dir / RUN_INFO)
+    staging.rmdir()
 
 
 def _refuse_other_blinding(

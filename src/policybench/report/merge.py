@@ -8,22 +8,35 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.pytest_plugin.video import video_name
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
 from policybench.report.arms import ARMS
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
-from policybench.report.verdicts import carry_verdicts, gather_verdicts
+from policybench.report.verdicts import (
+    Verdict,
+    Verdicts,
+    append_verdicts,
+    gather_verdicts,
+    read_verdicts,
+)
 
 Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
 PARTS, MERGE = "merged_from", "merge"
+# The run setting listing every distinct command line that recorded into a run (the loops of a
+# wrapped run, policybench.wrap: one per arm, say); `command` stays the one that started it.
+COMMANDS = "commands"
+# The run setting a wrapped loop's run.json holds to tell it from any other run of its name (a
+# random token, kept by its copies): two machines' `runs/loop` are two runs, a copy is the same.
+RUN_UID = "run_uid"
 # The run setting naming the rollouts a run selected (its items after -k, --suite and --shard).
 SELECTED = "selected"
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
@@ -47,10 +60,23 @@ class Part:
     records: tuple[Record, ...]
     problems: tuple[str, ...]
     run: RunInfo | None
+    # A loop run of the same run id as another part's, a different run: the id its episodes'
+    # ids named (None: not renamed), the one they name in the merge, and the new name of each
+    # video and trace (the merged run's name -> the part's own).
+    renamed: tuple[str, str] | None = None
+    files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    def verdicts(self) -> Verdicts:
+        """The part's verdicts, on its rollouts as the merge names them."""
+        found = read_verdicts(self.run_dir)
+        if self.renamed is None:
+            return found
+        given = tuple(replace(v, rollout=_renamed(v.rollout, *self.renamed)) for v in found.given)
+        return Verdicts(given, found.problems)
 
     @property
     def shard(self) -> tuple[int, int] | None:
@@ -80,7 +106,7 @@ def merge_runs(
 ) -> MergeResult:
     """Merges the runs in `run_dirs` (in that order) into `out`; raises MergeRefused when
     their protocols or policies differ (unless allowed) or `out` is not free for it."""
-    parts = tuple(read_part(run_dir) for run_dir in dict.fromkeys(run_dirs))
+    parts = tell_loop_runs_apart([read_part(run_dir) for run_dir in dict.fromkeys(run_dirs)])
     changes = protocol_changes(parts)
     if changes and not allow_protocol_change:
         lines = "\n".join(f"  {line}" for line in changes)
@@ -93,10 +119,94 @@ def merge_runs(
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
     listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
     # Operators' verdicts: the parts', and those given on an earlier merge into `out`.
-    verdicts = gather_verdicts([*(part.run_dir for part in parts), out])
+    verdicts = _gather(parts, out)
     summary = Summary.of(merged.records, problems, listed or (), verdicts)
     index = write_merged(out, parts, merged, summary, changes, command)
     return MergeResult(parts, merged, summary, changes, index)
+
+
+def tell_loop_runs_apart(parts: Sequence[Part]) -> tuple[Part, ...]:
+    """The parts, with the episodes of a loop run that shares its run id with an earlier part's
+    but is another run (its run.json says so: another token, or another start or host) renamed:
+    `episode=<run id>~2:<index>` for the second run of that id, and so on. Copies of one run
+    keep one name, so their episodes stay one episode each."""
+    runs: dict[str, list[tuple[Any, ...]]] = {}  # run id -> its distinct runs, in order
+    told = []
+    for part in parts:
+        if part.run is None or not any(of_loop(record) for record in part.records):
+            told.append(part)
+            continue
+        run_id = part.run.run_id
+        seen = runs.setdefault(run_id, [])
+        identity = _identity(part.run)
+        if identity not in seen:
+            seen.append(identity)
+        number = seen.index(identity) + 1
+        told.append(part if number == 1 else _rename(part, run_id, f"{run_id}~{number}"))
+    return tuple(told)
+
+
+def _identity(run: RunInfo) -> tuple[Any, ...]:
+    """What tells a loop run from another of its name: its token, or (a run recorded before
+    loops wrote one) when and where it started."""
+    uid = run.settings.get(RUN_UID)
+    return (uid,) if uid else (run.started, run.host)
+
+
+def _rename(part: Part, before: str, after: str) -> Part:
+    records, files = [], {}
+    for record in part.records:
+        nodeid = record.get(keys.NODEID)
+        if not (of_loop(record) and isinstance(nodeid, str)):
+            records.append(record)
+            continue
+        renamed = {**record, keys.NODEID: _renamed(nodeid, before, after)}
+        for name in (keys.VIDEO, keys.ROLLOUT_TRACE):
+            old = record.get(name)
+            if isinstance(old, str) and Path(old).stem == video_name(nodeid):
+                new = Path(old).with_stem(video_name(renamed[keys.NODEID])).as_posix()
+                renamed[name], files[new] = new, old
+        records.append(renamed)
+    return replace(part, records=tuple(records), renamed=(before, after), files=files)
+
+
+def _renamed(nodeid: str, before: str, after: str) -> str:
+    """A loop episode's id naming run `after` where it named `before` (any other id as it is)."""
+    head, found, tail = nodeid.rpartition(f"/episode={before}:")
+    return f"{head}/episode={after}:{tail}" if found else nodeid
+
+
+def _one_run_twice(label: str, first: Part, second: Part) -> str:
+    """Why two different records of one loop episode id cannot be merged."""
+    said = f"{label} is in {first.run_dir} and in {second.run_dir} as two different episodes"
+    if first.run is None or second.run is None:
+        return (
+            f"{said}, and not both say which run they are (a run.json is missing), so they may "
+            "be one run recorded into in two places: merge would keep one and drop the other; "
+            "restore the missing run.json, or merge runs recorded into directories of "
+            "different names"
+        )
+    return (
+        f"{said} of one run (run {first.run.run_id}, started {first.run.started} on "
+        f"{first.run.host}, as both run.json say): its directory was copied and both copies "
+        "were recorded into again, so their episodes took the same ids and merge would keep "
+        "one and drop the other. Record further episodes into a new run_dir; merging such "
+        "copies is not possible"
+    )
+
+
+def _gather(parts: Sequence[Part], out: Path) -> Verdicts:
+    """The parts' verdicts (as the merge names their rollouts), then those of an earlier merge
+    into `out`, each given once."""
+    given: dict[Verdict, None] = {}
+    problems = []
+    for part in parts:
+        found = part.verdicts()
+        given.update(dict.fromkeys(found.given))
+        problems += [f"{part.name}: {problem}" for problem in found.problems]
+    earlier = gather_verdicts([out])
+    given.update(dict.fromkeys(earlier.given))
+    return Verdicts(tuple(given), (*problems, *earlier.problems))
 
 
 def protocol_changes(parts: Sequence[Part]) -> tuple[str, ...]:
@@ -124,9 +234,10 @@ class Merged:
     superseded: tuple[str, ...]  # an error in one part, a final outcome in another
     conflicts: tuple[str, ...]  # two different final outcomes of one rollout
     missing: tuple[str, ...]  # planned rollouts that no part ran
+    renamed: tuple[str, ...] = ()  # loop runs of one name, told apart
 
     def notes(self) -> list[str]:
-        notes = []
+        notes = list(self.renamed)
         if self.exact_duplicates:
             notes.append(f"{self.exact_duplicates} exact duplicate records dropped")
         if self.repeats:
@@ -156,13 +267,8 @@ def merge_records(parts: Sequence[Part]) -> Merged:
             label = record.get(keys.NODEID) or f"{record[keys.EVAL]} {record.get(keys.SCENE)}"
             if _json(first) == _json(record):
                 exact += 1
-            elif of_loop(record):  # its id names its run: a second record is of another run
-                raise MergeRefused(
-                    f"{label} is in {source} and in {part.name} as two different episodes: a "
-                    "loop's episode id names its run, so these are two loop runs of one name "
-                    "(one run would drop the other's episodes); merge runs recorded into "
-                    "directories of different names"
-                )
+            elif of_loop(record):  # its id names its run: one run, recorded into twice
+                raise MergeRefused(_one_run_twice(label, kept[key][1], part))
             elif before == after:
                 repeats += 1
             elif before == OutcomeKind.ERROR:
@@ -190,6 +296,13 @@ def merge_records(parts: Sequence[Part]) -> Merged:
         tuple(superseded),
         tuple(conflicts),
         missing_rollouts(records, parts) + absent_shards(parts),
+        tuple(
+            f"{part.run_dir} is another loop run named {part.renamed[0]} (started "
+            f"{part.run.started if part.run else '?'} on {part.run.host if part.run else '?'}): "
+            f"its episodes' ids name it {part.renamed[1]}"
+            for part in parts
+            if part.renamed is not None
+        ),
     )
 
 
@@ -305,11 +418,15 @@ def write_merged(
 ) -> Path:
     """Writes the merged run into `out` (new, or an earlier merge's); returns its index.html."""
     _clear(out, parts)
+    files = {part.run_dir: part.files for part in parts}
     with (out / RESULTS).open("w", encoding="utf-8") as results:
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
-            _link_files(record, source, out)
-    carry_verdicts([part.run_dir for part in parts], out)
+            _link_files(record, source, out, files[source])
+    held = set(read_verdicts(out).given)  # those given on an earlier merge into `out` stay
+    carried = [v for part in parts for v in part.verdicts().given if v not in held]
+    if carried:
+        append_verdicts(out, list(dict.fromkeys(carried)))
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
     summary.write(out, run)
@@ -333,18 +450,19 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def _link_files(record: Record, source: Path, out: Path) -> None:
-    """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`."""
+def _link_files(record: Record, source: Path, out: Path, files: Mapping[str, str]) -> None:
+    """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`
+    (or, renamed with its episode, from its part's own name: `files`)."""
     for name in (record.get(keys.VIDEO), record.get(keys.ROLLOUT_TRACE)):
-        if not isinstance(name, str) or not (source / name).is_file():
+        if not isinstance(name, str) or not (source / files.get(name, name)).is_file():
             continue
-        target = out / name
+        target, origin = out / name, source / files.get(name, name)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         try:
-            os.link(source / name, target)
+            os.link(origin, target)
         except OSError:  # another filesystem, or one without hard links
-            shutil.copy2(source / name, target)
+            shutil.copy2(origin, target)
 
 
 def merged_run_info(
@@ -361,8 +479,12 @@ def merged_run_info(
             "rollouts": len(part.records),
             SHARD: None if part.shard is None else f"{part.shard[0]}/{part.shard[1]}",
             **{name: getattr(part.run, name, None) for name in PART_RUN_FIELDS},
+            **_loop_fields(part),
         }
         for part in parts
+    ]
+    commands = [
+        c for part in parts for c in (part.run.settings if part.run else {}).get(COMMANDS, ())
     ]
     found = {
         "exact_duplicates_dropped": merged.exact_duplicates,
@@ -377,13 +499,31 @@ def merged_run_info(
         run_id=out.name,
         started=min((run.started for run in runs), default=base.started),
         command=command,
-        settings={**_shared(base.settings), PARTS: listed, MERGE: found},
+        settings={
+            **_shared(base.settings),
+            **({COMMANDS: list(dict.fromkeys(commands))} if commands else {}),
+            PARTS: listed,
+            MERGE: found,
+        },
     )
+
+
+def _loop_fields(part: Part) -> dict[str, Any]:
+    """What the list of parts shows of a loop run: every command that recorded into it, and the
+    run id its episodes' ids name in the merge when another part's run had its id."""
+    shown: dict[str, Any] = {}
+    commands = (part.run.settings if part.run else {}).get(COMMANDS)
+    if commands:
+        shown[COMMANDS] = commands
+    if part.renamed is not None:
+        shown["episodes_named"] = part.renamed[1]
+    return shown
 
 
 def _shared(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A part's run settings without what only that part was (its shard, its merge)."""
-    return {name: value for name, value in settings.items() if name not in (SHARD, PARTS, MERGE)}
+    only = (SHARD, PARTS, MERGE, COMMANDS, RUN_UID)
+    return {name: value for name, value in settings.items() if name not in only}
 
 
 def _policy_of(records: Sequence[Record]) -> dict[str, str]:
