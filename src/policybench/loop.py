@@ -17,7 +17,7 @@ from gymnasium.vector.utils import iterate
 
 from policybench import keys
 from policybench.record.loop_run import LoopRun, OpenEpisode, statics_of
-from policybench.report.cli import rebuild_report
+from policybench.report.cli import INTERRUPTED, interrupted_line, rebuild_report
 from policybench.report.results import new_run_dir
 from policybench.world import SUCCESS_INFO_KEYS, success_of
 
@@ -97,34 +97,52 @@ class Closing:
     def _end_open(self, how: str, error: str | None) -> None:
         raise NotImplementedError
 
-    def _finish(self, error: str | None) -> None:
+    def _finish(self, error: str | None) -> bool:
+        """Records the open episodes and writes the run's summary and report; False when Ctrl-C
+        interrupted that (it said so in one line: the recorded episodes are kept)."""
         if self._finished:
-            return
+            return True
         self._finished = True
         atexit.unregister(self._at_exit)
         try:
-            self._end_open(LOOP_ENDED, error)
-        finally:
-            with self.run.locked():  # other loops recording into the run may be closing too
-                self.run.close()
-                if self.run.writer.path.is_file():  # summary.json and index.html, as `report html`
-                    rebuild_report(self.run.run_dir)
+            try:
+                self._end_open(LOOP_ENDED, error)
+            finally:
+                with self.run.locked():  # other loops recording into the run may be closing too
+                    self.run.close()
+                    if self.run.writer.path.is_file():  # summary.json and index.html
+                        rebuild_report(self.run.run_dir)
+        except KeyboardInterrupt:
+            what = f"closing the wrapped loop's run in {self.run.run_dir} (writing its report)"
+            print(interrupted_line(self.run.run_dir, what), file=sys.stderr, flush=True)
+            return False
+        return True
 
     def close(self) -> None:
-        self._finish(None)
+        """Ends the run (see wrap); Ctrl-C while it writes the report ends the program with
+        status 130 and one line saying how to write the report again."""
+        finished = self._finish(None)
         self.env.close()  # type: ignore[attr-defined]
+        if not finished:
+            raise SystemExit(INTERRUPTED)
 
     def __enter__(self) -> Any:
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, _: Any) -> bool:
-        self._finish(None if error is None else _raised(error))
+        finished = self._finish(None if error is None else _raised(error))
         self.env.close()  # type: ignore[attr-defined]
+        if not finished:
+            raise SystemExit(INTERRUPTED) from None
         return False
 
     def _at_exit(self) -> None:
         uncaught = getattr(sys, "last_value", None)  # set once the interpreter reported one
-        self._finish(None if uncaught is None else _raised(uncaught))
+        if not self._finish(None if uncaught is None else _raised(uncaught)):
+            # A SystemExit raised in an exit handler is reported with a traceback, and leaves
+            # the exit status as it was: end here, as Ctrl-C ends a program.
+            sys.stdout.flush()
+            os._exit(INTERRUPTED)
 
 
 def _raised(error: BaseException) -> str:

@@ -101,9 +101,28 @@ def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:
     )
 
 
+INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (SIGINT), as shells say it
+
+
+def interrupted_line(run_dir: Path, what: str) -> str:
+    """What a run's report writing ended by Ctrl-C says, in one line: what was interrupted, that
+    its results are whole (each record is appended and flushed as it ends), and how to finish."""
+    again = shlex.join(["policybench", "report", "html", str(run_dir)])
+    return (
+        f"policybench: interrupted while {what}; its {RESULTS} is intact; write the report "
+        f"again with: {again}"
+    )
+
+
 def run_html(args: argparse.Namespace) -> int:
-    seal_named(args.run, args.report_dir)  # a loop killed in its first episode: no results yet
-    rebuild_report(_run_dir(args.run, args.report_dir))
+    run_dir = Path(args.run)
+    try:
+        seal_named(args.run, args.report_dir)  # a loop killed in its first episode: no results
+        run_dir = _run_dir(args.run, args.report_dir)
+        rebuild_report(run_dir)
+    except KeyboardInterrupt:
+        print(interrupted_line(run_dir, f"writing the report of {run_dir}"), file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
