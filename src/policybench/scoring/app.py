@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
@@ -73,6 +74,15 @@ def unfilmed_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     )
 
 
+def _stamp(path: Path) -> tuple[int, ...] | None:
+    """What changes when a file is appended to, rewritten or replaced (None: no file)."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 def scorer_order(ids: Sequence[str], run_id: str, scorer: str) -> list[str]:
     """The rollouts in the order one scorer sees them: shuffled, seeded by the run and the
     scorer (the same scorer gets the same order again; arms and seeds are interleaved)."""
@@ -91,6 +101,10 @@ class ScoringApp:
         run = RunInfo.load(run_dir)
         self.run_id = run.run_id if run is not None else run_dir.name
         self.templates = page_templates()
+        # results.jsonl as last read, and what its stat said then: a video's every range request
+        # asks which files the page shows, and reading a long run's results for each is slow
+        self._read: tuple[tuple[int, ...] | None, dict[str, dict[str, Any]]] = (None, {})
+        self._reading = threading.Lock()  # the server answers on several threads
 
     def routes(self) -> Routes:
         return {("GET", PAGE): self.page, ("POST", VERDICT_PATH): self.verdict}
@@ -106,9 +120,15 @@ class ScoringApp:
 
     def rollouts(self) -> dict[str, dict[str, Any]]:
         """The run's rollouts by id (a rollout recorded twice, as a resumed run's retried one:
-        its last record)."""
-        records = read_results(self.run_dir / RESULTS).records
-        return {rollout_id(record): record for record in records}
+        its last record), read again only when results.jsonl changed (a rollout appended by the
+        run still going, a rewrite) since it was last read."""
+        path = self.run_dir / RESULTS
+        with self._reading:
+            stamp = _stamp(path)
+            if stamp is None or stamp != self._read[0]:
+                records = read_results(path).records
+                self._read = (stamp, {rollout_id(record): record for record in records})
+            return self._read[1]
 
     def page(self, request: Request) -> Response:
         scorer = self.scorer or request.query.get(keys.SCORER, "").strip()
