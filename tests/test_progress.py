@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from policybench.report.status import STATUS, Status, combined, read_status
+from policybench.report.status import STATUS, RunState, Status, combined, read_status
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 BENCHMARK = """
@@ -186,7 +186,8 @@ def test_report_status_without_a_status_file_says_what_it_wants(tmp_path):
         text=True,
     )
     assert done.returncode == 2
-    assert "no status.json in" in done.stdout and "give run directories" in done.stdout
+    assert "no status.json or results.jsonl in" in done.stdout
+    assert "give run directories" in done.stdout
 
 
 def test_the_line_says_pace_and_eta_while_running_and_finished_at_the_end():
@@ -195,5 +196,5 @@ def test_the_line_says_pace_and_eta_while_running_and_finished_at_the_end():
     assert running.line() == (
         "4/10 done · 3 solved (75.0%, 95% CI 30.1%-95.4%) · 0 errors · 2.0/min · ETA 3m00s"
     )
-    finished = Status("r", 10, 10, 7, 2, 1, 0.0, 300.0, finished=True)
+    finished = Status("r", 10, 10, 7, 2, 1, 0.0, 300.0, state=RunState.FINISHED)
     assert finished.line().endswith("· 1 error · 2.0/min · finished")

@@ -1,7 +1,7 @@
 """A long run you can watch: on the controller, a status line (done of total, solved with its
 interval, errors, pace, ETA) kept in place on a terminal or printed every --status-every seconds
 otherwise, and status.json in the run directory rewritten atomically as rollouts finish (at most
-once a second, and at the end)."""
+once a second, and at the end). A resumed run counts the rollouts it carried over."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
-from policybench.report.status import Status, StatusFile
+from policybench.report.status import RunState, Status, StatusFile
+
+CLEAR_TO_END = "\x1b[K"  # the rest of the terminal's line: a shorter line leaves nothing behind
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,9 +54,13 @@ class Progress:
         self.run_dir = run_context(config).run_dir
         self.status_file = StatusFile(self.run_dir)
         self.started_at = time.time()
-        self.total = 0
-        self.done: set[str] = set()
-        self.outcomes: dict[str, OutcomeKind] = {}  # the latest attempt's, per rollout
+        resumed = run_context(config).resumed
+        carried = {} if resumed is None else resumed.carried  # ended before this session
+        self.carried = len(carried)
+        self.selected: set[str] = set(carried)  # the run's items: this session's and carried
+        self.done: set[str] = set(carried)
+        # the latest attempt's, per rollout
+        self.outcomes = {nodeid: OutcomeKind(r[keys.OUTCOME]) for nodeid, r in carried.items()}
         self.printed_at = time.monotonic()
         self.terminal: Any = None
 
@@ -66,12 +72,12 @@ class Progress:
             self.config.stash[STATUS_LINE] = terminal.isatty and terminal.verbosity <= 0
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.total = len(session.items)
+        self.selected.update(item.nodeid for item in session.items)
         self._update()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self.total = max(self.total, len(ids))  # every worker collects the same items
+        self.selected.update(ids)  # every worker collects the same items
         self._update()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -83,41 +89,54 @@ class Progress:
             self._update()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        status = self._update(finished=True)
+        """The run has ended: finished when every item ran, else stopped (interrupted, -x)."""
+        complete = self.done >= self.selected
+        status = self._update(RunState.FINISHED if complete else RunState.STOPPED)
         if not self.outcomes:
             return
         if self.terminal is not None and live(self.config):
+            self._rewrite(status)  # its last state stays on the screen
             self.terminal.write_line("")
         elif self.terminal is not None and status.done:
             self._print(status)
 
-    def status(self, finished: bool = False) -> Status:
+    def status(self, state: RunState = RunState.RUNNING) -> Status:
         counts = list(self.outcomes.values())
         return Status(
             run_id=self.run_dir.name,
-            total=max(self.total, len(self.done)),
+            total=len(self.selected | self.done),
             done=len(self.done),
             solved=counts.count(OutcomeKind.SOLVED),
             unsolved=counts.count(OutcomeKind.UNSOLVED),
             errors=counts.count(OutcomeKind.ERROR),
             started_at=self.started_at,
             updated_at=time.time(),
-            finished=finished,
+            state=state,
+            carried=self.carried,
         )
 
-    def _update(self, finished: bool = False) -> Status:
-        status = self.status(finished)
+    def _update(self, state: RunState = RunState.RUNNING) -> Status:
+        status = self.status(state)
         if not self.outcomes:  # no rollout yet (or a run of other tests): nothing to say
             return status
         self.status_file.update(status)
-        if self.terminal is None or finished or not status.done:
+        if self.terminal is None or state is not RunState.RUNNING or not status.done:
             return status
         if live(self.config):
-            self.terminal.rewrite(f"policybench: {status.line()}", erase=True)
+            self._rewrite(status)
         elif time.monotonic() - self.printed_at >= self.every_s:
             self._print(status)
             self.printed_at = time.monotonic()
         return status
+
+    def _rewrite(self, status: Status) -> None:
+        """The line in place of the one before, fitted to the terminal's width (a line that wraps
+        cannot be gone back over), and the rest of the screen's line cleared."""
+        width = max(self.terminal._tw.fullwidth - 1, 1)
+        line = f"policybench: {status.line()}"
+        if len(line) > width:  # the interval goes first, then the end
+            line = f"policybench: {status.line(interval=False)}"[:width]
+        self.terminal._tw.write(f"\r{line}{CLEAR_TO_END}")
 
     def _print(self, status: Status) -> None:
         """The line on a line of its own, also after pytest's progress characters (xdist's

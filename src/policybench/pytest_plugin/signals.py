@@ -1,13 +1,15 @@
 """Signals a run handles on purpose: SIGTERM to the controller stops the run as Ctrl-C does (the
 rollouts in flight end with their workers; the finished ones are kept, the summary and report
-written), and an xdist worker ends with its controller however that one ends (the run's policy
-server does too, see `remote.py`)."""
+written; once they are, a late one ends the process at once, in one line), and an xdist worker
+ends with its controller however that one ends (the run's policy server does too, see
+`remote.py`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -37,10 +39,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class StopOnTerm:
     """On the controller: SIGTERM ends the workers' rollouts in flight (as Ctrl-C, sent to the
-    whole terminal, would) and interrupts the run, which then writes what it has."""
+    whole terminal, would) and interrupts the run, which then writes what it has. Once the run
+    has ended (its summary, report and exit status written), there is nothing to interrupt: the
+    process ends with the run's exit status and says so in one line."""
 
     def __init__(self) -> None:
         self.workers: dict[str, int] = {}  # worker id -> pid
+        self.exit_status: int | None = None  # the run's, once it has ended
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Any:
+        """After the other finish hooks: the run's results, summary and report are written."""
+        result = yield
+        self.exit_status = int(session.exitstatus)
+        return result
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodeready(self, node: Any) -> None:
@@ -53,7 +65,16 @@ class StopOnTerm:
         self.workers.pop(node.gateway.id, None)
 
     def interrupt(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.exit_status is not None:
+            print(
+                f"policybench: {name} after the run had ended (its results and report are "
+                f"complete): exiting with the run's status {self.exit_status}",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(self.exit_status)
         for pid in self.workers.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+        raise KeyboardInterrupt(f"stopped by {name}")

@@ -1,29 +1,43 @@
 """A run's progress as it goes: status.json in its run directory (written atomically as rollouts
 finish, at most once a second, and at the end), one line saying it, and `policybench report status
-DIR...` across runs and shards."""
+DIR...` across runs and shards (a wrapped loop's run, which plans nothing, from its results)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import tempfile
+import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 
-from policybench.report.stats import Tally
+from policybench.report.results import RESULTS, read_results
+from policybench.report.stats import Tally, tally_of
+from policybench.report.summary import SUMMARY, RunInfo
+from policybench.report.unfinished import UNFINISHED
 
 STATUS = "status.json"
 FORMAT = "policybench-status"
+VERSION = 2  # 1 had no state: `finished` was true for a run stopped early too
 WRITE_EVERY_S = 1.0  # readers poll it; a run of quick rollouts would rewrite it many times a second
+
+
+class RunState(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"  # ended with every selected item run
+    STOPPED = "stopped"  # ended early (Ctrl-C, SIGTERM, -x): some items not run
 
 
 @dataclass(frozen=True)
 class Status:
     """How far a run has got: `done` of `total` items (rollouts, and any other selected test),
-    the rollouts' outcomes, and its pace since it started."""
+    the rollouts' outcomes, whether it runs, finished or stopped early, and its pace since it
+    started. A resumed run counts the rollouts carried over (`carried`, ended before it started)
+    in `done` and its outcomes, and not in its pace."""
 
     run_id: str
     total: int
@@ -33,7 +47,17 @@ class Status:
     errors: int
     started_at: float  # seconds since the epoch
     updated_at: float
-    finished: bool = False
+    state: RunState = RunState.RUNNING
+    carried: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run is complete: it ended with every selected item run."""
+        return self.state is RunState.FINISHED
+
+    @property
+    def not_run(self) -> int:
+        return max(self.total - self.done, 0)
 
     @property
     def tally(self) -> Tally:
@@ -43,38 +67,50 @@ class Status:
 
     @property
     def per_minute(self) -> float | None:
-        elapsed = self.updated_at - self.started_at
-        return self.done / elapsed * 60 if self.done and elapsed > 0 else None
+        elapsed, ran = self.updated_at - self.started_at, self.done - self.carried
+        return ran / elapsed * 60 if ran > 0 and elapsed > 0 else None
 
     @property
     def eta_s(self) -> float | None:
         rate = self.per_minute
-        if self.finished or rate is None:
+        if self.state is not RunState.RUNNING or rate is None:
             return None
-        return max(self.total - self.done, 0) / rate * 60
+        return self.not_run / rate * 60
 
-    def line(self) -> str:
-        """`37/120 done · 21 solved (56.8%, 95% CI 40.1-72.1%) · 1 error · 6.2/min · ETA 13m`"""
+    def line(self, interval: bool = True) -> str:
+        """`37/120 done · 21 solved (56.8%, 95% CI 40.1-72.1%) · 1 error · 6.2/min · ETA 13m`
+        (without `interval`: `21 solved (56.8%)`, for a narrow terminal)."""
         tally = self.tally
         parts = [f"{self.done}/{self.total} done"]
         solved = f"{self.solved} solved"
-        if tally.rollouts:
+        if tally.rollouts and interval:
             low, high = tally.interval()
             solved += f" ({tally.rate:.1%}, 95% CI {low:.1%}-{high:.1%})"
+        elif tally.rollouts:
+            solved += f" ({tally.rate:.1%})"
         parts.append(solved)
         parts.append(f"{self.errors} error{'' if self.errors == 1 else 's'}")
         rate = self.per_minute
         parts.append("-/min" if rate is None else f"{rate:.1f}/min")
-        if self.finished and self.done < self.total:  # interrupted, or items that never ran
-            parts.append(f"stopped with {self.total - self.done} not run")
-        elif self.finished:
+        if self.state is RunState.STOPPED:
+            parts.append(f"stopped with {self.not_run} not run")
+        elif self.state is RunState.FINISHED:
             parts.append("finished")
         elif (eta := self.eta_s) is not None:
             parts.append(f"ETA {duration(eta)}")
         return " · ".join(parts)
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "version": 1, **asdict(self)}
+        """The fields, and what a poller asks: `finished` (complete) and `not_run` (stopped)."""
+        stopped = self.not_run if self.state is RunState.STOPPED else 0
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            **asdict(self),
+            "state": self.state.value,
+            "finished": self.finished,
+            "not_run": stopped,
+        }
 
     @classmethod
     def from_json(cls, data: dict, source: Path) -> Status:
@@ -82,7 +118,11 @@ class Status:
             raise ValueError(
                 f"{source}: not a policybench status file (format {data.get('format')!r})"
             )
-        return cls(**{field.name: data[field.name] for field in fields(cls)})
+        given = {field.name: data[field.name] for field in fields(cls) if field.name in data}
+        if "state" not in given:  # version 1 said only whether the run had ended (`finished`)
+            ended = RunState.FINISHED if data["done"] >= data["total"] else RunState.STOPPED
+            given["state"] = ended if data["finished"] else RunState.RUNNING
+        return cls(**{**given, "state": RunState(given["state"])})
 
 
 def duration(seconds: float) -> str:
@@ -94,9 +134,11 @@ def duration(seconds: float) -> str:
 
 
 def write_status(run_dir: Path, status: Status) -> None:
-    """Replaces status.json in one step: a reader sees the old file or the new one, never a part."""
+    """Replaces status.json in one step: a reader sees the old file or the new one, never a part.
+    Its mode is the other run files' (0666 less the umask), so whoever reads the report reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=run_dir, prefix=".status-", suffix=".json")
+    temporary = run_dir / f".status-{os.getpid()}-{secrets.token_hex(4)}.json"
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(handle, "w") as file:
         json.dump(status.to_json(), file)
     os.replace(temporary, run_dir / STATUS)
@@ -104,7 +146,7 @@ def write_status(run_dir: Path, status: Status) -> None:
 
 class StatusFile:
     """A run's status.json, written as rollouts finish: at most once every `every_s` seconds,
-    and always when the status says the run has finished (an update in between is skipped; the
+    and always when the status says the run has ended (an update in between is skipped; the
     next one written carries it)."""
 
     def __init__(self, run_dir: Path, every_s: float = WRITE_EVERY_S) -> None:
@@ -117,7 +159,7 @@ class StatusFile:
         whether it wrote."""
         now = time.monotonic()
         recent = self._written_at is not None and now - self._written_at < self.every_s
-        if recent and not status.finished:
+        if recent and status.state is RunState.RUNNING:
             return False
         write_status(self.run_dir, status)
         self._written_at = now
@@ -125,12 +167,46 @@ class StatusFile:
 
 
 def read_status(run_dir: Path) -> Status:
+    """The run's status.json; a run without one (a wrapped loop's) as its results tell it."""
     path = run_dir / STATUS
+    if not path.is_file() and (run_dir / RESULTS).is_file():
+        return status_of_results(run_dir)
     return Status.from_json(json.loads(path.read_text()), path)
 
 
+def status_of_results(run_dir: Path) -> Status:
+    """A run's status from its results.jsonl: a wrapped loop's run plans no rollouts, so its total
+    is the episodes ended and those in progress; it has finished when its loops closed it (its
+    summary is as new as its results, and no episode is open)."""
+    from policybench.pytest_plugin.resume import latest_per_rollout  # the pytest side's
+
+    results = run_dir / RESULTS
+    tally = tally_of(latest_per_rollout(read_results(results).records))
+    folder = run_dir / UNFINISHED
+    open_episodes = len(list(folder.glob("*.json"))) if folder.is_dir() else 0
+    updated = results.stat().st_mtime
+    summary = run_dir / SUMMARY
+    closed = summary.is_file() and summary.stat().st_mtime >= updated and not open_episodes
+    run = RunInfo.load(run_dir)
+    started = datetime.fromisoformat(run.started).timestamp() if run is not None else updated
+    return Status(
+        run_id=run.run_id if run is not None else run_dir.name,
+        total=tally.rollouts + open_episodes,
+        done=tally.rollouts,
+        solved=tally.solved,
+        unsolved=tally.unsolved,
+        errors=tally.errors,
+        started_at=min(started, updated),
+        updated_at=updated,
+        state=RunState.FINISHED if closed else RunState.RUNNING,
+    )
+
+
 def combined(statuses: Sequence[Status]) -> Status:
-    """The runs as one (the shards of one run): counts add up, pace over the earliest start."""
+    """The runs as one (the shards of one run): counts add up, pace over the earliest start;
+    running while one runs, finished when all did, else stopped."""
+    states = {status.state for status in statuses}
+    state = next(s for s in (RunState.RUNNING, RunState.STOPPED, RunState.FINISHED) if s in states)
     return Status(
         run_id=f"{len(statuses)} runs",
         total=sum(s.total for s in statuses),
@@ -140,20 +216,26 @@ def combined(statuses: Sequence[Status]) -> Status:
         errors=sum(s.errors for s in statuses),
         started_at=min(s.started_at for s in statuses),
         updated_at=max(s.updated_at for s in statuses),
-        finished=all(s.finished for s in statuses),
+        state=state,
+        carried=sum(s.carried for s in statuses),
     )
 
 
+def is_run(path: Path) -> bool:
+    return (path / STATUS).is_file() or (path / RESULTS).is_file()
+
+
 def status_dirs(paths: Iterable[Path]) -> list[Path]:
-    """Each path that holds a status.json, or else the run directories directly inside it that
-    do (`reports/4242` for an array job's shards; the `latest` link is not a run of its own)."""
+    """Each path that is a run directory (it holds a status.json, or results.jsonl), or else the
+    run directories directly inside it (`reports/4242` for an array job's shards; the `latest`
+    link is not a run of its own)."""
     found: list[Path] = []
     for path in paths:
-        if (path / STATUS).is_file():
+        if is_run(path):
             found.append(path)
         elif path.is_dir():
             runs = (child for child in path.iterdir() if not child.is_symlink())
-            found += sorted(child for child in runs if (child / STATUS).is_file())
+            found += sorted(child for child in runs if is_run(child))
     return found
 
 
@@ -166,15 +248,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    missing = [path for path in args.runs if not path.exists()]
+    if missing:
+        shown = ", ".join(str(path) for path in missing)
+        print(f"no such directory: {shown}: give run directories, or folders of them")
+        return 2
     dirs = status_dirs(args.runs)
     if not dirs:
         shown = " ".join(str(path) for path in args.runs)
-        print(f"no {STATUS} in {shown} or the directories directly inside: give run directories")
+        print(
+            f"no {STATUS} or {RESULTS} in {shown} or the directories directly inside: "
+            "give run directories"
+        )
         return 2
     statuses = [read_status(run_dir) for run_dir in dirs]
     now = time.time()
     for run_dir, status in zip(dirs, statuses, strict=True):
-        age = "" if status.finished else f" (updated {duration(now - status.updated_at)} ago)"
+        age = (
+            f" (updated {duration(now - status.updated_at)} ago)"
+            if status.state is RunState.RUNNING
+            else ""
+        )
         print(f"{run_dir}: {status.line()}{age}")
     if len(statuses) > 1:
         print(f"together: {combined(statuses).line()}")
