@@ -7,12 +7,16 @@ import os
 import re
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
 from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.workers import is_worker
+from policybench.record.protocol import Protocol
+from policybench.report.results import RESULTS
 from policybench.spec import Eval, Rollout
 
 AUTO = "auto"
@@ -207,3 +211,43 @@ def dealt(eval: Eval, plan: Sequence[Rollout]) -> dict[int, int]:
     ordered = sorted(plan, key=lambda rollout: tasks[rollout.scene.task])
     start = zlib.crc32(eval.name.encode())
     return {rollout.index: start + place for place, rollout in enumerate(ordered)}
+
+
+AGGREGATOR = "policybench-aggregator"  # the controller's plugin holding the run's run.json
+EMPTY = pytest.StashKey[bool]()  # the controller kept this shard's run as having nothing to run
+
+
+@pytest.hookimpl(trylast=True)  # after the aggregator, which writes nothing for no rollout
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A shard dealt no rollout (fewer task-cards than shards) is still a shard of the run: its
+    run directory is kept with its run.json (its shard, an empty selection) and an empty
+    results.jsonl, so `report merge` counts it, and it exits 0, not pytest's "no tests ran"."""
+    config = session.config
+    shard = shard_of(config)
+    if shard is None or is_worker(config) or session.testscollected:
+        return
+    if session.exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED:
+        return  # stopped, or a collection error: not a shard that had nothing to run
+    context = rundir.run_context(config)
+    aggregator = config.pluginmanager.get_plugin(AGGREGATOR)
+    if not context.made or aggregator is None:
+        return
+    run_info = aggregator.run_info
+    fingerprint = Protocol.of([], run_info.settings).as_json()
+    replace(run_info, fingerprint=fingerprint).write(context.run_dir)
+    if context.settings.blinding is not None:  # merge asks every part for the run's blinding
+        context.settings.blinding.write(context.run_dir, aggregator.command)
+    (context.run_dir / RESULTS).touch()
+    config.stash[EMPTY] = True
+    session.exitstatus = pytest.ExitCode.OK
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.stash.get(EMPTY, False):
+        run_dir = rundir.run_dir_of(config)
+        terminalreporter.write_line(
+            f"policybench: shard {shard_of(config)} had nothing to run (no selected rollout "
+            "was dealt to it: fewer task-cards than shards); its run directory "
+            f"{run_dir} is "
+            "kept so that report merge counts this shard"
+        )
