@@ -70,6 +70,9 @@ LATENCY_MS_P95 = "latency_ms_p95"
 LATENCY_MS_P99 = "latency_ms_p99"
 STALE_ACTION_SHARE = "stale_action_share"
 FRESH_ACTION_HZ = "fresh_action_hz"
+# With --execute-steps S: the model calls whose delay exceeded S control steps (a drawn or
+# measured latency), each waited for by the next call.
+CALLS_PAST_HORIZON = "calls_past_horizon"
 # Sum and maximum of the env's per-step rewards (as lerobot-eval names them).
 SUM_REWARD = "sum_reward"
 MAX_REWARD = "max_reward"

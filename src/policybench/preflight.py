@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from policybench import keys
 from policybench.harness import ActionError, check_action
 from policybench.policy.base import (
     CallHung,
@@ -23,9 +24,10 @@ from policybench.policy.base import (
     Policy,
     SessionContext,
     Step,
+    control_period_ns,
     release,
 )
-from policybench.policy.chunk_player import ChunkPolicy
+from policybench.policy.chunk_player import ChunkPolicy, late_share, play_problem
 from policybench.spec import Rollout
 from policybench.world import World
 
@@ -135,6 +137,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         latency_ms = (time.perf_counter() - started) * 1e3
         for action in actions:
             check_action(action, space.shape, policy.name)
+        unplayable, played_notes = _played(policy, eval.control_hz, len(actions))
         described = policy.describe()
     except (InfrastructureError, CallHung) as error:  # says nothing of the contract
         problem = f"{type(error).__name__}: {error}"
@@ -145,6 +148,8 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         problem = f"{type(error).__name__}: {error}"
         details = traceback.format_exc()
         return Shown(_failed(eval.name, problem, sent, policy, details, received), shown)
+    if unplayable is not None:
+        return Shown(_failed(eval.name, unplayable, sent, policy, received=received), shown)
     passed = Preflight(
         eval.name,
         Verdict.PASSED,
@@ -154,11 +159,30 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         horizon=len(actions),
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
-        notes=_out_of_bounds(actions, space.low, space.high),
+        notes=(*_out_of_bounds(actions, space.low, space.high), *played_notes),
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
     )
     return Shown(passed, shown)
+
+
+def _played(policy: Policy, control_hz: float, horizon: int) -> tuple[str | None, tuple[str, ...]]:
+    """Why a ChunkPolicy's execution horizon does not fit chunks of `horizon` actions under its
+    latency (each rollout would fail at its first chunk), or None; and a note when a latency
+    profile's draws may exceed the horizon (those calls are waited for)."""
+    if not isinstance(policy, ChunkPolicy):
+        return None, ()
+    period_ns = control_period_ns(control_hz)
+    problem = play_problem(policy.execute_steps, policy.latency, period_ns, horizon)
+    share = late_share(policy.execute_steps, policy.latency, period_ns)
+    if problem is not None or not share:
+        return problem, ()
+    return None, (
+        f"{share:.1%} of the latency profile's draws exceed --execute-steps "
+        f"{policy.execute_steps} ({policy.execute_steps * period_ns / 1e6:g} ms): the next call "
+        f"waits for such a call, so that cycle's horizon is its delay "
+        f"({keys.CALLS_PAST_HORIZON} in each record)",
+    )
 
 
 def _failed(

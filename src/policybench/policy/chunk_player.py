@@ -46,11 +46,14 @@ class ChunkPlayer:
     the previous call (the real-time chunking paper's execution horizon s: from one call to the
     next, the d steps of delay included), never while a call is in flight. A call costs the
     `latency` in simulated time, during which the current chunk keeps playing; a profile's draws
-    come from `draws` (seed it per rollout). In a run with latency each request also carries the
-    delay d in steps and the actions of the current chunk still to play (keys.INFERENCE_DELAY,
-    keys.ACTION_PREFIX). `warm_start`: the first chunk is computed before the clock starts (not
-    charged) and the first charged call is made at once from the same observation, as the
-    paper's simulated evaluation does.
+    come from `draws` (seed it per rollout). A call whose delay d exceeds the horizon (a drawn or
+    measured latency; a fixed one must fit) is waited for: the current chunk plays on (once it
+    is played out, the Eval's hold), the late chunk plays from its arrival (anchored as usual)
+    and the next call is asked for then, so that cycle's horizon is d. In a run with latency
+    each request also carries the delay d in steps and the actions of the current chunk still
+    to play (keys.INFERENCE_DELAY, keys.ACTION_PREFIX). `warm_start`: the first chunk is
+    computed before the clock starts (not charged) and the first charged call is made at once
+    from the same observation, as the paper's simulated evaluation does.
     """
 
     def __init__(
@@ -152,16 +155,9 @@ class ChunkPlayer:
         return {**obs, keys.INFERENCE_DELAY: np.int64(delay), keys.ACTION_PREFIX: prefix}
 
     def _check_horizon(self, horizon: int) -> None:
-        # Without delay a horizon past the chunk's end just means "when it is played out"; with
-        # one, the chunk would run dry before the next arrives: not the protocol asked for.
-        steps, delay = self._execute_steps, self._delay_steps
-        if steps is not None and delay and steps + delay > horizon:
-            raise ValueError(
-                f"execute_steps s={steps} with a delay of d={delay} steps needs chunks of at "
-                f"least s + d = {steps + delay} actions, but the model answered {horizon}: "
-                f"valid s lie in [max(1, d), H - d] = {valid_execute_steps(horizon, delay)}; "
-                "lower --execute-steps or the delay"
-            )
+        problem = horizon_problem(self._execute_steps, self._delay_steps, horizon)
+        if problem is not None:
+            raise ValueError(problem)
 
     def _load(self, call: ModelCall, chunk: Chunk) -> None:
         anchor_ns = call.asked_ns if self._anchor is ChunkAnchor.OBSERVATION else call.arrives_ns
@@ -207,6 +203,42 @@ def valid_execute_steps(horizon: int, delay: int) -> str:
     """The execution horizons a chunk of `horizon` actions allows at a delay of `delay` steps."""
     low, high = max(1, delay), horizon - delay
     return f"{low}..{high}" if low <= high else "none"
+
+
+def horizon_problem(execute_steps: int | None, delay: int | None, horizon: int) -> str | None:
+    """Why chunks of `horizon` actions cannot be played at `execute_steps` under a fixed delay
+    of `delay` steps (None: they can). Without delay a horizon past the chunk's end just means
+    "when it is played out"; with one, the chunk would run dry before the next arrives."""
+    if execute_steps is None or not delay or execute_steps + delay <= horizon:
+        return None
+    return (
+        f"execute_steps s={execute_steps} with a delay of d={delay} steps needs chunks of at "
+        f"least s + d = {execute_steps + delay} actions, but the model answered {horizon}: "
+        f"valid s lie in [max(1, d), H - d] = {valid_execute_steps(horizon, delay)}; "
+        "lower --execute-steps or the delay"
+    )
+
+
+def play_problem(
+    execute_steps: int | None, latency: InferenceLatency, period_ns: int, horizon: int
+) -> str | None:
+    """Why a ChunkPlayer at `execute_steps` under `latency` cannot play chunks of `horizon`
+    actions at a control period of `period_ns` (None: it can), as its first chunk would find."""
+    delay = latency.least_steps(period_ns)
+    try:
+        check_execute_steps(execute_steps, delay)
+    except ValueError as error:
+        return str(error)
+    return horizon_problem(execute_steps, delay, horizon)
+
+
+def late_share(execute_steps: int | None, latency: InferenceLatency, period_ns: int) -> float:
+    """The share of a latency profile's draws whose delay exceeds the execution horizon (more
+    than `execute_steps` control periods): calls the next call waits for (0 for any other
+    latency, whose delay is fixed and checked, or measured and unknown in advance)."""
+    if execute_steps is None or latency.profile is None:
+        return 0.0
+    return latency.profile.share_above_s(execute_steps * period_ns / 1e9)
 
 
 def check_execute_steps(execute_steps: int | None, delay: int | None) -> None:

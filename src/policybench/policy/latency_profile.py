@@ -120,6 +120,12 @@ class LatencyProfile:
             return float(np.quantile(self.sample_s, q))
         return max(0.0, float(self._frozen.ppf(q)))
 
+    def share_above_s(self, seconds: float) -> float:
+        """The share of draws longer than `seconds`."""
+        if self._frozen is None:
+            return float(np.mean(np.asarray(self.sample_s) > seconds))
+        return float(self._frozen.sf(seconds)) if seconds >= 0 else 1.0
+
     def describe(self) -> dict[str, Any]:
         """What a record shows of the profile: its kind, digest, sample size or family and
         parameters, median and 95th percentile (and the share of draws clipped at 0)."""

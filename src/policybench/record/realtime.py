@@ -44,6 +44,9 @@ def rollout_realtime(
         keys.STALE_ACTION_SHARE: None,
         keys.FRESH_ACTION_HZ: None,
     }
+    horizon = (statics.get(keys.POLICY) or {}).get(keys.EXECUTE_STEPS)
+    if horizon is not None:
+        figures[keys.CALLS_PAST_HORIZON] = sum(_ticks(ns, period) > horizon for ns in charged)
     if not calls or not steps:
         return figures
     first = min(_ticks(calls[0].arrives_ns, period), steps)  # the tick the first chunk lands
