@@ -30,7 +30,8 @@ def served(tmp_path: Path):
 
 
 def post(url: str, body: dict) -> tuple[int, dict]:
-    call = urllib.request.Request(url, json.dumps(body).encode(), method="POST")
+    headers = {"Content-Type": "application/json"}  # as the page sends it
+    call = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
     try:
         with urllib.request.urlopen(call, timeout=10) as reply:
             return reply.status, json.load(reply)

@@ -295,7 +295,10 @@ def test_policybench_score_of_a_loop_run_says_its_verdicts_once_at_ctrl_c(tmp_pa
         url = url.rsplit("open ", 1)[1].strip()
         verdict = {keys.VERDICT_ROLLOUT: record[keys.NODEID], keys.VERDICT: "success"}
         request = urllib.request.Request(
-            url.rstrip("/") + "/verdict", json.dumps(verdict).encode(), method="POST"
+            url.rstrip("/") + "/verdict",
+            json.dumps(verdict).encode(),
+            {"Content-Type": "application/json"},  # as the page sends it
+            method="POST",
         )
         with urllib.request.urlopen(request, timeout=10) as answer:
             assert answer.status == 200

@@ -155,7 +155,15 @@ class ScoringApp:
 
     def verdict(self, request: Request) -> Response:
         body = request.json()
-        scorer = self.scorer or str(body.get(keys.SCORER) or "")
+        named = str(body.get(keys.SCORER) or "").strip()
+        if self.scorer and named and named != self.scorer:
+            raise HttpError(
+                HTTPStatus.CONFLICT,
+                f"this page records verdicts as {self.scorer!r} (policybench score --scorer "
+                f"{self.scorer}), and this verdict names {named!r}; nothing was recorded: a "
+                "scorer of their own scores on a page started with their name",
+            )
+        scorer = self.scorer or named
         rollout = body.get(keys.VERDICT_ROLLOUT)
         rollouts = self.rollouts()
         if rollout not in rollouts:

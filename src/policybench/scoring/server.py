@@ -36,6 +36,7 @@ class Request:
     path: str
     query: Mapping[str, str]  # the first value of each query parameter
     body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object, or a 400 saying so."""
@@ -121,6 +122,44 @@ def file_response(
     return Response(path.read_bytes(), media, headers={"Accept-Ranges": "bytes"})
 
 
+def own_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host headers a request to this server may carry: the host it listens on with its
+    port (on loopback, as `localhost` too); None when it listens on every address, where a
+    person chose to let any name of the machine reach it."""
+    if host in ("", "0.0.0.0", "::"):
+        return None
+    names = {host, LOOPBACK, "localhost"} if host in (LOOPBACK, "localhost") else {host}
+    return frozenset(f"[{name}]:{port}" if ":" in name else f"{name}:{port}" for name in names)
+
+
+def check_origin(request: Request, hosts: frozenset[str] | None) -> None:
+    """Refuses what another web site may have a person's browser send (a 403 or a 415): a Host
+    that is not this server's (a page reached through a name rebound to loopback), an Origin
+    other than this server's own, or a POST whose body is not declared JSON (a plain form or a
+    `no-cors` fetch may send text/plain, urlencoded or multipart data, never application/json)."""
+    host = request.headers.get("host", "")
+    if hosts is not None and host.lower() not in hosts:
+        raise HttpError(
+            HTTPStatus.FORBIDDEN,
+            f"this server answers requests to {' or '.join(sorted(hosts))}, not to Host "
+            f"{host!r}; open the URL it printed",
+        )
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+        raise HttpError(
+            HTTPStatus.FORBIDDEN,
+            f"a request from {origin} (another site's page) is refused; only this server's own "
+            "pages may send it requests",
+        )
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if request.method == "POST" and kind != JSON_TYPE:
+        raise HttpError(
+            HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+            f"a POST must send its body as Content-Type {JSON_TYPE}, not {kind or 'none'!r}; "
+            "nothing was recorded",
+        )
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (a page closed, a run's process interrupted while
@@ -146,6 +185,7 @@ class PageServer:
         self.httpd = _Server((host, port), self._handler_class())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self.hosts = own_hosts(host, self.httpd.server_address[1])
 
     @property
     def url(self) -> str:
@@ -178,6 +218,7 @@ class PageServer:
     def respond(self, request: Request, range_header: str | None = None) -> Response:
         """What the server answers `request` with; a refusal as a JSON `{"error": message}`."""
         try:
+            check_origin(request, self.hosts)
             if request.method == "GET" and request.path.startswith(FILES):
                 relative = request.path[len(FILES) :]
                 return file_response(self.root, relative, range_header, self.shown())
@@ -200,7 +241,8 @@ class PageServer:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 query = {name: values[0] for name, values in parse_qs(parts.query).items()}
-                request = Request(method, parts.path, query, self.rfile.read(length))
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                request = Request(method, parts.path, query, self.rfile.read(length), headers)
                 response = server.respond(request, self.headers.get("Range"))
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.content_type)

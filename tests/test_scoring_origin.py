@@ -1,0 +1,94 @@
+"""The scoring page's server takes verdicts from its own page only: a POST another site's page
+could make the scorer's browser send (a foreign Origin, a body not declared JSON) is refused,
+as is any request naming a Host other than the server's own (a name rebound to loopback), and
+a page started for one scorer records no verdict in another scorer's name."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import policybench
+from policybench.report.results import RESULTS, read_results
+from policybench.report.verdicts import read_verdicts, rollout_id
+from policybench.scoring.app import ScoringApp
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("run")
+    env = gym.make("CartPole-v1", max_episode_steps=5)
+    with policybench.wrap(env, "cartpole", "balance", run_dir=run_dir) as env:
+        env.reset(seed=0)
+        while not any(env.step(0)[2:4]):
+            pass
+    return run_dir
+
+
+@pytest.fixture
+def served(run_dir):
+    with ScoringApp(run_dir, scorer="ana").server("127.0.0.1", 0) as server:
+        yield server
+
+
+def send(server, method: str, body: dict | None = None, **headers: str) -> tuple[int, dict | str]:
+    port = server.httpd.server_address[1]
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    data = None if body is None else json.dumps(body).encode()
+    named = {name.replace("_", "-"): value for name, value in headers.items()}
+    connection.request(method, "/verdict" if method == "POST" else "/", data, named)
+    answer = connection.getresponse()
+    text = answer.read().decode()
+    connection.close()
+    kind = answer.getheader("Content-Type", "")
+    return answer.status, json.loads(text) if kind.startswith("application/json") else text
+
+
+def verdict(run_dir: Path, scorer: str = "ana") -> dict:
+    [record] = read_results(run_dir / RESULTS).records
+    return {"rollout_id": rollout_id(record), "operator_verdict": "success", "scorer": scorer}
+
+
+def test_a_cross_site_post_is_refused_and_records_nothing(run_dir, served):
+    own = f"http://127.0.0.1:{served.httpd.server_address[1]}"
+    before = len(read_verdicts(run_dir).given)
+    status, answer = send(
+        served, "POST", verdict(run_dir), Content_Type="text/plain", Origin="http://evil.example"
+    )
+    assert status == 403 and "http://evil.example" in answer["error"]
+    # A form post (no Origin from an old browser) still is not JSON.
+    status, answer = send(served, "POST", verdict(run_dir), Content_Type="text/plain")
+    assert status == 415 and "application/json" in answer["error"]
+    status, answer = send(served, "POST", verdict(run_dir), Content_Type="application/json")
+    assert status == 200, answer
+    # A foreign Origin is refused even with a JSON body (a CORS preflight would stop it, but
+    # the server does not count on the browser).
+    status, _ = send(
+        served, "POST", verdict(run_dir), Content_Type="application/json", Origin="null"
+    )
+    assert status == 403
+    status, answer = send(
+        served, "POST", verdict(run_dir), Content_Type="application/json", Origin=own
+    )
+    assert status == 200, answer
+    assert len(read_verdicts(run_dir).given) == before + 2
+
+
+def test_a_request_for_another_host_is_refused_the_servers_own_names_are_not(served):
+    port = served.httpd.server_address[1]
+    status, answer = send(served, "GET", Host=f"evil.example:{port}")
+    assert status == 403 and f"127.0.0.1:{port}" in answer["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        status, page = send(served, "GET", Host=host)
+        assert status == 200 and "Score rollouts" in page
+
+
+def test_a_verdict_in_another_scorers_name_is_refused_not_recorded_as_the_pages(run_dir, served):
+    before = read_verdicts(run_dir).given
+    status, answer = send(served, "POST", verdict(run_dir, "bob"), Content_Type="application/json")
+    assert status == 409 and "'ana'" in answer["error"] and "'bob'" in answer["error"]
+    assert read_verdicts(run_dir).given == before
