@@ -37,7 +37,7 @@ from policybench.serve.client import (
     Endpoint,
     RemotePolicyError,
     RemoteUnavailable,
-    without_password,
+    without_secrets,
 )
 from policybench.serve.wire import packb
 from policybench.spec import Eval
@@ -244,7 +244,7 @@ def _recorded(
 ) -> dict[str, Any]:
     """Where the latencies came from: the URL (no password, query or key), when, how long, how
     many calls, what was sent, and both timings."""
-    parts = urlsplit(without_password(endpoint.url))
+    parts = urlsplit(without_secrets(endpoint.url))
     return {
         URL: urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
         AT: datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -118,7 +118,7 @@ def _probe(args: argparse.Namespace, eval: Eval, endpoint: Endpoint | None) -> i
         raise SystemExit(f"policybench probe: {eval.name}: {unrenderable}")
     rollout = _first_rollout(eval, args.task, args.seed)
     out = args.out or DEFAULT_OUT / re.sub(r"[^A-Za-z0-9._-]+", "_", eval.name)
-    where = "" if endpoint is None else f" at {endpoint.url}"
+    where = "" if endpoint is None else f" at {endpoint.shown}"
     shown_scene = f"{eval.name} {rollout.id} ({rollout.instruction!r})"
     print(f"probe {shown_scene} with policy {args.policy!r}{where}")
     world = World(eval)

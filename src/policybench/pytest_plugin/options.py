@@ -42,7 +42,7 @@ from policybench.registry import (
     check_policy_name,
 )
 from policybench.report.arms import BLINDING_FILE, Blinding
-from policybench.serve.client import HIDDEN, Endpoint, without_password
+from policybench.serve.client import HIDDEN, Endpoint, without_secrets
 
 DEFAULT_MAX_ENVS = 1  # a LIBERO env alone is ~1.5 GB; task-affine scheduling keeps reuse high
 DEFAULT_RETRIES = 2
@@ -389,10 +389,14 @@ def with_endpoints(
     return tuple(replace(arm, endpoint=endpoint(arm)) for arm in arms)
 
 
+BLIND = "--blind"
+
+
 def redacted_command(args: Sequence[str]) -> list[str]:
-    """Command-line arguments as a run records them: the value of --policy-api-key and of
-    --env-api-key, and the user:password of any URL, hidden."""
-    flags, shown, hide = (POLICY_API_KEY.flag, ENV_API_KEY.flag), [], False
+    """Command-line arguments as a run records them: the value of --policy-api-key, of
+    --env-api-key and of --blind (its KEY would tell the letters apart), and the user:password
+    and query values of any URL, hidden."""
+    flags, shown, hide = (POLICY_API_KEY.flag, ENV_API_KEY.flag, BLIND), [], False
     for arg in args:
         flag, given, _ = arg.partition("=")
         if hide:
@@ -400,6 +404,12 @@ def redacted_command(args: Sequence[str]) -> list[str]:
         elif given and flag in flags:
             shown.append(f"{flag}={HIDDEN}")
         else:
-            shown.append(without_password(arg))
-        hide = arg in flags
+            shown.append(without_secrets(arg))
+        # --blind's KEY is optional: the next word is its KEY unless it is an option
+        hide = arg in flags and (arg != BLIND or not _is_option(args, len(shown)))
     return shown
+
+
+def _is_option(args: Sequence[str], i: int) -> bool:
+    """Whether args[i] is absent or an option (as argparse tells an optional value apart)."""
+    return i >= len(args) or args[i].startswith("-")

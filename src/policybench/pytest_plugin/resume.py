@@ -19,11 +19,17 @@ from policybench import keys
 from policybench.harness import planned_statics
 from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
+from policybench.pytest_plugin.options import (
+    BLIND,
+    RunSettings,
+    protocol_settings,
+    redacted_command,
+)
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RunInfo
+from policybench.serve.client import HIDDEN
 
 FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
 
@@ -158,10 +164,23 @@ def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
 
 def resume_command(config: pytest.Config) -> str:
     """The command that continues this run: its own, with `--resume` naming its run directory
-    (an API key shows as ***: the user gives it again)."""
+    (an API key shows as ***: the user gives it again; a --blind KEY is left out, as the
+    resumed run's own key is taken)."""
     args = redacted_command(config.invocation_params.args)
     kept = [arg for i, arg in enumerate(args) if not _is_resume(args, i)]
-    return shlex.join(["pytest", *kept, "--resume", str(rundir.run_dir_of(config))])
+    blind = [BLIND] if any(_is_blind(kept, i) for i in range(len(kept))) else []
+    kept = [arg for i, arg in enumerate(kept) if not _is_blind(kept, i)]
+    return shlex.join(["pytest", *kept, *blind, "--resume", str(rundir.run_dir_of(config))])
+
+
+def _is_blind(args: list[str], i: int) -> bool:
+    """Whether args[i] is `--blind`, its hidden KEY, or `--blind=KEY`."""
+    arg = args[i]
+    return (
+        arg == BLIND
+        or arg.startswith(f"{BLIND}=")
+        or (i > 0 and args[i - 1] == BLIND and arg == HIDDEN)
+    )
 
 
 def _is_resume(args: list[str], i: int) -> bool:

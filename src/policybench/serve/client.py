@@ -108,7 +108,7 @@ class Endpoint:
     @property
     def shown(self) -> str:
         """The URL as messages and records show it: a user:password in it hidden."""
-        return without_password(self.url)
+        return without_secrets(self.url)
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
@@ -150,9 +150,12 @@ class RemoteModel:
         headers = {name: value for name, value in self._eval_headers.items() if value}
         headers[CODEC_HEADER] = self.codec
         headers[CONTEXT_HEADER] = context_to_json(context)
+        url = endpoint.url
         if endpoint.api_key:
+            # One Authorization header: the key's; a URL's user:password would add a second.
             headers["Authorization"] = f"Api-Key {endpoint.api_key}"
-        connection = _OUTAGES.wait_for(endpoint, lambda: self._open(headers))
+            url = without_userinfo(url)
+        connection = _OUTAGES.wait_for(endpoint, lambda: self._open(url, headers))
         try:
             first = connection.recv(timeout=endpoint.infer_timeout_s)
         except (TimeoutError, websockets.ConnectionClosed) as error:
@@ -167,11 +170,11 @@ class RemoteModel:
         self.metadata = unpackb(first, endpoint.max_frame_bytes)
         return connection
 
-    def _open(self, headers: dict[str, str]) -> ClientConnection:
+    def _open(self, url: str, headers: dict[str, str]) -> ClientConnection:
         endpoint = self.endpoint
         try:
             return connect(
-                endpoint.url,
+                url,
                 additional_headers=headers,
                 compression=None,
                 max_size=endpoint.max_frame_bytes,
@@ -357,7 +360,7 @@ class Outages:
         why = None if why_gone is None else why_gone()
         if why is not None:
             raise RemoteGone(
-                f"policy server {without_password(url)} is gone for good: {why}"
+                f"policy server {without_secrets(url)} is gone for good: {why}"
             ) from None
 
 
@@ -379,13 +382,30 @@ def _drop(connection: ClientConnection) -> None:
     connection.close()
 
 
-# The user:password a URL may carry (ws://user:password@host), and what is shown instead.
+# The user:password a URL may carry (ws://user:password@host), its query (?token=...), and what
+# is shown instead of each secret.
 USERINFO, HIDDEN = re.compile(r"(wss?://)[^/@\s]+@"), "***"
+QUERY = re.compile(r"(wss?://[^\s'\"?#]*\?)([^\s'\"#]*)")
 
 
-def without_password(text: str) -> str:
-    """`text` with the user:password of every ws:// or wss:// URL in it shown as ***."""
-    return USERINFO.sub(rf"\1{HIDDEN}@", text)
+def without_secrets(text: str) -> str:
+    """`text` with the secrets of every ws:// or wss:// URL in it shown as ***: its
+    user:password, and the value of each parameter of its query (a token passed as
+    `?token=...`), whose names stay."""
+    return QUERY.sub(_hide_query, USERINFO.sub(rf"\1{HIDDEN}@", text))
+
+
+def _hide_query(match: re.Match[str]) -> str:
+    def hidden(parameter: str) -> str:
+        name, equals, _ = parameter.partition("=")
+        return f"{name}={HIDDEN}" if equals else (parameter and HIDDEN)
+
+    return match[1] + "&".join(map(hidden, match[2].split("&")))
+
+
+def without_userinfo(url: str) -> str:
+    """`url` with no user:password in it."""
+    return USERINFO.sub(r"\1", url, count=1)
 
 
 def _server_error(url: str, text: str) -> str:

@@ -141,8 +141,17 @@ class PolicyServer:
             return connection.respond(HTTPStatus.OK, "OK\n")
         key = self.config.api_key
         if key is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Api-Key {key}".encode()):
+            given = request.headers.get_all("Authorization")
+            if len(given) > 1:
+                return connection.respond(
+                    HTTPStatus.UNAUTHORIZED,
+                    f"{len(given)} Authorization headers: send one, 'Authorization: Api-Key "
+                    "<key>' (a URL's user:password@ sends a second; policybench's client sends "
+                    "only the key when it has one)\n",
+                )
+            if not hmac.compare_digest(
+                "".join(given).encode(errors="replace"), f"Api-Key {key}".encode()
+            ):
                 return connection.respond(
                     HTTPStatus.UNAUTHORIZED,
                     "missing or wrong API key: send the header 'Authorization: Api-Key <key>'\n",
