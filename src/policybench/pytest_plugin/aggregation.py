@@ -33,7 +33,7 @@ from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
 from policybench.report.arms import Sealer
-from policybench.report.compare import Comparison, compare_runs
+from policybench.report.compare import Comparison, compare_arms
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import SELECTED
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
@@ -167,7 +167,7 @@ class Aggregator:
         baseline = read_results(self.baseline / RESULTS)
         notes += [f"baseline {problem}" for problem in baseline.problems]
         baseline_run = RunInfo.load(self.baseline)
-        return compare_runs(
+        return compare_arms(
             baseline.records,
             self.records,
             (self.baseline.name, self.run_dir.name),
@@ -176,6 +176,7 @@ class Aggregator:
                 Protocol.of(baseline.records, baseline_run.settings if baseline_run else None),
                 Protocol.of(self.records, self.run_info.settings),
             ),
+            pick=self.gate_settings.arm_pick,
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

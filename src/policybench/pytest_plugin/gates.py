@@ -17,7 +17,7 @@ import pytest
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
-from policybench.report.compare import ALPHA, Comparison, nothing_compared
+from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
 from policybench.report.summary import OVERALL, Row, Summary
 from policybench.report.verdicts import (
     AUTOMATIC_SOURCE,
@@ -53,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "report dir) at the end",
     )
     group.addoption(
+        "--baseline-arm",
+        default=None,
+        metavar="NAME",
+        help="with --baseline of an A/B run: compare with its arm NAME",
+    )
+    group.addoption(
         "--fail-on-regression",
         action="store_true",
         help="with --baseline: fail the run if any task is significantly worse",
@@ -80,6 +86,14 @@ class GateSettings:
     alpha: float
     allow_protocol_change: bool = False  # judge regressions against another protocol's baseline
     outcome_source: str = AUTOMATIC_SOURCE  # automatic, operator or operator:NAME
+    baseline_arm: str | None = None  # the arm of an A/B baseline this run is compared with
+
+    @property
+    def arm_pick(self) -> ArmPick:
+        """The baseline's arm, and how to pick one: this run's arms can be picked afterwards,
+        by report compare."""
+        how = ("--baseline-arm NAME", "`policybench report compare BASELINE RUN --after-arm NAME`")
+        return ArmPick(before=self.baseline_arm, how=how)
 
 
 def read_gate_settings(config: pytest.Config) -> GateSettings:
@@ -89,6 +103,10 @@ def read_gate_settings(config: pytest.Config) -> GateSettings:
     baseline = config.getoption("baseline")
     if config.getoption("fail_on_regression") and baseline is None:
         raise pytest.UsageError("--fail-on-regression needs --baseline RUN to compare against")
+    if config.getoption("baseline_arm") is not None and baseline is None:
+        raise pytest.UsageError(
+            "--baseline-arm needs --baseline RUN, the A/B run it names an arm of"
+        )
     source = config.getoption("outcome_source")
     try:
         parse_outcome_source(source)
@@ -102,6 +120,7 @@ def read_gate_settings(config: pytest.Config) -> GateSettings:
         alpha=alpha,
         allow_protocol_change=config.getoption("allow_protocol_change"),
         outcome_source=source,
+        baseline_arm=config.getoption("baseline_arm"),
     )
 
 
@@ -289,7 +308,7 @@ def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[
             )
             for line in comparison.protocol_lines()
         ]
-    if not comparison.tasks:
+    if not comparison.tasks:  # the runs' arms do not match, or they share no task
         breaches.append(Refusal(nothing_compared(comparison)))
     for row in comparison.regressions:
         assert row.after.rate is not None and row.before.rate is not None
@@ -304,7 +323,7 @@ def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[
         )
         breaches.append(
             Breach(
-                f"regression {row.eval}/{row.task}",
+                f"regression {row.where}/{row.task}",
                 row.after.rate,
                 interval,
                 f"baseline {row.before.rate:.1%} (change {row.difference:+.1%}, "

@@ -14,7 +14,7 @@ from typing import Any
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report import status as status_command
 from policybench.report.arms import UNBLINDED, Unsealed, unblind_lines
-from policybench.report.compare import ALPHA, compare_runs, nothing_compared
+from policybench.report.compare import ALPHA, compare_arms, nothing_compared, picked
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
@@ -56,6 +56,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--out", type=Path, default=None, help="where compare.txt/json go (default: AFTER's dir)"
     )
     compare.add_argument("--outcome-source", default="automatic", help=SOURCE_HELP)
+    compare.add_argument(
+        "--arm",
+        default=None,
+        metavar="NAME",
+        help="compare arm NAME of each run that is an A/B run (A/B runs are otherwise compared "
+        "arm by arm, an arm against the other run's arm of its name)",
+    )
+    compare.add_argument("--before-arm", default=None, metavar="NAME", help="BEFORE's arm NAME")
+    compare.add_argument("--after-arm", default=None, metavar="NAME", help="AFTER's arm NAME")
     compare.add_argument(
         "--fail-on-regression",
         action="store_true",
@@ -165,13 +174,18 @@ def run_compare(args: argparse.Namespace) -> int:
         _protocol(run_dir, results.records)
         for run_dir, results in zip((before, after), runs, strict=True)
     ]
-    comparison = compare_runs(
+    try:
+        pick = picked(args.arm, args.before_arm, args.after_arm, judged[0], judged[1])
+    except ValueError as error:
+        sys.exit(f"policybench report compare: {error}")
+    comparison = compare_arms(
         judged[0],
         judged[1],
         (before.name, after.name),
         args.alpha,
         Adjustment(args.adjust),
         protocols=(protocols[0], protocols[1]),
+        pick=pick,
     )
     if not comparison.tasks:
         sys.exit(f"policybench report compare: {nothing_compared(comparison)}")

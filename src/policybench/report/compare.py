@@ -54,10 +54,16 @@ class TaskComparison:
     adjusted_p: float | None  # across tasks; None for an Eval's pooled row
     interval: tuple[float, float]  # of the difference, after - before
     alpha: float
+    arm: str | None = None  # the arm of both A/B runs compared in this row
 
     @property
     def label(self) -> str:
         return self.task if self.task is not None else ALL_TASKS
+
+    @property
+    def where(self) -> str:
+        """The Eval, with the arm this row compares (A/B runs compared arm by arm)."""
+        return self.eval if self.arm is None else f"{self.eval} [arm {self.arm}]"
 
     @property
     def difference(self) -> float:
@@ -82,6 +88,7 @@ class TaskComparison:
         return {
             keys.EVAL: self.eval,
             keys.TASK: self.task,
+            keys.ARM: self.arm,
             "design": self.design.value,
             "before": [self.before.solved, self.before.rollouts],
             "after": [self.after.solved, self.after.rollouts],
@@ -109,6 +116,8 @@ class Comparison:
     alpha: float
     adjustment: Adjustment = Adjustment.BH
     confidence: float = CONFIDENCE
+    refusal: str | None = None  # why nothing was compared (the runs' arms do not match)
+    notes: tuple[str, ...] = ()  # arms of one run that the other did not run, left out
 
     @property
     def regressions(self) -> tuple[TaskComparison, ...]:
@@ -141,6 +150,8 @@ class Comparison:
             "only_before": [list(pair) for pair in self.only_before],
             "only_after": [list(pair) for pair in self.only_after],
             "protocol": [asdict(difference) for difference in self.protocol],
+            "refusal": self.refusal,
+            "notes": list(self.notes),
         }
 
     def write(self, directory: Path, stem: str = "compare") -> tuple[Path, Path]:
@@ -161,31 +172,184 @@ def compare_runs(
 ) -> Comparison:
     """Compares the tasks both runs ran, each and pooled per Eval; lists the ones only one of
     them ran and every protocol field that differs (of `protocols`, the runs' own with their
-    settings; by default read from the records alone)."""
-    was, now = protocols or (Protocol.of(before), Protocol.of(after))
-    tasks_before = group(before, keys.EVAL, keys.TASK)
-    tasks_after = group(after, keys.EVAL, keys.TASK)
-    shared = sorted(tasks_before.keys() & tasks_after.keys())
-    tested = [
-        _compared(
-            eval, task, tasks_before[(eval, task)], tasks_after[(eval, task)], alpha, confidence
+    settings; by default read from the records alone). Arms are not looked at: two runs of
+    A/B arms are compared by `compare_arms`."""
+    return _compared_groups(
+        [(None, before, after)], names, alpha, adjustment, confidence, protocols, before, after
+    )
+
+
+def arms_of(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The arms an A/B run's records name, in their order; () for a run of one policy."""
+    return tuple(dict.fromkeys(str(r[keys.ARM]) for r in records if keys.ARM in r))
+
+
+@dataclass(frozen=True)
+class ArmPick:
+    """Which arm of each run to compare (None: the run's own arms, or it has none), and how
+    the user names one, for the refusal that asks them to."""
+
+    before: str | None = None
+    after: str | None = None
+    how: tuple[str, str] = ("--before-arm NAME (or --arm NAME)", "--after-arm NAME (or --arm NAME)")
+
+
+def picked(
+    arm: str | None,
+    before_arm: str | None,
+    after_arm: str | None,
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+) -> ArmPick:
+    """`report compare`'s arm options: --before-arm and --after-arm each pick one run's arm;
+    --arm picks that arm in each run that is an A/B run (and refuses when neither is)."""
+    if arm is not None and not arms_of(before) and not arms_of(after):
+        raise ValueError(f"--arm {arm} picks an arm of an A/B run, and neither run is one")
+    return ArmPick(
+        before_arm or (arm if arm is not None and arms_of(before) else None),
+        after_arm or (arm if arm is not None and arms_of(after) else None),
+    )
+
+
+def compare_arms(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    names: tuple[str, str] = ("A", "B"),
+    alpha: float = ALPHA,
+    adjustment: Adjustment = Adjustment.BH,
+    confidence: float = CONFIDENCE,
+    protocols: tuple[Protocol, Protocol] | None = None,
+    pick: ArmPick = ArmPick(),
+) -> Comparison:
+    """Two runs compared where either may be an A/B run: the picked arm of each, or, when both
+    are A/B runs, arm by arm (an arm against the other run's arm of its name). An A/B run set
+    against a run of one policy without an arm picked, or two A/B runs whose arms share no
+    name, compare nothing: the comparison's `refusal` says so and how to pick an arm (pooling
+    the arms would mix the policies compared; keeping one would depend on their order)."""
+    sides = [list(before), list(after)]
+    shown = list(names)
+    for i, (arm, how) in enumerate(zip((pick.before, pick.after), pick.how, strict=True)):
+        if arm is None:
+            continue
+        arms = arms_of(sides[i])
+        if arm not in arms:
+            has = f"its arms are {', '.join(arms)}" if arms else "it is not an A/B run"
+            refusal = f"{names[i]} has no arm {arm} ({has}); give {how.split(' (')[0]} one of them"
+            return _refused(refusal, names, alpha, adjustment, confidence)
+        sides[i] = [r for r in sides[i] if str(r.get(keys.ARM)) == arm]
+        shown[i] = names[i] if names[i] == arm else f"{names[i]} [arm {arm}]"
+    picked = (pick.before is not None, pick.after is not None)
+    arms = [() if chosen else arms_of(side) for chosen, side in zip(picked, sides, strict=True)]
+    named = (shown[0], shown[1])
+    if not arms[0] and not arms[1]:
+        return _compared_groups(
+            [(None, sides[0], sides[1])],
+            named,
+            alpha,
+            adjustment,
+            confidence,
+            protocols,
+            before,
+            after,
         )
-        for eval, task in shared
+    if not arms[0] or not arms[1]:
+        i = 0 if arms[0] else 1
+        refusal = (
+            f"{names[i]} is an A/B run (arms {', '.join(arms[i])}) and {names[1 - i]} is not: "
+            f"comparing them would pool its arms or keep one; pick the arm to compare with "
+            f"{pick.how[i]}"
+        )
+        return _refused(refusal, names, alpha, adjustment, confidence)
+    shared = [arm for arm in arms[0] if arm in arms[1]]
+    if not shared:
+        refusal = (
+            f"{names[0]} (arms {', '.join(arms[0])}) and {names[1]} (arms "
+            f"{', '.join(arms[1])}) are A/B runs whose arms share no name, so no arm can be "
+            f"compared with its own; pick one arm of each with {pick.how[0]} and {pick.how[1]}"
+        )
+        return _refused(refusal, names, alpha, adjustment, confidence)
+    groups = [
+        (
+            arm,
+            [r for r in sides[0] if str(r.get(keys.ARM)) == arm],
+            [r for r in sides[1] if str(r.get(keys.ARM)) == arm],
+        )
+        for arm in shared
     ]
+    notes = tuple(
+        f"arm {arm} of {names[i]} is not an arm of {names[1 - i]}: left out of the comparison"
+        for i in (0, 1)
+        for arm in arms[i]
+        if arm not in shared
+    )
+    compared = _compared_groups(
+        groups, named, alpha, adjustment, confidence, protocols, before, after
+    )
+    return replace(compared, notes=notes)
+
+
+def _refused(
+    refusal: str,
+    names: tuple[str, str],
+    alpha: float,
+    adjustment: Adjustment,
+    confidence: float,
+) -> Comparison:
+    return Comparison(
+        names[0], names[1], (), (), (), (), (), alpha, adjustment, confidence, refusal=refusal
+    )
+
+
+def _compared_groups(
+    groups: Sequence[tuple[str | None, Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]],
+    names: tuple[str, str],
+    alpha: float,
+    adjustment: Adjustment,
+    confidence: float,
+    protocols: tuple[Protocol, Protocol] | None,
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+) -> Comparison:
+    """Each (arm, before's rollouts, after's rollouts) group compared task by task and pooled
+    per Eval, the p-values adjusted across every group's tasks."""
+    was, now = protocols or (Protocol.of(before), Protocol.of(after))
+    tested, pooled = [], []
+    only_before: dict[tuple[str, str], None] = {}
+    only_after: dict[tuple[str, str], None] = {}
+    for arm, mine_before, mine_after in groups:
+        tasks_before = group(mine_before, keys.EVAL, keys.TASK)
+        tasks_after = group(mine_after, keys.EVAL, keys.TASK)
+        shared = sorted(tasks_before.keys() & tasks_after.keys())
+        tested += [
+            replace(
+                _compared(
+                    eval,
+                    task,
+                    tasks_before[(eval, task)],
+                    tasks_after[(eval, task)],
+                    alpha,
+                    confidence,
+                ),
+                arm=arm,
+            )
+            for eval, task in shared
+        ]
+        for eval in sorted({eval for eval, _ in shared}):
+            mine = [pair for pair in shared if pair[0] == eval]
+            pooled_before = [record for pair in mine for record in tasks_before[pair]]
+            pooled_after = [record for pair in mine for record in tasks_after[pair]]
+            row = _compared(eval, None, pooled_before, pooled_after, alpha, confidence)
+            pooled.append(replace(row, arm=arm))
+        only_before.update(dict.fromkeys(sorted(tasks_before.keys() - tasks_after.keys())))
+        only_after.update(dict.fromkeys(sorted(tasks_after.keys() - tasks_before.keys())))
     adjusted = adjust([row.p_value for row in tested], adjustment)
-    pooled = []
-    for eval in sorted({eval for eval, _ in shared}):
-        mine = [pair for pair in shared if pair[0] == eval]
-        pooled_before = [record for pair in mine for record in tasks_before[pair]]
-        pooled_after = [record for pair in mine for record in tasks_after[pair]]
-        pooled.append(_compared(eval, None, pooled_before, pooled_after, alpha, confidence))
     return Comparison(
         before=names[0],
         after=names[1],
         tasks=tuple(replace(row, adjusted_p=q) for row, q in zip(tested, adjusted, strict=True)),
         evals=tuple(pooled),
-        only_before=tuple(sorted(tasks_before.keys() - tasks_after.keys())),
-        only_after=tuple(sorted(tasks_after.keys() - tasks_before.keys())),
+        only_before=tuple(only_before),
+        only_after=tuple(only_after),
         protocol=was.differences(now, policy=False),  # the policy is what is compared
         alpha=alpha,
         adjustment=adjustment,
@@ -194,7 +358,10 @@ def compare_runs(
 
 
 def nothing_compared(comparison: Comparison) -> str:
-    """Why a comparison of runs that share no task compared nothing, and what to do."""
+    """Why a comparison of runs compared nothing (their arms do not match, or they share no
+    task), and what to do."""
+    if comparison.refusal is not None:
+        return comparison.refusal
 
     def ran(tasks: tuple[tuple[str, str], ...]) -> str:
         named = ", ".join(f"{eval}/{task}" for eval, task in tasks[:4]) or "no task"
@@ -275,7 +442,7 @@ def format_comparison(comparison: Comparison) -> list[str]:
         low, high = row.interval
         cells.append(
             (
-                row.eval,
+                row.where,
                 row.label,
                 row.design.test,
                 f"{row.before.solved}/{row.before.rollouts} ({row.before.rate:.0%})",
@@ -297,8 +464,11 @@ def format_comparison(comparison: Comparison) -> list[str]:
         for line in cells
     ]
     lines = [f"PROTOCOL DIFFERS: {line}" for line in comparison.protocol_lines()] + table
-    if not comparison.tasks:
+    if comparison.refusal is not None:
+        lines.append(f"NOT COMPARED: {comparison.refusal}")
+    elif not comparison.tasks:
         lines.append("(no task was run by both)")
+    lines += comparison.notes
     for name, pairs in ((before, comparison.only_before), (after, comparison.only_after)):
         if pairs:
             lines.append(f"only in {name}: " + ", ".join(f"{e}/{t}" for e, t in pairs))
@@ -306,7 +476,7 @@ def format_comparison(comparison: Comparison) -> list[str]:
         for name, other, count in zip((before, after), (after, before), row.left_out, strict=True):
             if count:
                 lines.append(
-                    f"{row.eval}/{row.label}: {count} rollouts of {name} have no scene in "
+                    f"{row.where}/{row.label}: {count} rollouts of {name} have no scene in "
                     f"{other}; left out of the paired test"
                 )
     count = len(comparison.regressions)
