@@ -16,7 +16,7 @@ from policybench import keys
 from policybench.pytest_plugin.video import video_name
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
-from policybench.report.arms import ARMS
+from policybench.report.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
@@ -115,6 +115,7 @@ def merge_runs(
             f"Merge only parts of one run (same command, settings and versions), or pass "
             f"{OVERRIDE} to merge anyway (the report then lists the differences)."
         )
+    blinding = one_blinding(parts)
     merged = merge_records(parts)
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
     listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
@@ -122,7 +123,54 @@ def merge_runs(
     verdicts = _gather(parts, out)
     summary = Summary.of(merged.records, problems, listed or (), verdicts)
     index = write_merged(out, parts, merged, summary, changes, command)
+    if blinding is not None:
+        write_blinding(out, parts, blinding, command)
     return MergeResult(parts, merged, summary, changes, index)
+
+
+def one_blinding(parts: Sequence[Part]) -> Blinding | None:
+    """The blinding every part shares (None: no part is blinded, or none kept its key); raises
+    MergeRefused when they were blinded differently, even with the protocol change allowed: a
+    letter stands for another policy in each, so merging would pool different policies."""
+    found = {part.name: _blinding_of(part) for part in parts}
+    digests = {name: digest for name, (digest, _) in found.items()}
+    if len(set(digests.values())) > 1:
+        named = ", ".join(
+            f"{digest or 'not blinded'} in {name}" for name, digest in digests.items()
+        )
+        raise MergeRefused(
+            f"the parts were not blinded alike (blinding {named}): a letter stands for another "
+            "policy in each, so merged arms would pool different policies. Give every shard of "
+            "one blinded run the same --blind KEY; parts blinded apart can be merged once each "
+            "is unblinded (policybench report unblind)"
+        )
+    return next((blinding for _, blinding in found.values() if blinding is not None), None)
+
+
+def _blinding_of(part: Part) -> tuple[str | None, Blinding | None]:
+    """A part's blinding digest (its blinding.json's, else its run.json's) and its blinding."""
+    blinding = Blinding.load(part.run_dir)
+    if blinding is not None:
+        return blinding.digest, blinding
+    setting = (part.run.settings if part.run else {}).get(BLINDING)
+    return (None if setting is None else str(setting)), None
+
+
+def write_blinding(out: Path, parts: Sequence[Part], blinding: Blinding, command: str) -> None:
+    """The parts' shared blinding.json (naming the merge's command) and their sealed policy
+    descriptions, so that `report unblind` unblinds the merged run."""
+    (out / BLINDING_FILE).unlink(missing_ok=True)  # an earlier merge's
+    blinding.write(out, command)
+    lines = []
+    for part in parts:
+        sealed = part.run_dir / SEALED_FILE
+        for line in sealed.read_text().splitlines() if sealed.is_file() else ():
+            if part.renamed is not None and line.strip():
+                entry = json.loads(line)
+                entry[keys.NODEID] = _renamed(str(entry[keys.NODEID]), *part.renamed)
+                line = _json(entry)
+            lines.append(line)
+    (out / SEALED_FILE).write_text("".join(f"{line}\n" for line in lines if line.strip()))
 
 
 def tell_loop_runs_apart(parts: Sequence[Part]) -> tuple[Part, ...]:
