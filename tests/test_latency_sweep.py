@@ -32,9 +32,9 @@ def test_mt(rollout, harness):
     harness(rollout)
 """
 SWEEP = ("--policy", "scripted", "--latency-sweep", "0,steps:8,0.05")
-# The arms' labels: each setting as the run names it, zero first, then seconds, then steps.
-SETTINGS = ["none", "0.05", "steps:8"]
-ARMS = ["none", "steps:8", "0.05"]  # the run's arms: zero first, then as given
+# The arms' labels: each setting as the run names it, zero first, then in the command's order
+# (the terminal, run.json, summary.json and the report list them alike).
+ARMS = SETTINGS = ["none", "steps:8", "0.05"]
 
 
 @pytest.fixture
@@ -99,6 +99,13 @@ def test_sweep_charges_each_arm_its_latency_and_compares_it_with_zero_on_the_sam
     assert 0 <= versus["p_value"] <= 1
     comparisons = json.loads((run_dir(bench) / "summary.json").read_text())["arm_comparisons"]
     assert all(not c["protocol"] for c in comparisons)  # the arms share the run's protocol
+    # each setting with zero latency, and no two other settings with each other
+    assert [(c["before"], c["after"]) for c in comparisons] == [
+        ("none", "steps:8"),
+        ("none", "0.05"),
+    ]
+    compared = [line for line in result.outlines if re.match(r"^\S+ vs \S+, ", line)]
+    assert [line.split(",")[0] for line in compared] == ["steps:8 vs none", "0.05 vs none"]
 
 
 def test_report_plots_one_point_per_setting_per_eval_and_tables_the_changes(bench):
@@ -151,22 +158,40 @@ def test_sweep_shards_merge_into_one_sweep(bench, tmp_path):
     assert 'class="sweep-plot"' in (out / "index.html").read_text()
 
 
+# What a rollout's latency made of its calls: a blinded sweep's records keep none of it.
+REALTIME = (keys.CALL_LATENCY_MS, keys.DELAY_STEPS_MEAN, keys.LATENCY_MS_P50)
+REALTIME += (keys.STALE_ACTION_SHARE, keys.MODEL_CALLS)
+
+
 def test_blind_sweep_hides_each_letters_latency_until_unblinded(bench):
-    assert bench.runpytest("--rollouts", "1", *SWEEP, "--blind", "k", "-k", "reach").ret == 0
+    result = bench.runpytest("--rollouts", "1", *SWEEP, "--blind", "k", "-k", "reach")
+    assert result.ret == 0
     directory = run_dir(bench)
     found = records(directory)
     assert {r[keys.ARM] for r in found} == {"A", "B", "C"}
     assert all(keys.INFERENCE_LATENCY not in r[keys.POLICY] for r in found)
+    assert not [(r[keys.ARM], name) for r in found for name in REALTIME if name in r]
     for preflight in (directory / "preflight").glob("*.json"):
         assert keys.INFERENCE_LATENCY not in json.loads(preflight.read_text())["policy"]
-    assert "latency_sweep" not in json.loads((directory / "summary.json").read_text())
+    summary = json.loads((directory / "summary.json").read_text())
+    assert "latency_sweep" not in summary
+    assert not [arm for arm in summary["arms"] for row in arm["evals"] if "realtime" in row]
+    # the terminal's table has no real-time columns: no letter shows a delay
+    assert not [line for line in result.outlines if "stale" in line or "fresh Hz" in line]
 
     assert policybench_main(["report", "unblind", str(directory)]) == 0
     points = sweep_of(directory)["evals"][0]["points"]
-    assert [p[keys.INFERENCE_LATENCY] for p in points] == SETTINGS
-    assert {r[keys.ARM]: r[keys.POLICY][keys.INFERENCE_LATENCY] for r in records(directory)} == {
+    assert [p[keys.INFERENCE_LATENCY] for p in points] == SETTINGS  # the command's order
+    unblinded = records(directory)
+    assert {r[keys.ARM]: r[keys.POLICY][keys.INFERENCE_LATENCY] for r in unblinded} == {
         setting: setting for setting in SETTINGS
     }
+    assert all(keys.MODEL_CALLS in r for r in unblinded)
+    delays = {r[keys.ARM]: r.get(keys.DELAY_STEPS_MEAN) for r in unblinded}
+    assert delays == {"none": None, "steps:8": 8, "0.05": 4}  # 50 ms: 4 periods at 80 Hz
+    summary = json.loads((directory / "summary.json").read_text())
+    assert [arm["arm"] for arm in summary["arms"]] == ARMS
+    assert all("realtime" in row for arm in summary["arms"][1:] for row in arm["evals"])
 
 
 @pytest.mark.parametrize(

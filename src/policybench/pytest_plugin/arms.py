@@ -166,7 +166,10 @@ def blinded(arms: Sequence[Arm], key: str) -> tuple[tuple[Arm, ...], Blinding]:
         for arm in sorted(arms, key=lambda arm: letters[arm.label])
     )
     real = {letters[arm.label]: {"label": arm.label, keys.POLICY: arm.policy} for arm in arms}
-    return lettered, Blinding(key, dict(sorted(real.items())))
+    # A sweep unblinds in its order of settings; other arms stay in letter order, so that each
+    # comparison keeps the direction it was read in while blinded.
+    order = tuple(arm.label for arm in arms) if swept(arms) else ()
+    return lettered, Blinding(key, dict(sorted(real.items())), order)
 
 
 def arm_settings(

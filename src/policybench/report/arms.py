@@ -10,7 +10,7 @@ import random
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +25,21 @@ UNBLINDED = "unblinded"  # the run setting `report unblind` adds
 # The run directory's files the report never reads: the letters' names, the sealed descriptions.
 BLINDING_FILE, SEALED_FILE = "blinding.json", "blinding-policies.jsonl"
 COMMAND_LINE = "command_line"  # in blinding.json: the command as typed
+ORDER = "order"  # in blinding.json: the arms' labels in the run's order
+WITHHELD = "withheld"  # in blinding-policies.jsonl: the record's fields a blinded one lacks
+# What a blinded latency sweep's records lack until unblinded: what a rollout's latency made of
+# its calls (each setting's delay, latency and stale share would tell its letter).
+REALTIME_FIELDS = (
+    keys.CALL_LATENCY_MS,
+    keys.DELAY_STEPS_MEAN,
+    keys.LATENCY_MS_P50,
+    keys.LATENCY_MS_P95,
+    keys.LATENCY_MS_P99,
+    keys.STALE_ACTION_SHARE,
+    keys.FRESH_ACTION_HZ,
+    keys.CALLS_PAST_HORIZON,
+    keys.MODEL_CALLS,
+)
 # What a blinded record keeps of its policy's description: run-wide settings, the same per arm.
 KEPT = (
     keys.INFERENCE_LATENCY,
@@ -52,6 +67,9 @@ class Blinding:
 
     key: str
     letters: Mapping[str, Mapping[str, str]]  # letter -> its arm's label and policy
+    # A latency sweep's arms' labels in the run's order (the command's), which unblinding
+    # restores; not part of the digest. Without it arms unblind in letter order.
+    order: Sequence[str] = field(default=(), compare=False)
 
     @property
     def digest(self) -> str:
@@ -68,7 +86,9 @@ class Blinding:
                 return
             command = json.loads(path.read_text())[COMMAND_LINE]
         run_dir.mkdir(parents=True, exist_ok=True)
-        data = {"key": self.key, "letters": self.letters, COMMAND_LINE: command}
+        data: dict[str, Any] = {"key": self.key, "letters": self.letters, COMMAND_LINE: command}
+        if self.order:
+            data[ORDER] = list(self.order)
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def joined(self, label: str, policy: str) -> tuple[Blinding, str]:
@@ -94,7 +114,7 @@ class Blinding:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        return cls(data["key"], data["letters"])
+        return cls(data["key"], data["letters"], tuple(data.get(ORDER, ())))
 
 
 def blinded_command(args: Sequence[str]) -> list[str]:
@@ -169,6 +189,8 @@ class Sealer:
         `kept_fields`: what a record keeps of its policy's description (see sealed_description)."""
         self.path = run_dir / SEALED_FILE
         self.kept_fields = tuple(kept_fields)
+        # Where the latency tells the arms apart (a latency sweep), so do the real-time figures.
+        self.withheld = () if keys.INFERENCE_LATENCY in self.kept_fields else REALTIME_FIELDS
         self._file: IO[str] | None = None
         letters: dict[str, set[str]] = {}
         for url, letter in servers:
@@ -193,10 +215,13 @@ class Sealer:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
+        withheld = {name: record[name] for name in self.withheld if name in record}
         sealed = {keys.NODEID: record.get(keys.NODEID), keys.POLICY: described}
+        if withheld:
+            sealed[WITHHELD] = withheld
         self._file.write(json.dumps(sealed, sort_keys=True) + "\n")
         self._file.flush()
-        sealed_record = dict(record)
+        sealed_record = {name: value for name, value in record.items() if name not in withheld}
         # a message (an error's reason, a retry's) names neither the arm's server nor its policy
         names = whole_words(telling_texts(None, described, self.kept_fields))
         hidden = f"<arm {record.get(keys.ARM)}>"
@@ -227,6 +252,8 @@ class Unsealed:
     letters: Mapping[str, Mapping[str, str]]
     command: str
     described: Mapping[str, Any]  # node id -> the policy's description, the last one sealed
+    withheld: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # node id -> fields
+    order: Sequence[str] = ()  # a sweep's arms' labels in the run's order (empty: letters')
 
     @classmethod
     def read(cls, run_dir: Path) -> Unsealed:
@@ -238,11 +265,14 @@ class Unsealed:
             )
         data = json.loads(path.read_text())
         described: dict[str, Any] = {}
+        withheld: dict[str, Mapping[str, Any]] = {}
         sealed = run_dir / SEALED_FILE
         for line in sealed.read_text().splitlines() if sealed.is_file() else ():
             entry = json.loads(line)
             described[entry[keys.NODEID]] = entry[keys.POLICY]
-        return cls(data["letters"], data[COMMAND_LINE], described)
+            withheld[entry[keys.NODEID]] = entry.get(WITHHELD) or {}
+        order = tuple(data.get(ORDER, ()))
+        return cls(data["letters"], data[COMMAND_LINE], described, withheld, order)
 
     def label(self, letter: str) -> str:
         return str(self.letters[letter]["label"]) if letter in self.letters else letter
@@ -258,6 +288,7 @@ class Unsealed:
             unblinded[keys.NODEID] = self.nodeid(nodeid, str(letter))
             if nodeid in self.described:
                 unblinded[keys.POLICY] = self.described[nodeid]
+            unblinded.update(self.withheld.get(nodeid, {}))
         return unblinded
 
     def nodeid(self, nodeid: str, letter: str | None = None) -> str:
@@ -275,8 +306,11 @@ class Unsealed:
         return {**verdict, keys.VERDICT_ROLLOUT: self.nodeid(rollout)}
 
     def settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """A blinded run's settings with the arms named, in the run's order."""
+        """A blinded run's settings with the arms named, in the run's order (the command's,
+        where blinding.json keeps it)."""
         letters = [str(letter) for letter in settings.get(ARMS) or ()]
+        rank = {label: i for i, label in enumerate(self.order)}
+        letters.sort(key=lambda letter: rank.get(self.label(letter), len(rank)))
         return {
             **settings,
             keys.POLICY: [str(self.letters[letter][keys.POLICY]) for letter in letters],

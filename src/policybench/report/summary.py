@@ -24,7 +24,7 @@ from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.results import RESULTS, read_results
 from policybench.report.stats import CONFIDENCE, GroupStats, group
-from policybench.report.sweep import sweep_json
+from policybench.report.sweep import compared_arms, sweep_json
 from policybench.report.verdicts import Verdicts, read_verdicts
 from policybench.world import SUCCESS_INFO_KEYS
 
@@ -191,7 +191,7 @@ class Summary:
     problems: tuple[str, ...] = ()
     arms: tuple[Row, ...] = ()  # an A/B run's arms: per Eval, then over all Evals
     arm_tasks: tuple[Row, ...] = ()  # an A/B run's arms per task
-    versus: tuple[ArmComparison, ...] = ()  # each pair of arms, the earlier one as `before`
+    versus: tuple[ArmComparison, ...] = ()  # the pairs of arms compared (sweep.compared_arms)
     operator: Agreement | None = None  # what operators' verdicts say, in a run that has some
 
     @classmethod
@@ -230,8 +230,7 @@ class Summary:
                 compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same),
                 assigned,
             )
-            for i, before in enumerate(order)
-            for after in order[i + 1 :]
+            for before, after in compared_arms(by_arm)
         ]
         return cls(
             evals=tuple(row(e, None, m) for (e,), m in evals.items()),

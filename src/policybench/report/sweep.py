@@ -3,8 +3,7 @@ setting with its interval, and each setting compared, paired by scene, with zero
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,6 @@ if TYPE_CHECKING:
     from policybench.report.summary import RunInfo, Summary
 
 NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is compared with it
-_STEPS = re.compile(r"^steps:(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class Curve:
 
 @dataclass(frozen=True)
 class LatencySweep:
-    settings: tuple[str, ...]  # ordered: zero, then seconds, steps and the rest by size
+    settings: tuple[str, ...]  # zero, then the others in the run's order (the command's)
     curves: tuple[Curve, ...]
 
     def as_json(self) -> dict[str, Any]:
@@ -72,6 +70,29 @@ class LatencySweep:
         }
 
 
+def compared_arms(by_arm: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """The pairs of arms an A/B run compares, `before` first, from each arm's records in the
+    run's order of arms. A latency sweep's (its arms differ in their latency alone, one being
+    zero: as the records' policies say, so not while blinded) compares each setting with zero
+    latency only, zero as `before`; any other run compares every pair, the earlier arm first."""
+    order = list(by_arm)
+    latencies = {arm: _latency_of(records) for arm, records in by_arm.items()}
+    swept = (
+        latencies.get(NO_LATENCY) == NO_LATENCY
+        and None not in latencies.values()
+        and len(set(latencies.values())) == len(latencies)
+    )
+    if swept:
+        return [(NO_LATENCY, arm) for arm in order if arm != NO_LATENCY]
+    return [(before, after) for i, before in enumerate(order) for after in order[i + 1 :]]
+
+
+def _latency_of(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one latency setting an arm's records' policies say (None: none, or several)."""
+    said = {str((r.get(keys.POLICY) or {}).get(keys.INFERENCE_LATENCY)) for r in records}
+    return said.pop() if len(said) == 1 and "None" not in said else None
+
+
 def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
     """The sweep of a run whose arms are latency settings (run.json's inference latency lists
     them); None for any other run, and for a blinded one (its letters hide which is zero)."""
@@ -81,7 +102,7 @@ def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
         return None
     if NO_LATENCY not in arms:
         return None
-    order = tuple(sorted(arms, key=_size))
+    order = (NO_LATENCY, *(arm for arm in arms if arm != NO_LATENCY))
     versus = _versus_no_latency(summary)
     rows = {(row.eval, row.arm): row for row in summary.arms}
     curves = []
@@ -137,21 +158,6 @@ def _reversed(row: TaskComparison) -> TaskComparison:
         left_out=(row.left_out[1], row.left_out[0]),
         interval=(-high, -low),
     )
-
-
-def _size(setting: str) -> tuple[int, float, str]:
-    """Sorts settings by how much they delay: zero, then seconds, then control steps, each by
-    size, then anything else (a profile) by name."""
-    if setting == NO_LATENCY:
-        return 0, 0.0, setting
-    try:
-        return 1, float(setting), setting
-    except ValueError:
-        pass
-    steps = _STEPS.match(setting)
-    if steps is not None:
-        return 2, float(steps[1]), setting
-    return 3, 0.0, setting
 
 
 @dataclass(frozen=True)
