@@ -67,6 +67,12 @@ def test_an_in_memory_model_evaluates_as_the_pytest_command_does(tmp_path):
     )
     assert found.returncode == 0, found.output[-3000:]
     assert (found.run_dir / "index.html").is_file()
+    run = RunInfo.load(found.run_dir)
+    assert run.settings[keys.POLICY] == "scripted"  # the model, not the wire the child used
+    assert run.command == (
+        f"policybench.evaluate(<model 'scripted'>, evals=['pusht'], rollouts={ROLLOUTS}, "
+        f"workers=2, seed=3, report_dir={str(tmp_path / 'a')!r})"
+    )
     overall = found.summary.overall.stats.tally
     assert overall.rollouts == ROLLOUTS and overall.errors == 0
     assert_summary_is_the_runs(found)
@@ -100,3 +106,48 @@ def test_evaluate_given_evals_says_to_parametrize_instead():
 def test_evaluate_refuses_an_unregistered_eval_by_name():
     with pytest.raises(LookupError, match="no registered eval 'pushtt'"):
         policybench.evaluate(Exploding(), evals=["pushtt"])
+
+
+class OwnSessions:
+    """A Policy with sessions of its own (new_session), as `pytest --policy module:attr` runs."""
+
+    name = "own-sessions"
+
+    def new_session(self, context):
+        raise AssertionError("never opened: evaluate serves models only")
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_evaluate_refuses_a_policy_with_sessions_of_its_own_saying_what_it_serves():
+    with pytest.raises(TypeError) as refused:
+        policybench.evaluate(OwnSessions(), evals="pusht")
+    said = str(refused.value)
+    assert "\n" not in said
+    assert "evaluate serves a Model (name, open, describe), a factory" in said
+    assert "'own-sessions'" in said and "pytest --policy module:attr" in said
+
+
+def test_an_ab_runs_success_rate_is_asked_per_arm_not_pooled(tmp_path):
+    found = policybench.evaluate(
+        PUSHT.scripted(),
+        evals="pusht",  # one Eval, by name
+        rollouts=1,
+        workers=0,
+        report_dir=tmp_path,
+        pytest_args=["--latency-sweep", "0,steps:2"],
+    )
+    assert found.returncode == 0, found.output[-3000:]
+    assert found.arms == ["none", "steps:2"]
+    with pytest.raises(ValueError, match=r"arms \['none', 'steps:2'\].*success_rate\(arm='none'\)"):
+        found.success_rate()
+    written = json.loads((found.run_dir / "summary.json").read_text())
+    for arm in written["arms"]:
+        rate = arm["overall"]["success_rate"]
+        assert found.success_rate(arm=arm[keys.ARM]) == rate
+        assert found.success_rate("pusht", arm=arm[keys.ARM]) == rate
+    with pytest.raises(ValueError, match=r"no arm 'steps:4'"):
+        found.success_rate(arm="steps:4")
+    with pytest.raises(ValueError, match=r"no Eval 'aloha'; it evaluated \['pusht'\]"):
+        found.success_rate("aloha", arm="none")

@@ -3,6 +3,7 @@ training loop, the model served from the caller's memory to a child pytest run o
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -13,54 +14,64 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from policybench import keys
 from policybench.envserver import remote
+from policybench.evaluate_run import CALL_VARIABLE, EVALS_VARIABLE, PIPE_VARIABLE, RUNNER
 from policybench.options import API_KEY_VARIABLE, ENV_URL
 from policybench.policy.chunk_player import ChunkPolicy
-from policybench.registry import PolicySettings, PolicyUnavailable, as_policy
-from policybench.report.summary import SUMMARY, Summary
+from policybench.pytest_plugin.options import redacted_command
+from policybench.registry import PolicySettings, as_policy
+from policybench.report.summary import OVERALL, SUMMARY, Summary
+from policybench.serve.client import HIDDEN, without_secrets
 from policybench.serve.command import action_space_of
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig, ServerThread
 from policybench.spec import Eval
 from policybench.suites import eval_named
 
-# The child run's one test: every planned rollout of the Evals named in POLICYBENCH_EVALS.
-RUNNER = """
-import os
-
-import policybench
-from policybench.suites import eval_named
-
-EVALS = [eval_named(name) for name in os.environ["POLICYBENCH_EVALS"].split(",")]
-
-
-@policybench.parametrize(*EVALS)
-def test_evaluate(rollout, harness):
-    harness(rollout)
-"""
+OUTPUT = "output.txt"  # the child run's output, beside its test file
 
 
 @dataclass(frozen=True)
 class Evaluation:
     """What `evaluate` found: the summary the run wrote to its summary.json (success per Eval
-    and task with intervals, errors), the run directory, and the child run's exit status and
-    output."""
+    and task with intervals, errors; per arm in an A/B run), the run directory, and the child
+    run's exit status and output."""
 
     summary: Summary
     run_dir: Path
     returncode: int
     output: str
 
-    def success_rate(self, eval: str | None = None) -> float | None:
-        """Success over every rollout, or over one Eval's."""
-        if eval is None:
-            return self.summary.overall.stats.tally.rate
-        (row,) = [row for row in self.summary.evals if row.eval == eval]
-        return row.stats.tally.rate
+    @property
+    def arms(self) -> list[str]:
+        """An A/B run's arms (e.g. `--latency-sweep`'s settings), in the run's order; [] in a
+        run of one policy."""
+        return list(dict.fromkeys(str(row.arm) for row in self.summary.arms))
+
+    def success_rate(self, eval: str | None = None, arm: str | None = None) -> float | None:
+        """Success over every rollout, or over one Eval's; in an A/B run, of one arm's (a rate
+        pooled over arms mixes the policies compared, so one must be named)."""
+        if self.arms and arm is None:
+            raise ValueError(
+                f"this run compared arms {self.arms}; a success rate pooled over them mixes "
+                f"what was compared: name one, e.g. success_rate(arm={self.arms[0]!r})"
+            )
+        if arm is not None and arm not in self.arms:
+            raise ValueError(f"this run has no arm {arm!r}; its arms are {self.arms or 'none'}")
+        rows = (*self.summary.evals, self.summary.overall)
+        if arm is not None:
+            rows = tuple(row for row in self.summary.arms if row.arm == arm)
+        wanted = OVERALL if eval is None else eval
+        found = [row for row in rows if row.eval == wanted]
+        if not found:
+            known = sorted(row.eval for row in rows if row.eval != OVERALL)
+            raise ValueError(f"this run evaluated no Eval {eval!r}; it evaluated {known}")
+        return found[0].stats.tally.rate
 
 
 def evaluate(
     model: Any,
-    evals: Sequence[str | Eval] = ("pusht",),
+    evals: str | Eval | Sequence[str | Eval] = ("pusht",),
     rollouts: int = 10,
     workers: int = 2,
     seed: int = 0,
@@ -70,17 +81,21 @@ def evaluate(
     env_api_key: str | None = None,
 ) -> Evaluation:
     """Evaluates `model` (a Model, a Policy over a Model, or a factory as `--policy module:attr`
-    takes) on `evals` as `pytest --policy=openpi` would: a child pytest run with `workers`
+    takes) on `evals` (names or Evals, or one) as `pytest --policy=openpi` would: a child pytest
+    run with `workers`
     processes (0: one) reaches the model through policybench's batching server on loopback, in
     this process, so the model never leaves it and no checkpoint is written. `report_dir`:
     where the run is written (default reports/ here). `env_url`, `env_api_key`: pytest's --env-url
     and --env-api-key, where isolated Evals' envs are built (the key reaches the run through its
-    environment alone). Blocks until the run ends."""
+    environment alone). Blocks until the run ends; the run stops, as on Ctrl-C, when this
+    process ends or the call is interrupted."""
     if isinstance(model, Eval):
         raise TypeError(
             "evaluate(model, evals=...) evaluates a model; to run a test once per planned "
             "rollout of Evals, decorate it with @policybench.parametrize(*evals)"
         )
+    if isinstance(evals, (str, Eval)):
+        evals = [evals]
     named = [eval_named(e) if isinstance(e, str) else e for e in evals]
     if not named or rollouts < 1 or workers < 0:
         raise ValueError(
@@ -96,44 +111,76 @@ def evaluate(
     why = ENV_URL.refusal(env_url)
     if why is not None:
         raise ValueError(why)
+    reports = Path(report_dir if report_dir is not None else "reports").resolve()
     with remote.given(env_url, env_api_key):  # this process's envs, and the run's
-        return _evaluate(model, named, rollouts, workers, seed, report_dir, pytest_args)
+        served = {e.name: _served(model, e, PolicySettings(seed=seed)) for e in named}
+        shown = [f"<model {_model_name(served)!r}>", f"evals={list(served)!r}"]
+        shown += [f"rollouts={rollouts}", f"workers={workers}", f"seed={seed}"]
+        shown += [f"report_dir={str(reports)!r}"]
+        shown += [f"pytest_args={redacted_command(pytest_args)!r}"] if pytest_args else []
+        shown += [f"env_url={without_secrets(env_url)!r}"] if env_url is not None else []
+        shown += [f"env_api_key={HIDDEN!r}"] if env_api_key is not None else []
+        call = f"policybench.evaluate({', '.join(shown)})"
+        child = ["--rollouts", str(rollouts), "--seed", str(seed), "--report-dir", str(reports)]
+        return _evaluate(served, call, [*child, "-n", str(workers), *pytest_args], reports)
 
 
 def _evaluate(
-    model: Any,
-    named: list[Eval],
-    rollouts: int,
-    workers: int,
-    seed: int,
-    report_dir: str | Path | None,
-    pytest_args: Sequence[str],
+    served: dict[str, ServedModel], call: str, args: list[str], reports: Path
 ) -> Evaluation:
-    settings = PolicySettings(seed=seed)
-    served = {e.name: _served(model, e, settings) for e in named}
+    """Runs the child pytest run with `args` against a server of `served`, in this process;
+    run.json names the model and `call`."""
     key = secrets.token_urlsafe(16)
     server = PolicyServer(lambda name, ref: _pick(served, name), ServerConfig(port=0, api_key=key))
-    reports = Path(report_dir if report_dir is not None else "reports").resolve()
+    told = json.dumps({keys.POLICY: _model_name(served), "command": call})
     with (
         tempfile.TemporaryDirectory(prefix="policybench-evaluate-") as folder,
         ServerThread(server) as thread,
     ):
         (Path(folder) / "test_evaluate.py").write_text(RUNNER)
         command = [sys.executable, "-m", "pytest", "test_evaluate.py", "-p", "no:cacheprovider"]
-        command += ["--rootdir", folder, "--policy=openpi", "--policy-url", thread.url]
-        command += ["--rollouts", str(rollouts), "--seed", str(seed)]
-        command += ["--report-dir", str(reports), "-n", str(workers), *pytest_args]
+        command += ["-p", "policybench.evaluate_run", "--rootdir", folder]
+        command += ["--policy=openpi", "--policy-url", thread.url, *args]
+        env = {**os.environ, API_KEY_VARIABLE: key, EVALS_VARIABLE: ",".join(served)}
         before = _runs(reports)
-        env = {**os.environ, API_KEY_VARIABLE: key, "POLICYBENCH_EVALS": ",".join(served)}
-        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
-    output = done.stdout + done.stderr
+        returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told})
+        output = (Path(folder) / OUTPUT).read_text(errors="replace")
     made = sorted(_runs(reports) - before)
     if len(made) != 1 or not (made[0] / SUMMARY).is_file():
         raise RuntimeError(
-            f"the evaluation run (exit status {done.returncode}) wrote no run with a {SUMMARY} "
+            f"the evaluation run (exit status {returncode}) wrote no run with a {SUMMARY} "
             f"under {reports}; its output ends:\n{output[-3000:]}"
         )
-    return Evaluation(Summary.of_run(made[0]), made[0], done.returncode, output)
+    return Evaluation(Summary.of_run(made[0]), made[0], returncode, output)
+
+
+def _run_child(command: list[str], folder: Path, env: dict[str, str]) -> int:
+    """Runs the child run to its end, its output into `folder`. It holds the read end of a pipe
+    that only this process writes to: when this process ends, however it ends, or this call is
+    interrupted, the pipe closes and the run stops as on Ctrl-C, writing what it has."""
+    read, write = os.pipe()
+    with os.fdopen(write, "wb") as evaluator, (folder / OUTPUT).open("wb") as output:
+        try:
+            child = subprocess.Popen(
+                command,
+                cwd=folder,
+                env={**env, PIPE_VARIABLE: str(read)},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                pass_fds=(read,),
+            )
+        finally:
+            os.close(read)
+        try:
+            return child.wait()
+        except BaseException:
+            evaluator.close()
+            child.wait()
+            raise
+
+
+def _model_name(served: dict[str, ServedModel]) -> str:
+    return ", ".join(sorted({str(s.model.name) for s in served.values()}))
 
 
 def _registered(name: str) -> Eval | None:
@@ -147,9 +194,10 @@ def _served(model: Any, eval: Eval, settings: PolicySettings) -> ServedModel:
     name = getattr(model, "name", type(model).__name__)
     policy = as_policy(name, model, eval, settings, lambda: action_space_of(eval))
     if not isinstance(policy, ChunkPolicy):
-        raise PolicyUnavailable(
-            f"{type(model).__name__} is a {type(policy).__name__}, not a Model: evaluate serves "
-            "a Model (open, describe, name) or a Policy made of one"
+        raise TypeError(
+            f"evaluate serves a Model (name, open, describe), a factory that returns one, or a "
+            f"Policy policybench plays a Model with; {name!r} is a {type(policy).__name__} with "
+            "sessions of its own, which cannot be served: run it with pytest --policy module:attr"
         )
     return ServedModel(policy.model, eval.control_hz, eval.codecs, policy.codec)
 

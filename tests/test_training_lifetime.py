@@ -1,0 +1,104 @@
+"""The run `policybench.evaluate` starts ends with the process that evaluates: a training process
+killed mid-evaluation (SIGKILL) leaves no pytest controller or worker behind, its run says it
+was stopped with the rollouts not run, and its temporary folder is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gym_pusht", reason="needs the pusht extra")
+
+pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
+
+ROLLOUTS = 40  # far more than run before the kill
+
+TRAINING = """
+import sys
+
+import policybench
+from policybench.suites.pusht import PUSHT
+
+policybench.evaluate(PUSHT.scripted(), evals="pusht", rollouts={rollouts}, workers=2,
+                     report_dir=sys.argv[1])
+"""
+
+
+def parents() -> dict[int, int]:
+    """Every live process's parent, zombies left out."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            found[int(stat.parent.name)] = int(fields[1])
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    tree, found, todo = parents(), set(), [pid]
+    while todo:
+        pid = todo.pop()
+        children = [child for child, parent in tree.items() if parent == pid]
+        found.update(children)
+        todo += children
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def test_killing_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_path):
+    script = tmp_path / "training.py"
+    script.write_text(TRAINING.format(rollouts=ROLLOUTS))
+    reports = tmp_path / "reports"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    training = subprocess.Popen(
+        [sys.executable, str(script), str(reports)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def a_rollout_done():
+            status = reports / "latest" / "status.json"
+            return status.is_file() and json.loads(status.read_text())["done"] >= 1
+
+        wait_for(a_rollout_done, 120, "a rollout of the evaluation finished")
+        run = descendants(training.pid)
+        (controller,) = [pid for pid in run if "test_evaluate.py" in command_line(pid)]
+        args = command_line(controller)
+        folder = Path(args[args.index("--rootdir") + 1])
+        assert len(run) >= 3 and folder.is_dir()  # the controller and its two workers
+    finally:
+        training.send_signal(signal.SIGKILL)
+        training.wait()
+
+    wait_for(lambda: not run & parents().keys(), 15, f"the run's processes {run} ended")
+    status = json.loads((reports / "latest" / "status.json").read_text())
+    assert status["state"] == "stopped", status
+    assert status["done"] < ROLLOUTS and status["not_run"] == ROLLOUTS - status["done"]
+    summary = json.loads((reports / "latest" / "summary.json").read_text())
+    assert summary["overall"]["rollouts"] == status["done"]
+    assert not folder.exists()
