@@ -112,3 +112,19 @@ def test_an_unreachable_server_exits_naming_the_url_and_what_to_start(tmp_path):
     assert f"cannot reach a policy server at {url}" in message
     assert "policybench serve" in message
     assert not (tmp_path / "none.json").exists()
+
+
+def test_a_server_without_the_eval_exits_with_one_line_naming_what_it_serves(
+    served, keyed, tmp_path
+):
+    pytest.importorskip("metaworld")
+    path = tmp_path / "other.json"
+    argv = ["latency", "record", "--eval", "metaworld-mt10", "--policy-url", served]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "-o", str(path), "--seconds", SECONDS])
+    message = str(exited.value.code)
+    assert "\n" not in message and message.count("does not serve") == 1
+    assert "does not serve eval 'metaworld-mt10'; it serves ['pusht']" in message
+    assert "start a server with --eval metaworld-mt10" in message
+    assert "module level" not in message
+    assert not path.exists()

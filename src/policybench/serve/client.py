@@ -410,4 +410,5 @@ def without_userinfo(url: str) -> str:
 
 def _server_error(url: str, text: str) -> str:
     lines = text.strip().splitlines() or ["(empty message)"]
-    return f"policy server {url} answered an error: {lines[-1]}\n{text.rstrip()}"
+    said = f"policy server {url} answered an error: {lines[-1]}"
+    return said if len(lines) == 1 else f"{said}\n{text.rstrip()}"  # then its traceback

@@ -193,10 +193,11 @@ class EvalModels:
         if ref is not None and self.from_clients:
             return eval_named(ref)
         served = sorted(self.evals) or sorted(registered_evals())
+        asked = repr(name) if ref is None else f"{name!r} ({ref})"
         raise LookupError(
-            f"this server does not serve eval {name!r} ({ref or 'not declared at module level'}); "
-            f"it serves {served}. Start it with --eval, or run the policy in each worker with "
-            "--policy-sharing=per-worker"
+            f"this server does not serve eval {asked}; it serves {served}: "
+            f"start a server with --eval {ref or name} for it (or, in a pytest run, run the "
+            "policy in each worker with --policy-sharing=per-worker)"
         )
 
 
