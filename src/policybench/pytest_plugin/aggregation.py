@@ -35,7 +35,7 @@ from policybench.record.realtime import Realtime
 from policybench.report.arms import Sealer
 from policybench.report.compare import Comparison, compare_arms
 from policybench.report.html import Findings, write_html
-from policybench.report.merge import SELECTED
+from policybench.report.merge import SELECTED, resumed_run_info
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 from policybench.report.verdicts import read_verdicts
@@ -63,6 +63,8 @@ class Aggregator:
             config.invocation_params.dir,
             run_settings(config, settings),
         )
+        if context.resumed is not None:  # run.json keeps how the run started, and its resumes
+            self.run_info = resumed_run_info(RunInfo.load(self.run_dir), self.run_info)
         # As typed but for secrets, kept aside under --blind.
         self.command = shlex.join(["pytest", *redacted_command(config.invocation_params.args)])
         servers = [(arm.endpoint.shown, arm.label) for arm in settings.arms if arm.endpoint]

@@ -37,6 +37,8 @@ COMMANDS = "commands"
 # The run setting a wrapped loop's run.json holds to tell it from any other run of its name (a
 # random token, kept by its copies): two machines' `runs/loop` are two runs, a copy is the same.
 RUN_UID = "run_uid"
+# The run setting listing a run's resumes (--resume), each's command, host and start, in order.
+RESUMED = "resumed"
 # The run setting naming the rollouts a run selected (its items after -k, --suite and --shard).
 SELECTED = "selected"
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
@@ -492,6 +494,12 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
             raise MergeRefused(
                 f"--out {out} holds a run that merge did not write; choose a new directory"
             )
+        if RESUMED in earlier.settings:
+            raise MergeRefused(
+                f"--out {out} is a merged run that was resumed since: the rollouts its resume "
+                "ran are in no part and a merge into it would drop them; merge into a new "
+                f"directory (naming {out} as a part if it should count)"
+            )
         for name in (RESULTS, SUMMARY, RUN_INFO, INDEX):
             (out / name).unlink(missing_ok=True)
         shutil.rmtree(out / ROLLOUTS, ignore_errors=True)
@@ -556,6 +564,26 @@ def merged_run_info(
     )
 
 
+def resumed_run_info(before: RunInfo | None, now: RunInfo) -> RunInfo:
+    """run.json of a resumed run: the run as it started (its command, host and start, a merged
+    run's parts and what merging found, a loop run's commands) with this session's settings,
+    and every resume, this one last, listed under `resumed` (its command, host and start)."""
+    if before is None:
+        return now
+    kept: Mapping[str, Any] = {
+        name: before.settings[name] for name in (PARTS, MERGE, COMMANDS) if name in before.settings
+    }
+    this = {"command": now.command, "host": now.host, "started": now.started}
+    history = [*before.settings.get(RESUMED, ()), this]
+    return replace(
+        now,
+        started=before.started,
+        command=before.command,
+        host=before.host,
+        settings={**now.settings, **kept, RESUMED: history},
+    )
+
+
 def _loop_fields(part: Part) -> dict[str, Any]:
     """What the list of parts shows of a loop run: every command that recorded into it, and the
     run id its episodes' ids name in the merge when another part's run had its id."""
@@ -570,7 +598,7 @@ def _loop_fields(part: Part) -> dict[str, Any]:
 
 def _shared(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A part's run settings without what only that part was (its shard, its merge)."""
-    only = (SHARD, PARTS, MERGE, COMMANDS, RUN_UID)
+    only = (SHARD, PARTS, MERGE, COMMANDS, RUN_UID, RESUMED)
     return {name: value for name, value in settings.items() if name not in only}
 
 
