@@ -18,7 +18,6 @@ from pathlib import Path
 from policybench.report.results import RESULTS, read_results
 from policybench.report.stats import Tally, tally_of
 from policybench.report.summary import SUMMARY, RunInfo
-from policybench.report.unfinished import UNFINISHED
 
 STATUS = "status.json"
 FORMAT = "policybench-status"
@@ -178,7 +177,9 @@ def status_of_results(run_dir: Path) -> Status:
     """A run's status from its results.jsonl: a wrapped loop's run plans no rollouts, so its total
     is the episodes ended and those in progress; it has finished when its loops closed it (its
     summary is as new as its results, and no episode is open)."""
-    from policybench.pytest_plugin.resume import latest_per_rollout  # the pytest side's
+    # here, not above: both import the pytest plugin's modules, which import this one
+    from policybench.pytest_plugin.resume import latest_per_rollout
+    from policybench.report.unfinished import UNFINISHED
 
     results = run_dir / RESULTS
     tally = tally_of(latest_per_rollout(read_results(results).records))
