@@ -4,17 +4,19 @@ was stopped with the rollouts not run, and its temporary folder is gone."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gym_pusht", reason="needs the pusht extra")
+from policybench.training import FOLDER_PREFIX, IN_USE, _in_use
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads processes from /proc")
 
@@ -69,6 +71,7 @@ def wait_for(condition, timeout_s: float, what: str):
 
 
 def test_killing_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_path):
+    pytest.importorskip("gym_pusht", reason="needs the pusht extra")
     script = tmp_path / "training.py"
     script.write_text(TRAINING.format(rollouts=ROLLOUTS))
     reports = tmp_path / "reports"
@@ -102,3 +105,37 @@ def test_killing_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_
     summary = json.loads((reports / "latest" / "summary.json").read_text())
     assert summary["overall"]["rollouts"] == status["done"]
     assert not folder.exists()
+
+
+def test_an_evaluation_removes_the_folders_of_earlier_ones_nobody_holds(tmp_path, monkeypatch):
+    """Killed together, an evaluator and its run leave their folder: the next evaluation removes
+    it, but not one whose evaluation still lives, nor a folder it did not make."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left, live, other = (tmp_path / f"{FOLDER_PREFIX}{name}" for name in ("left", "live", "x"))
+    for folder in (left, live, other):
+        folder.mkdir()
+    (left / IN_USE).touch()
+    (live / IN_USE).touch()
+    holder = subprocess.Popen(  # a run still going, holding its folder's lock
+        [sys.executable, "-c", HOLD, str(live / IN_USE)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        new = tmp_path / f"{FOLDER_PREFIX}new"
+        new.mkdir()
+        with _in_use(new):
+            assert not left.exists() and live.is_dir() and other.is_dir()
+            with (new / IN_USE).open("rb") as lock, pytest.raises(BlockingIOError):
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD = """
+import fcntl, sys, time
+lock = open(sys.argv[1], "rb")
+fcntl.flock(lock, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)
+"""

@@ -3,13 +3,16 @@ training loop, the model served from the caller's memory to a child pytest run o
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,8 @@ from policybench.spec import Eval
 from policybench.suites import eval_named
 
 OUTPUT = "output.txt"  # the child run's output, beside its test file
+FOLDER_PREFIX = "policybench-evaluate-"  # the child run's folder, in the system's temp dir
+IN_USE = "in-use.lock"  # locked (flock) in a folder while its evaluator or its run lives
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,8 @@ def _evaluate(
     server = PolicyServer(lambda name, ref: _pick(served, name), ServerConfig(port=0, api_key=key))
     told = json.dumps({keys.POLICY: _model_name(served), "command": call})
     with (
-        tempfile.TemporaryDirectory(prefix="policybench-evaluate-") as folder,
+        tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX) as folder,
+        _in_use(Path(folder)) as lock,
         ServerThread(server) as thread,
     ):
         (Path(folder) / "test_evaluate.py").write_text(RUNNER)
@@ -143,7 +149,7 @@ def _evaluate(
         command += ["--policy=openpi", "--policy-url", thread.url, *args]
         env = {**os.environ, API_KEY_VARIABLE: key, EVALS_VARIABLE: ",".join(served)}
         before = _runs(reports)
-        returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told})
+        returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told}, lock)
         output = (Path(folder) / OUTPUT).read_text(errors="replace")
     made = sorted(_runs(reports) - before)
     if len(made) != 1 or not (made[0] / SUMMARY).is_file():
@@ -154,7 +160,7 @@ def _evaluate(
     return Evaluation(Summary.of_run(made[0]), made[0], returncode, output)
 
 
-def _run_child(command: list[str], folder: Path, env: dict[str, str]) -> int:
+def _run_child(command: list[str], folder: Path, env: dict[str, str], lock: int) -> int:
     """Runs the child run to its end, its output into `folder`. It holds the read end of a pipe
     that only this process writes to: when this process ends, however it ends, or this call is
     interrupted, the pipe closes and the run stops as on Ctrl-C, writing what it has."""
@@ -167,7 +173,7 @@ def _run_child(command: list[str], folder: Path, env: dict[str, str]) -> int:
                 env={**env, PIPE_VARIABLE: str(read)},
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                pass_fds=(read,),
+                pass_fds=(read, lock),  # the run holds the folder's lock while it lives
             )
         finally:
             os.close(read)
@@ -177,6 +183,25 @@ def _run_child(command: list[str], folder: Path, env: dict[str, str]) -> int:
             evaluator.close()
             child.wait()
             raise
+
+
+@contextlib.contextmanager
+def _in_use(folder: Path) -> Iterator[int]:
+    """Locks `folder` (a descriptor of its lock, for the run to hold too) for as long as this
+    evaluation or its run lives, first removing the folders of earlier evaluations that nobody
+    holds: the run removes its folder when its evaluator ended first, but not when both were
+    killed at once."""
+    for stale in folder.parent.glob(f"{FOLDER_PREFIX}*"):
+        try:
+            with (stale / IN_USE).open("rb") as held:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held, someone else's, or not an evaluation's folder yet
+            continue
+        shutil.rmtree(stale, ignore_errors=True)
+    with (folder / f".{IN_USE}").open("wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        (folder / f".{IN_USE}").rename(folder / IN_USE)  # locked before any sweep can open it
+        yield lock.fileno()
 
 
 def _model_name(served: dict[str, ServedModel]) -> str:
