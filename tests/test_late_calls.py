@@ -179,3 +179,39 @@ def test_a_run_whose_model_cannot_fill_the_horizon_fails_its_preflight_once_with
     lines = (pytester.path / "reports/latest/results.jsonl").read_text().splitlines()
     for record in map(json.loads, lines):
         assert record["reason"].startswith("preflight of 'point' failed")
+
+
+EIGHT = "from envs import GreedyPointModel\nMODEL = GreedyPointModel(horizon=8)\n"
+LATE = ("--policy=eight:MODEL", "--execute-steps", "3", "--rollouts", "1")
+
+
+def test_a_run_notes_a_profile_past_the_horizon_and_counts_the_late_calls_per_rollout(
+    pytester: pytest.Pytester,
+):
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK, eight=EIGHT)
+    (pytester.path / "late.json").write_text(json.dumps(ONE_OR_FIVE))
+    result = pytester.runpytest_subprocess(*LATE, "--inference-latency", "profile:late.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["preflight point: passed: *; 50.0% of the latency profile's draws exceed "
+         "--execute-steps 3 (300 ms): the next call waits for such a call*"]
+    )  # fmt: skip
+    lines = (pytester.path / "reports/latest/results.jsonl").read_text().splitlines()
+    for record in map(json.loads, lines):
+        late = sum(ms > 300 for ms in record[keys.CALL_LATENCY_MS])
+        assert record[keys.CALLS_PAST_HORIZON] == late
+
+
+def test_a_blinded_sweep_keeps_the_late_calls_and_their_note_out_of_its_files(
+    pytester: pytest.Pytester,
+):
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK, eight=EIGHT)
+    (pytester.path / "late.json").write_text(json.dumps(ONE_OR_FIVE))
+    sweep = ("--latency-sweep", "0,profile:late.json", "--blind", "k")
+    result = pytester.runpytest_subprocess(*LATE, *sweep)
+    assert result.ret == 0, result.stdout.str()
+    assert "latency profile" not in result.stdout.str()
+    run = pytester.path / "reports/latest"
+    for path in [run / "results.jsonl", *(run / "preflight").glob("*.json")]:
+        assert keys.CALLS_PAST_HORIZON not in path.read_text(), path
+        assert "latency profile" not in path.read_text(), path

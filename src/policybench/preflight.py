@@ -166,6 +166,16 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
     return Shown(passed, shown)
 
 
+# How the note on a latency profile's draws past the execution horizon goes on (after a share):
+# it tells a latency apart, so a blinded latency sweep's preflight files leave it out.
+LATE_NOTE = "of the latency profile's draws exceed --execute-steps"
+
+
+def latency_notes(notes: tuple[str, ...]) -> tuple[str, ...]:
+    """The notes of a preflight that speak of its policy's latency."""
+    return tuple(note for note in notes if LATE_NOTE in note)
+
+
 def _played(policy: Policy, control_hz: float, horizon: int) -> tuple[str | None, tuple[str, ...]]:
     """Why a ChunkPolicy's execution horizon does not fit chunks of `horizon` actions under its
     latency (each rollout would fail at its first chunk), or None; and a note when a latency
@@ -178,8 +188,8 @@ def _played(policy: Policy, control_hz: float, horizon: int) -> tuple[str | None
     if problem is not None or not share:
         return problem, ()
     return None, (
-        f"{share:.1%} of the latency profile's draws exceed --execute-steps "
-        f"{policy.execute_steps} ({policy.execute_steps * period_ns / 1e6:g} ms): the next call "
+        f"{share:.1%} {LATE_NOTE} {policy.execute_steps} "
+        f"({policy.execute_steps * period_ns / 1e6:g} ms): the next call "
         f"waits for such a call, so that cycle's horizon is its delay "
         f"({keys.CALLS_PAST_HORIZON} in each record)",
     )

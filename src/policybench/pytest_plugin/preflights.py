@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from policybench.preflight import Preflight, Verdict
+from policybench import keys
+from policybench.preflight import Preflight, Verdict, latency_notes
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.report.arms import KEPT, sealed_description
@@ -52,7 +53,10 @@ class PreflightStore:
                     stored = found
                     if self.blinded:
                         sealed = sealed_description(found.policy, arm, self.kept_fields)
-                        stored = replace(found, policy=sealed)
+                        notes = found.notes
+                        if keys.INFERENCE_LATENCY not in self.kept_fields:  # a sweep's
+                            notes = tuple(n for n in notes if n not in latency_notes(notes))
+                        stored = replace(found, policy=sealed, notes=notes)
                     data = {**stored.as_json(), ARM: arm}
                     path.write_text(json.dumps(data, indent=1, sort_keys=True))
         self._known[(eval_name, arm)] = found
