@@ -132,7 +132,7 @@ class Aggregator:
         judged, notes = gates.judged_summary(
             summary, self.records, self.run_dir, self.gate_settings
         )
-        breaches, more = gates.floor_breaches(judged, self.gate_settings, declared)
+        breaches, more = gates.floor_breaches(judged, self.gate_settings, declared, summary)
         notes += more
         if not self.records and self.no_policy:  # nothing ran for want of a policy
             session.exitstatus = pytest.ExitCode.USAGE_ERROR

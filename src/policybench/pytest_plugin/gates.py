@@ -216,25 +216,51 @@ class Breach:
 
 
 def floor_breaches(
-    summary: Summary, settings: GateSettings, declared: Mapping[str, float]
+    summary: Summary,
+    settings: GateSettings,
+    declared: Mapping[str, float],
+    ran: Summary | None = None,
 ) -> tuple[list[Breach], list[str]]:
     """Breaches of the overall and per-Eval floors, and notes on floors that were not checked.
     In an A/B run every arm is held to each floor on its own rows (a rate pooled over arms mixes
-    the policies compared), and each breach names its arm."""
+    the policies compared), and each breach names its arm. `ran`: the run's own summary where
+    `summary` judges operator verdicts, to tell a gate over unscored rollouts from one over
+    rollouts that did not run."""
     breaches: list[Breach | NothingFinished] = []
     notes: list[str] = []
     floors = {name: (rate, "Eval.success_floor") for name, rate in declared.items()}
     floors.update({name: (rate, "--success-floors") for name, rate in settings.eval_floors.items()})
+    own = {arm: (overall, rows) for arm, overall, rows in _judged(ran)} if ran else {}
     for arm, overall, rows in _judged(summary):
         named = "" if arm is None else f", arm {arm}"
+        own_overall, own_rows = own.get(arm, (None, {}))
         if settings.overall_floor is not None:
             breaches += _below(
-                overall, f"overall{named}", settings.overall_floor, "--success-fail-under"
+                overall,
+                f"overall{named}",
+                settings.overall_floor,
+                "--success-fail-under",
+                _unscored(overall, own_overall, settings),
             )
         for name, (rate, source) in sorted(floors.items()):
             if arm is None or name in rows or not _ran_under_any_arm(summary, name):
-                breaches += _below(rows.get(name), f"eval {name}{named}", rate, source)
+                unscored = _unscored(rows.get(name), own_rows.get(name), settings)
+                breaches += _below(rows.get(name), f"eval {name}{named}", rate, source, unscored)
     return breaches, notes
+
+
+def _unscored(judged: Row | None, own: Row | None, settings: GateSettings) -> str | None:
+    """Why a gate over operator verdicts has nothing to judge when its rollouts ran but none
+    has a verdict yet (None otherwise)."""
+    finished = 0 if own is None else own.stats.tally.solved + own.stats.tally.unsolved
+    tally = None if judged is None else judged.stats.tally
+    if not finished or (tally is not None and tally.solved + tally.unsolved):
+        return None
+    return (
+        f"{finished} rollout{'s' * (finished != 1)} ran, none has an operator verdict yet "
+        f"(--outcome-source {settings.outcome_source}); score them with `policybench score RUN`, "
+        "then judge again with this command and --resume RUN"
+    )
 
 
 def _judged(summary: Summary) -> list[tuple[str | None, Row | None, dict[str, Row]]]:
@@ -261,12 +287,17 @@ def _ran_under_any_arm(summary: Summary, eval: str) -> bool:
     return any(row.eval == eval for row in summary.arms)
 
 
-def _below(row: Row | None, what: str, floor: float, source: str) -> list[Breach | NothingFinished]:
+def _below(
+    row: Row | None, what: str, floor: float, source: str, unscored: str | None = None
+) -> list[Breach | NothingFinished]:
     """A breach when `row` is below `floor`, or when none of its rollouts finished (a gate over
-    nothing fails: all skipped, deselected or errored)."""
+    nothing fails: all skipped, deselected or errored, or, judging operator verdicts,
+    `unscored`: none scored yet)."""
     gate = f"floor {floor:.1%} ({source})"
     tally = None if row is None else row.stats.tally
     if tally is None or tally.solved + tally.unsolved == 0:
+        if unscored is not None:
+            return [NothingFinished(what, gate, unscored, judged="judged")]
         why = "none ran" if tally is None or not tally.rollouts else f"all {tally.errors} errored"
         return [NothingFinished(what, gate, why)]
     interval = tally.interval()
@@ -282,9 +313,12 @@ class NothingFinished:
     what: str
     gate: str
     why: str  # "none ran", "all 3 errored", ...
+    judged: str = "finished"  # "judged": none has an operator verdict to count
 
     def line(self) -> str:
-        return f"FAIL {self.what}: no rollout finished ({self.why}), so {self.gate} cannot hold"
+        return (
+            f"FAIL {self.what}: no rollout {self.judged} ({self.why}), so {self.gate} cannot hold"
+        )
 
 
 @dataclass(frozen=True)
