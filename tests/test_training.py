@@ -140,6 +140,8 @@ def test_an_ab_runs_success_rate_is_asked_per_arm_not_pooled(tmp_path):
     )
     assert found.returncode == 0, found.output[-3000:]
     assert found.arms == ["none", "steps:2"]
+    command = RunInfo.load(found.run_dir).command
+    assert command.endswith(", pytest_args=['--latency-sweep', '0,steps:2'])"), command
     with pytest.raises(ValueError, match=r"arms \['none', 'steps:2'\].*success_rate\(arm='none'\)"):
         found.success_rate()
     written = json.loads((found.run_dir / "summary.json").read_text())

@@ -24,6 +24,7 @@ from policybench.options import API_KEY_VARIABLE, ENV_URL
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.pytest_plugin.options import redacted_command
 from policybench.registry import PolicySettings, as_policy
+from policybench.report.arms import blinded_command
 from policybench.report.summary import OVERALL, SUMMARY, Summary
 from policybench.serve.client import HIDDEN, without_secrets
 from policybench.serve.command import action_space_of
@@ -122,7 +123,7 @@ def evaluate(
         shown = [f"<model {_model_name(served)!r}>", f"evals={list(served)!r}"]
         shown += [f"rollouts={rollouts}", f"workers={workers}", f"seed={seed}"]
         shown += [f"report_dir={str(reports)!r}"]
-        shown += [f"pytest_args={redacted_command(pytest_args)!r}"] if pytest_args else []
+        shown += [f"pytest_args={_shown_args(pytest_args)!r}"] if pytest_args else []
         shown += [f"env_url={without_secrets(env_url)!r}"] if env_url is not None else []
         shown += [f"env_api_key={HIDDEN!r}"] if env_api_key is not None else []
         call = f"policybench.evaluate({', '.join(shown)})"
@@ -202,6 +203,14 @@ def _in_use(folder: Path) -> Iterator[int]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         (folder / f".{IN_USE}").rename(folder / IN_USE)  # locked before any sweep can open it
         yield lock.fileno()
+
+
+def _shown_args(args: Sequence[str]) -> list[str]:
+    """pytest arguments as the run's files show a command line: secrets hidden, and the
+    policies too under --blind."""
+    shown = redacted_command(args)
+    blind = any(arg.partition("=")[0] == "--blind" for arg in args)
+    return blinded_command(shown) if blind else shown
 
 
 def _model_name(served: dict[str, ServedModel]) -> str:
