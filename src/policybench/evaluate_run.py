@@ -19,6 +19,9 @@ EVALS_VARIABLE = "POLICYBENCH_EVALS"  # the Evals the run plays, by name, comma-
 PIPE_VARIABLE = "POLICYBENCH_EVALUATE_PIPE"  # a pipe's read end: EOF when the evaluator ended
 CALL_VARIABLE = "POLICYBENCH_EVALUATE_CALL"  # JSON: the model's name and evaluate's call
 AGGREGATOR = "policybench-aggregator"  # the plugin that writes run.json
+# How long the run waits, once its evaluator ended, for a stop already under way: a Ctrl-C at
+# the terminal reaches the run as well as its evaluator.
+STOP_GRACE_S = 1.0
 
 # The run's one test: every planned rollout of the Evals named in POLICYBENCH_EVALS.
 RUNNER = f"""
@@ -59,7 +62,7 @@ def _stop_when_evaluator_ends(fd: int, ended: threading.Event, ending: threading
     while os.read(fd, 1):
         pass
     ended.set()
-    if not ending.is_set():  # not stopped or finished already (a second stop would cut it short)
+    if not ending.wait(STOP_GRACE_S):  # a second stop would cut the first one short
         os.kill(os.getpid(), signal.SIGTERM)
 
 
