@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from policybench.cli import main
 from policybench.report.verdicts import Verdict, append_verdict, rollout_id
 from tests.test_verdicts import point_run, records
 
@@ -30,3 +31,14 @@ def test_a_gate_over_unscored_rollouts_says_they_ran_and_how_to_score_them(pytes
         append_verdict(run_dir, Verdict.now(rollout_id(record), "success", "ana"))
     again = pytester.runpytest(*GATED, "--resume", "latest", "--success-fail-under", "0.5")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()[-2000:]
+
+
+def test_an_unsure_verdict_reads_as_scored_unsure_not_as_unscored(pytester, capsys):
+    run_dir = point_run(pytester)
+    ran = records(run_dir)
+    append_verdict(run_dir, Verdict.now(rollout_id(ran[0]), "unsure", "ana"))
+    append_verdict(run_dir, Verdict.now(rollout_id(ran[1]), "success", "ana"))
+    capsys.readouterr()
+    assert main(["report", "html", str(run_dir)]) == 0
+    overall = next(line for line in capsys.readouterr().out.splitlines() if "  all: " in line)
+    assert f"(1/1 scored, 1 scored unsure, {len(ran) - 2} not)" in overall, overall

@@ -22,6 +22,7 @@ from policybench.report.verdicts import (
     Verdicts,
     consensus,
     rollout_id,
+    unscored_reason,
 )
 
 OPERATOR = "operator"  # summary.json's section
@@ -60,9 +61,11 @@ class AgreementRow:
     operator_rate: float | None  # over the scored rollouts
     kappa: float | None  # automatic vs operator, over the scored rollouts
     compared: int  # rollouts the kappa is over
+    unsure: int = 0  # of the unscored: scored, but every verdict unsure (no outcome to count)
 
     @property
     def unscored(self) -> int:
+        """Rollouts without an operator outcome: unsure, disputed or not scored yet."""
         return self.rollouts - self.scored - self.errors
 
 
@@ -157,7 +160,10 @@ class Agreement:
                 f"  {row.eval}{'' if row.arm is None else f', arm {row.arm}'}: automatic "
                 f"{_pct(row.automatic_rate)} "
                 f"({row.automatic_solved}/{row.rollouts}), operator {_pct(row.operator_rate)} "
-                f"({row.operator_solved}/{row.scored} scored, {row.unscored} not), kappa "
+                f"({row.operator_solved}/{row.scored} scored"
+                f"{f', {row.unsure} scored unsure' if row.unsure else ''}, "
+                f"{row.unscored - row.unsure} not), "
+                "kappa "
                 f"{_kappa(row.kappa)} over {row.compared}"
             )
         for pair in self.pairs:
@@ -175,11 +181,14 @@ class Agreement:
 def _row(
     eval: str, arm: str | None, members: Sequence[Mapping[str, Any]], latest: Mapping[str, Any]
 ) -> AgreementRow:
-    judged = []
+    judged, unsure = [], 0
     for record in members:
         given = latest.get(rollout_id(record), {})
         outcome = consensus(v.verdict for v in given.values())
         judged.append((record, None if record[keys.OUTCOME] not in AUTOMATIC else outcome))
+        said = [v.verdict for v in given.values()]
+        if record[keys.OUTCOME] in AUTOMATIC and said and unscored_reason(said) == "scored unsure":
+            unsure += 1
     scored = [(record, outcome) for record, outcome in judged if outcome is not None]
     compared = [
         (AUTOMATIC[record[keys.OUTCOME]], outcome)
@@ -200,6 +209,7 @@ def _row(
         operator_rate=operator_solved / len(scored) if scored else None,
         kappa=kappa(compared, (SUCCESS, FAILURE)),
         compared=len(compared),
+        unsure=unsure,
     )
 
 
