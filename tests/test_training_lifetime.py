@@ -1,6 +1,7 @@
 """The run `policybench.evaluate` starts ends with the process that evaluates: a training process
-killed mid-evaluation (SIGKILL) leaves no pytest controller or worker behind, its run says it
-was stopped with the rollouts not run, and its temporary folder is gone."""
+killed mid-evaluation (SIGKILL), or whose call is interrupted, leaves no pytest controller or
+worker behind, its run says it was stopped with the rollouts not run, and its temporary folder
+is gone; a folder left by an evaluator and its run killed together goes at the next evaluation."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads proces
 ROLLOUTS = 40  # far more than run before the kill
 
 TRAINING = """
+import signal
 import sys
 
 import policybench
 from policybench.suites.pusht import PUSHT
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
 policybench.evaluate(PUSHT.scripted(), evals="pusht", rollouts={rollouts}, workers=2,
                      report_dir=sys.argv[1])
 """
@@ -70,7 +73,12 @@ def wait_for(condition, timeout_s: float, what: str):
     raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
-def test_killing_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize(
+    "ended",
+    [signal.SIGKILL, signal.SIGINT],  # killed; the call interrupted (as in a notebook)
+    ids=["killed", "interrupted"],
+)
+def test_ending_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_path, ended):
     pytest.importorskip("gym_pusht", reason="needs the pusht extra")
     script = tmp_path / "training.py"
     script.write_text(TRAINING.format(rollouts=ROLLOUTS))
@@ -95,8 +103,8 @@ def test_killing_the_evaluating_process_stops_its_run_and_leaves_no_process(tmp_
         folder = Path(args[args.index("--rootdir") + 1])
         assert len(run) >= 3 and folder.is_dir()  # the controller and its two workers
     finally:
-        training.send_signal(signal.SIGKILL)
-        training.wait()
+        training.send_signal(ended)
+        training.wait(timeout=60)
 
     wait_for(lambda: not run & parents().keys(), 15, f"the run's processes {run} ended")
     status = json.loads((reports / "latest" / "status.json").read_text())
