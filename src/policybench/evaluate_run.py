@@ -88,7 +88,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     call = json.loads(told)
     run = aggregator.run_info
     settings = {**run.settings, keys.POLICY: call[keys.POLICY]}
-    aggregator.run_info = dataclasses.replace(run, command=call["command"], settings=settings)
+    aggregator.run_info = dataclasses.replace(run, command=call[keys.COMMAND], settings=settings)
     aggregator.settings = dataclasses.replace(aggregator.settings, policy=call[keys.POLICY])
 
 

@@ -138,7 +138,7 @@ def _evaluate(
     run.json names the model and `call`."""
     key = secrets.token_urlsafe(16)
     server = PolicyServer(lambda name, ref: _pick(served, name), ServerConfig(port=0, api_key=key))
-    told = json.dumps({keys.POLICY: _model_name(served), "command": call})
+    told = json.dumps({keys.POLICY: _model_name(served), keys.COMMAND: call})
     with (
         tempfile.TemporaryDirectory(prefix=FOLDER_PREFIX) as folder,
         _in_use(Path(folder)) as lock,
