@@ -21,11 +21,14 @@ def test_point(rollout, harness):
 """
 
 
+# A gate of the run: a shard dealt nothing has none of its own to judge (the merged run has).
+GATED = ("--rollouts", "2", "--success-fail-under", "0.5")
+
+
 def test_an_empty_shard_keeps_a_run_that_merge_counts_and_exits_zero(pytester, capsys):
     pytester.makepyfile(envs=ENVS, test_point=ONE_TASK)
     ran = [
-        pytester.runpytest("--rollouts", "2", "--shard", f"{k}/3", "--report-dir", "shards")
-        for k in (1, 2, 3)
+        pytester.runpytest(*GATED, "--shard", f"{k}/3", "--report-dir", "shards") for k in (1, 2, 3)
     ]
     parts = sorted((pytester.path / "shards").glob("*-shard*of3"))
     assert [result.ret for result in ran] == [0, 0, 0]
@@ -34,6 +37,7 @@ def test_an_empty_shard_keeps_a_run_that_merge_counts_and_exits_zero(pytester, c
     assert len(empty) == 1, parts  # two rollouts of one task over three shards
     k = empty[0].name[-4]
     ran[int(k) - 1].stdout.fnmatch_lines([f"policybench: shard {k}/3 had nothing to run*"])
+    assert "FAIL" not in ran[int(k) - 1].stdout.str()
     settings = json.loads((empty[0] / "run.json").read_text())["settings"]
     assert settings["shard"].startswith(f"{k}/3") and settings["selected"] == []
     out = pytester.path / "merged"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from policybench.pytest_plugin import rundir
+from policybench.pytest_plugin import gates, rundir
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
@@ -217,11 +217,11 @@ AGGREGATOR = "policybench-aggregator"  # the controller's plugin holding the run
 EMPTY = pytest.StashKey[bool]()  # the controller kept this shard's run as having nothing to run
 
 
-@pytest.hookimpl(trylast=True)  # after the aggregator, which writes nothing for no rollout
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A shard dealt no rollout (fewer task-cards than shards) is still a shard of the run: its
     run directory is kept with its run.json (its shard, an empty selection) and an empty
-    results.jsonl, so `report merge` counts it, and it exits 0, not pytest's "no tests ran"."""
+    results.jsonl, so `report merge` counts it, and it exits 0, not pytest's "no tests ran".
+    Its success gates have nothing of their own to judge: they are the merged run's."""
     config = session.config
     shard = shard_of(config)
     if shard is None or is_worker(config) or session.testscollected:
@@ -239,6 +239,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         context.settings.blinding.write(context.run_dir, aggregator.command)
     (context.run_dir / RESULTS).touch()
     config.stash[EMPTY] = True
+    config.stash[gates.BREACHED] = False
+    aggregator.unreported = ()  # a gate over this shard's nothing: no FAIL line
     session.exitstatus = pytest.ExitCode.OK
 
 
