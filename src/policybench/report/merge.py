@@ -573,7 +573,7 @@ def resumed_run_info(before: RunInfo | None, now: RunInfo) -> RunInfo:
     kept: Mapping[str, Any] = {
         name: before.settings[name] for name in (PARTS, MERGE, COMMANDS) if name in before.settings
     }
-    this = {"command": now.command, "host": now.host, "started": now.started}
+    this = {keys.COMMAND: now.command, "host": now.host, "started": now.started}
     history = [*before.settings.get(RESUMED, ()), this]
     return replace(
         now,

@@ -22,6 +22,7 @@ from policybench.report.summary import SUMMARY, RunInfo
 STATUS = "status.json"
 FORMAT = "policybench-status"
 VERSION = 2  # 1 had no state: `finished` was true for a run stopped early too
+STATE_FIELD = "state"  # the run's state in status.json (not an observation's keys.STATE)
 WRITE_EVERY_S = 1.0  # readers poll it; a run of quick rollouts would rewrite it many times a second
 
 
@@ -106,7 +107,7 @@ class Status:
             "format": FORMAT,
             "version": VERSION,
             **asdict(self),
-            "state": self.state.value,
+            STATE_FIELD: self.state.value,
             "finished": self.finished,
             "not_run": stopped,
         }
@@ -118,10 +119,10 @@ class Status:
                 f"{source}: not a policybench status file (format {data.get('format')!r})"
             )
         given = {field.name: data[field.name] for field in fields(cls) if field.name in data}
-        if "state" not in given:  # version 1 said only whether the run had ended (`finished`)
+        if STATE_FIELD not in given:  # version 1 said only whether the run had ended (`finished`)
             ended = RunState.FINISHED if data["done"] >= data["total"] else RunState.STOPPED
-            given["state"] = ended if data["finished"] else RunState.RUNNING
-        return cls(**{**given, "state": RunState(given["state"])})
+            given[STATE_FIELD] = ended if data["finished"] else RunState.RUNNING
+        return cls(**{**given, STATE_FIELD: RunState(given[STATE_FIELD])})
 
 
 def duration(seconds: float) -> str:
