@@ -98,3 +98,18 @@ def test_baseline_of_an_ab_run_fails_the_regression_gate_unless_its_arm_is_picke
     )  # fmt: skip
     assert picked.ret == pytest.ExitCode.OK, picked.stdout.str()
     picked.stdout.fnmatch_lines(["point*all tasks*4/4 (100%)*4/4 (100%)*+0.0%*"])
+
+
+def test_blinded_runs_match_arms_by_letter_only_under_one_blinding(pytester, capsys):
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    made = []
+    for key in ("K1", "K2"):
+        args = ("--rollouts", "1", *SCRIPTED_FIRST, "--blind", key, "--report-dir", f"r/{key}")
+        assert pytester.runpytest(*args).ret == 0
+        made.append(str((pytester.path / "r" / key / "latest").resolve()))
+    status, _ = compare(capsys, *made)
+    assert isinstance(status, str) and "were not blinded alike" in status, status
+    for run in made:
+        assert main(["report", "unblind", run]) == 0
+    status, out = compare(capsys, *made)
+    assert status == 0 and "point [arm scripted]" in out, status

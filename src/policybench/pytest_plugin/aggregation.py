@@ -33,7 +33,7 @@ from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
 from policybench.report.arms import Sealer
-from policybench.report.compare import Comparison, compare_arms
+from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import SELECTED, resumed_run_info
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
@@ -179,6 +179,10 @@ class Aggregator:
                 Protocol.of(self.records, self.run_info.settings),
             ),
             pick=self.gate_settings.arm_pick,
+            letters=(
+                still_blinded(baseline_run.settings if baseline_run else None),
+                still_blinded(self.run_info.settings),
+            ),
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -14,7 +14,13 @@ from typing import Any
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report import status as status_command
 from policybench.report.arms import UNBLINDED, Unsealed, unblind_lines
-from policybench.report.compare import ALPHA, compare_arms, nothing_compared, picked
+from policybench.report.compare import (
+    ALPHA,
+    compare_arms,
+    nothing_compared,
+    picked,
+    still_blinded,
+)
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
@@ -186,6 +192,7 @@ def run_compare(args: argparse.Namespace) -> int:
         Adjustment(args.adjust),
         protocols=(protocols[0], protocols[1]),
         pick=pick,
+        letters=(_blinded(before), _blinded(after)),
     )
     if not comparison.tasks:
         sys.exit(f"policybench report compare: {nothing_compared(comparison)}")
@@ -265,6 +272,11 @@ def run_unblind(args: argparse.Namespace) -> int:
         print("\n".join(versus.lines()))
     print(f"report: {index}")
     return 0
+
+
+def _blinded(run_dir: Path) -> str | None:
+    run = RunInfo.load(run_dir)
+    return still_blinded(None if run is None else run.settings)
 
 
 def _protocol(run_dir: Path, records: Sequence[Mapping[str, Any]]) -> Protocol:

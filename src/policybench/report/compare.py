@@ -13,6 +13,7 @@ from typing import Any
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import Difference, Protocol
+from policybench.report.arms import BLINDING, UNBLINDED
 from policybench.report.paired import (
     CONFIDENCE,
     Adjustment,
@@ -194,6 +195,15 @@ class ArmPick:
     how: tuple[str, str] = ("--before-arm NAME (or --arm NAME)", "--after-arm NAME (or --arm NAME)")
 
 
+def still_blinded(settings: Mapping[str, Any] | None) -> str | None:
+    """The blinding digest of a run (its run.json's settings) whose arms are still letters;
+    None for a run never blinded, or unblinded since."""
+    if not settings or settings.get(UNBLINDED):
+        return None
+    digest = settings.get(BLINDING)
+    return None if digest is None else str(digest)
+
+
 def picked(
     arm: str | None,
     before_arm: str | None,
@@ -220,12 +230,15 @@ def compare_arms(
     confidence: float = CONFIDENCE,
     protocols: tuple[Protocol, Protocol] | None = None,
     pick: ArmPick = ArmPick(),
+    letters: tuple[str | None, str | None] = (None, None),
 ) -> Comparison:
     """Two runs compared where either may be an A/B run: the picked arm of each, or, when both
     are A/B runs, arm by arm (an arm against the other run's arm of its name). An A/B run set
-    against a run of one policy without an arm picked, or two A/B runs whose arms share no
-    name, compare nothing: the comparison's `refusal` says so and how to pick an arm (pooling
-    the arms would mix the policies compared; keeping one would depend on their order)."""
+    against a run of one policy without an arm picked, two A/B runs whose arms share no name,
+    or two whose letters were dealt by different blindings (`letters`: each run's
+    `still_blinded`), compare nothing: the comparison's `refusal` says so and how to pick an
+    arm (pooling the arms would mix the policies compared; keeping one would depend on their
+    order; letter A need not be the same policy in both)."""
     sides = [list(before), list(after)]
     shown = list(names)
     for i, (arm, how) in enumerate(zip((pick.before, pick.after), pick.how, strict=True)):
@@ -258,6 +271,14 @@ def compare_arms(
             f"{names[i]} is an A/B run (arms {', '.join(arms[i])}) and {names[1 - i]} is not: "
             f"comparing them would pool its arms or keep one; pick the arm to compare with "
             f"{pick.how[i]}"
+        )
+        return _refused(refusal, names, alpha, adjustment, confidence)
+    if letters[0] != letters[1]:
+        refusal = (
+            f"{names[0]} and {names[1]} were not blinded alike, so a letter may stand for "
+            "another policy in each and their arms cannot be matched by name; unblind them "
+            f"(policybench report unblind), or pick one arm of each with {pick.how[0]} and "
+            f"{pick.how[1]}"
         )
         return _refused(refusal, names, alpha, adjustment, confidence)
     shared = [arm for arm in arms[0] if arm in arms[1]]
