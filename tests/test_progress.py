@@ -91,14 +91,14 @@ def test_status_lines_are_spaced_by_status_every(checkout):
     assert len(lines) == 1 and "finished" in lines[0], lines  # only the closing one
 
 
-def test_on_a_terminal_the_status_line_is_kept_in_place_instead_of_a_character_per_rollout(
-    checkout,
-):
+def on_a_terminal(checkout: Path, columns: int, workers: int) -> tuple[int, str]:
+    """The exit status and all a run printed, run with its output on a pseudo-terminal of
+    `columns` columns."""
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
-        pytest_command("-n", "2"),
+        pytest_command("-n", str(workers)),
         cwd=checkout,
-        env={**environment(), "COLUMNS": "200"},
+        env={**environment(), "COLUMNS": str(columns)},
         stdin=subprocess.DEVNULL,
         stdout=terminal,
         stderr=terminal,
@@ -113,8 +113,14 @@ def test_on_a_terminal_the_status_line_is_kept_in_place_instead_of_a_character_p
         if not chunk:
             break
         chunks.append(chunk)
-    assert process.wait(timeout=120) == 0
-    output = b"".join(chunks).decode(errors="replace")
+    return process.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def test_on_a_terminal_the_status_line_is_kept_in_place_instead_of_a_character_per_rollout(
+    checkout,
+):
+    status, output = on_a_terminal(checkout, columns=200, workers=2)
+    assert status == 0
     rewrites = re.findall(r"\rpolicybench: (\d+)/9 done", output)
     assert len(rewrites) >= ROLLOUTS * 3, output[-3000:]
     assert "policybench: 9/9 done" in output

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import signal
 import stat
@@ -20,7 +19,7 @@ import gymnasium as gym
 
 import policybench
 from policybench.report.status import STATUS, RunState, read_status
-from tests.test_progress import ENVS, checkout, environment, pytest_command  # noqa: F401
+from tests.test_progress import ENVS, checkout, environment, on_a_terminal, pytest_command  # noqa: F401
 from tests.test_resume import bench_in, interrupted, run
 
 CLI = [sys.executable, "-m", "policybench.cli"]
@@ -105,27 +104,8 @@ def screen(output: str) -> list[str]:
 def test_on_a_narrow_terminal_the_status_line_leaves_nothing_behind_and_ends_finished(
     checkout,  # noqa: F811
 ):
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        pytest_command("-n", "0"),
-        cwd=checkout,
-        env={**environment(), "COLUMNS": "80"},
-        stdin=subprocess.DEVNULL,
-        stdout=terminal,
-        stderr=terminal,
-    )
-    os.close(terminal)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the pty closed: the process ended
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    output = b"".join(chunks).decode(errors="replace")
-    assert process.wait(timeout=120) == 0, output[-3000:]
+    status, output = on_a_terminal(checkout, columns=80, workers=0)
+    assert status == 0, output[-3000:]
     drawn = re.findall(r"\rpolicybench: [^\r\n\x1b]*", output)
     assert len(drawn) >= 9, output[-3000:]
     assert all(len(line) <= 80 for line in drawn), drawn  # never wraps: \r could not undo it
