@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from policybench import keys
+from policybench import envserver, keys
 from policybench.envserver import remote
 from policybench.options import (
     INFER_TIMEOUT,
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"policybench latency record: {error}") from None
     _check_installed(eval)
     eval_ref = args.eval if ":" in args.eval else None
-    remote.say_builds_nothing("latency record", args.env_url, [eval])
+    envserver.say_builds_nothing("latency record", args.env_url, [eval])
     with remote.given(args.env_url, args.env_api_key):
         policy, observation, context = _observation(eval, endpoint, args.seed, eval_ref)
     print(

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from policybench.serve.client import DEFAULT_URL
 
@@ -129,10 +130,21 @@ POLICY_DEVICE = Option(
 )
 
 
-def _env_url(url: str) -> str | None:
-    from policybench.envserver.remote import url_refusal
+ENV_SCHEME = "tcp"  # where `policybench env serve` listens: tcp://HOST:PORT
 
-    return url_refusal(url)
+
+def url_refusal(url: str) -> str | None:
+    """Why `url` is not an env server's URL, or None."""
+    example = f"{ENV_SCHEME}://gpu-box:7000"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        port = None
+    else:
+        if parts.scheme == ENV_SCHEME and parts.hostname and port and not parts.path.strip("/"):
+            return None
+    return f"takes {ENV_SCHEME}://HOST:PORT, e.g. {example}, got {url!r}"
 
 
 ENV_URL = Option(
@@ -140,7 +152,7 @@ ENV_URL = Option(
     "run isolated Evals' envs on the `policybench env serve` at tcp://HOST:PORT instead of in "
     "interpreters here (default: here)",
     metavar="URL",
-    check=_env_url,
+    check=url_refusal,
 )
 ENV_API_KEY = Option(
     "--env-api-key",

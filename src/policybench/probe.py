@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from policybench import keys
+from policybench import envserver, keys
 from policybench.envserver import remote
 from policybench.options import (
     INFER_TIMEOUT,
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except (LookupError, ValueError) as error:
         raise SystemExit(f"policybench probe: {error}") from None
     _check_installed(eval)
-    remote.say_builds_nothing("probe", args.env_url, [eval])
+    envserver.say_builds_nothing("probe", args.env_url, [eval])
     with remote.given(args.env_url, args.env_api_key):
         return _probe(args, eval, endpoint)
 

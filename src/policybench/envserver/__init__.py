@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import gymnasium as gym
+
+    from policybench.spec import Eval
 
 
 @dataclass(frozen=True)
@@ -117,3 +120,23 @@ def isolable(make: Callable[..., gym.Env], **kwargs: Any) -> Callable[[str], gym
         return functools.partial(make, **kwargs)
     entry = f"{make.__module__}:{make.__qualname__}"
     return Isolated(entry, Interpreter("env-python", python=python), kwargs)
+
+
+def builds_nothing(url: str | None, evals: Iterable[Eval]) -> str | None:
+    """What to say when none of `evals` is isolated: --env-url `url` builds none of their envs,
+    whatever listens there. None: one of them is, there is none, or no `url`."""
+    named = {e.name: e for e in evals}
+    if url is None or not named or any(isinstance(e.make_env, Isolated) for e in named.values()):
+        return None
+    return (
+        f"--env-url {url} builds no env of this run: none of its Evals "
+        f"({', '.join(sorted(named))}) runs its env in an interpreter of its own, so each runs "
+        "here (MetaWorld and PushT run isolated with $POLICYBENCH_ENV_PYTHON set)"
+    )
+
+
+def say_builds_nothing(command: str, url: str | None, evals: Iterable[Eval]) -> None:
+    """`builds_nothing`'s line on stderr, for `policybench command`."""
+    said = builds_nothing(url, evals)
+    if said is not None:
+        print(f"policybench {command}: {said}", file=sys.stderr, flush=True)

@@ -97,7 +97,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """`policybench env serve`: serves the isolated ones of the Evals named, until stopped."""
     die_with_starter()
     from policybench.envserver.relay import READY, Relay, RelayServer, log, served_of
-    from policybench.envserver.remote import SCHEME
+    from policybench.options import ENV_SCHEME as SCHEME
 
     try:
         served = served_of(evals_named(args.evals))

@@ -7,8 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -16,12 +15,11 @@ from urllib.parse import urlsplit
 from policybench import keys
 from policybench.envserver import server as protocol
 from policybench.envserver.proxy import Answering, EnvServerError, EnvServerGone
-from policybench.options import api_key
+from policybench.options import api_key, url_refusal
 
 if TYPE_CHECKING:
-    from policybench.spec import Eval
+    pass
 
-SCHEME = "tcp"
 CONNECT_TIMEOUT_S = 10.0
 HOW_TO_SERVE = "policybench env serve EVAL --port {port}"
 VERSIONS = "versions"  # a connection's request for its interpreter's versions, in place of make
@@ -46,20 +44,6 @@ class EnvEndpoint:
 
     def __repr__(self) -> str:  # the key is never shown
         return f"EnvEndpoint({self.url!r})"
-
-
-def url_refusal(url: str) -> str | None:
-    """Why `url` is not an env server's URL, or None."""
-    example = f"{SCHEME}://gpu-box:7000"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        port = None
-    else:
-        if parts.scheme == SCHEME and parts.hostname and port and not parts.path.strip("/"):
-            return None
-    return f"takes {SCHEME}://HOST:PORT, e.g. {example}, got {url!r}"
 
 
 _endpoint: EnvEndpoint | None = None
@@ -91,28 +75,6 @@ def given(url: str | None, key: str | None) -> contextlib.AbstractContextManager
     if url is None:
         return contextlib.nullcontext()
     return used(EnvEndpoint(url, api_key(key)))
-
-
-def builds_nothing(url: str | None, evals: Iterable[Eval]) -> str | None:
-    """What to say when none of `evals` is isolated: --env-url `url` builds none of their envs,
-    whatever listens there. None: one of them is, there is none, or no `url`."""
-    from policybench.envserver import Isolated
-
-    named = {e.name: e for e in evals}
-    if url is None or not named or any(isinstance(e.make_env, Isolated) for e in named.values()):
-        return None
-    return (
-        f"--env-url {url} builds no env of this run: none of its Evals "
-        f"({', '.join(sorted(named))}) runs its env in an interpreter of its own, so each runs "
-        "here (MetaWorld and PushT run isolated with $POLICYBENCH_ENV_PYTHON set)"
-    )
-
-
-def say_builds_nothing(command: str, url: str | None, evals: Iterable[Eval]) -> None:
-    """`builds_nothing`'s line on stderr, for `policybench command`."""
-    said = builds_nothing(url, evals)
-    if said is not None:
-        print(f"policybench {command}: {said}", file=sys.stderr, flush=True)
 
 
 def _set_variables(values: dict[str, str | None]) -> None:

@@ -50,9 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     url = config.getoption(ENV_URL.dest)
     if url is None:
         return
-    from policybench.envserver import remote
+    from policybench import envserver
     from policybench.pytest_plugin.collection import planned_of
 
-    said = remote.builds_nothing(url, (p.eval for p in map(planned_of, items) if p))
+    said = envserver.builds_nothing(url, (p.eval for p in map(planned_of, items) if p))
     if said is not None:
         warnings.warn(pytest.PytestWarning(said), stacklevel=1)

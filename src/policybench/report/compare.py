@@ -252,7 +252,11 @@ def compare_arms(
         sides[i] = [r for r in sides[i] if str(r.get(keys.ARM)) == arm]
         shown[i] = names[i] if names[i] == arm else f"{names[i]} [arm {arm}]"
     picked = (pick.before is not None, pick.after is not None)
-    arms = [() if chosen else arms_of(side) for chosen, side in zip(picked, sides, strict=True)]
+    # A run whose records all name one arm (a wrapped loop recorded as arm A) ran one policy.
+    arms = [
+        () if chosen or len(arms_of(side)) < 2 else arms_of(side)
+        for chosen, side in zip(picked, sides, strict=True)
+    ]
     named = (shown[0], shown[1])
     if not arms[0] and not arms[1]:
         return _compared_groups(

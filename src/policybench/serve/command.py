@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from policybench import envserver
 from policybench.envserver import remote
 from policybench.lifetime import die_with_starter
 from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED, declare_env_url
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         max_frame_bytes=round(args.max_frame_mb * 2**20),
         call_timeout_s=args.call_timeout or None,
     )
-    remote.say_builds_nothing("serve", args.env_url, evals)
+    envserver.say_builds_nothing("serve", args.env_url, evals)
     with (
         remote.given(args.env_url, args.env_api_key),
         contextlib.suppress(KeyboardInterrupt),  # Ctrl-C is how a user stops a server
