@@ -311,3 +311,40 @@ def test_ctrl_c_while_the_operator_stages_keeps_the_finished_rollouts(project, t
     assert len(kept) == 1, text
     assert kept[0][keys.OPERATOR_VERDICT][keys.VERDICT] == "success"
     assert kept[0][keys.SCENE]["cup"] == "left"
+
+
+def test_the_page_says_which_request_it_answered_when_the_next_came_in_meanwhile(tmp_path, page):
+    """Two rollouts wait; the answer to the first is slow to come back (held by the browser's
+    route), and meanwhile the page's poll shows the second. The page says it answered the first
+    and keeps the second on screen (it said 'answered' the second and hid it, unanswered)."""
+    import time
+
+    from policybench.operator.base import Ask, Request
+    from policybench.operator.desk import Desk, DeskServer
+
+    desk = Desk("ann", lambda verdict: None)
+    server = DeskServer(desk, 0, tmp_path)
+    first, second = (
+        Request(Ask.STAGE, "point", f"test_point.py::test_point[reach/seed={seed}]", "reach", {})
+        for seed in (0, 1)
+    )
+    try:
+        desk.post(first)
+        desk.post(second)
+
+        def answered_slowly(route) -> None:
+            response = route.fetch()  # the desk has the answer: the second is now the oldest
+            time.sleep(1.5)  # several polls (every 0.3 s) come back meanwhile
+            route.fulfill(response=response)
+
+        page.route("**/api/answer*", answered_slowly)
+        page.goto(server.url)
+        page.locator("#stage:visible").wait_for(timeout=10_000)
+        assert page.text_content("#rollout") == first.rollout
+        page.click("#staged")
+        page.locator("#message", has_text="answered").wait_for(timeout=10_000)
+        assert page.text_content("#message") == f"answered {first.rollout}"
+        assert page.locator("#stage").is_visible() and not page.locator("#idle").is_visible()
+        assert page.text_content("#rollout") == second.rollout
+    finally:
+        server.close()
