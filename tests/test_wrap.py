@@ -14,6 +14,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -328,18 +329,23 @@ def balance(obs: np.ndarray) -> int:
     return int(obs[2] + obs[3] > 0)  # push toward where the pole leans
 
 
+def play(env: gym.Env, policy: Callable[[np.ndarray], int], episodes: int) -> None:
+    """`episodes` whole episodes of `policy`, on seeds 0, 1, ..."""
+    for seed in range(episodes):
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = env.step(policy(obs))
+            done = terminated or truncated
+
+
 def test_two_wrapped_loops_as_arms_are_compared_paired_by_scene(tmp_path):
     for arm, policy in (("A", lambda obs: 0), ("B", balance)):
         for run_dir in (tmp_path / "both", tmp_path / arm):
             env = policybench.wrap(
                 succeeding_cartpole(), "cartpole", "balance", arm=arm, run_dir=run_dir
             )
-            for seed in range(4):
-                obs, _ = env.reset(seed=seed)
-                done = False
-                while not done:
-                    obs, _, terminated, truncated, _ = env.step(policy(obs))
-                    done = terminated or truncated
+            play(env, policy, 4)
             env.close()
     summary = json.loads((tmp_path / "both" / SUMMARY).read_text())
     [versus] = summary["arm_comparisons"]
@@ -787,12 +793,7 @@ def test_wrapped_loops_as_blinded_arms_show_letters_until_unblinded_and_still_pa
             run_dir=tmp_path,
         )
         with env:
-            for seed in range(4):
-                obs, _ = env.reset(seed=seed)
-                done = False
-                while not done:
-                    obs, _, terminated, truncated, _ = env.step(policy(obs))
-                    done = terminated or truncated
+            play(env, policy, 4)
     assert leaks(tmp_path) == {}
     with ScoringApp(tmp_path, scorer="ana").server("127.0.0.1", 0) as server:
         for sealed in (BLINDING_FILE, SEALED_FILE, RESULTS):  # the key, the automatic outcomes
@@ -882,12 +883,7 @@ def test_verdicts_given_on_a_blinded_run_still_count_once_it_is_unblinded(tmp_pa
             succeeding_cartpole(), "cartpole", "balance", arm=arm, blind=True, run_dir=tmp_path
         )
         with env:
-            for seed in range(2):
-                obs, _ = env.reset(seed=seed)
-                done = False
-                while not done:
-                    obs, _, terminated, truncated, _ = env.step(policy(obs))
-                    done = terminated or truncated
+            play(env, policy, 2)
     app = ScoringApp(tmp_path, scorer="ana")
     for record in records(tmp_path):  # the scorer calls every rollout a success
         body = {keys.VERDICT_ROLLOUT: record[keys.NODEID], keys.VERDICT: "success"}
