@@ -20,13 +20,7 @@ from policybench.report.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, 
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
-from policybench.report.verdicts import (
-    Verdict,
-    Verdicts,
-    append_verdicts,
-    gather_verdicts,
-    read_verdicts,
-)
+from policybench.report.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
 
 Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
@@ -121,10 +115,13 @@ def merge_runs(
     merged = merge_records(parts)
     problems = [f"{part.name}: {problem}" for part in parts for problem in part.problems]
     listed = next((part.run.settings.get(ARMS) for part in parts if part.run), None)
-    # Operators' verdicts: the parts', and those given on an earlier merge into `out`.
-    verdicts = _gather(parts, out)
+    # Operators' verdicts: the parts' (on their rollouts as the merge names them), and those
+    # given on an earlier merge into `out`.
+    named = [(part.name, part.verdicts()) for part in parts]
+    carried = joined(named)
+    verdicts = joined([*named, (out.name, read_verdicts(out))])
     summary = Summary.of(merged.records, problems, listed or (), verdicts)
-    index = write_merged(out, parts, merged, summary, changes, command)
+    index = write_merged(out, parts, merged, summary, changes, command, carried)
     if blinding is not None:
         write_blinding(out, parts, blinding, command)
     return MergeResult(parts, merged, summary, changes, index)
@@ -243,20 +240,6 @@ def _one_run_twice(label: str, first: Part, second: Part) -> str:
         "one and drop the other. Record further episodes into a new run_dir; merging such "
         "copies is not possible"
     )
-
-
-def _gather(parts: Sequence[Part], out: Path) -> Verdicts:
-    """The parts' verdicts (as the merge names their rollouts), then those of an earlier merge
-    into `out`, each given once."""
-    given: dict[Verdict, None] = {}
-    problems = []
-    for part in parts:
-        found = part.verdicts()
-        given.update(dict.fromkeys(found.given))
-        problems += [f"{part.name}: {problem}" for problem in found.problems]
-    earlier = gather_verdicts([out])
-    given.update(dict.fromkeys(earlier.given))
-    return Verdicts(tuple(given), (*problems, *earlier.problems))
 
 
 def protocol_changes(parts: Sequence[Part]) -> tuple[str, ...]:
@@ -465,18 +448,17 @@ def write_merged(
     summary: Summary,
     changes: Sequence[str],
     command: str,
+    carried: Verdicts,
 ) -> Path:
-    """Writes the merged run into `out` (new, or an earlier merge's); returns its index.html."""
+    """Writes the merged run into `out` (new, or an earlier merge's), with the parts' verdicts
+    (`carried`); returns its index.html."""
     _clear(out, parts)
     files = {part.run_dir: part.files for part in parts}
     with (out / RESULTS).open("w", encoding="utf-8") as results:
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
             _link_files(record, source, out, files[source])
-    held = set(read_verdicts(out).given)  # those given on an earlier merge into `out` stay
-    carried = [v for part in parts for v in part.verdicts().given if v not in held]
-    if carried:
-        append_verdicts(out, list(dict.fromkeys(carried)))
+    carry_verdicts(carried, out)  # those given on an earlier merge into `out` stay
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
     summary.write(out, run)

@@ -97,20 +97,25 @@ def append_verdicts(run_dir: Path, verdicts: Sequence[Verdict]) -> None:
 
 def gather_verdicts(run_dirs: Sequence[Path]) -> Verdicts:
     """The verdicts of several runs (the parts of a merge) in order, each given once."""
+    return joined([(run_dir.name, read_verdicts(run_dir)) for run_dir in run_dirs])
+
+
+def joined(named: Sequence[tuple[str, Verdicts]]) -> Verdicts:
+    """Several runs' verdicts (each with its run's name) in order, each given once; a problem
+    names its run."""
     given: dict[Verdict, None] = {}
     problems = []
-    for run_dir in run_dirs:
-        found = read_verdicts(run_dir)
+    for name, found in named:
         given.update(dict.fromkeys(found.given))
-        problems += [f"{run_dir.name}: {problem}" for problem in found.problems]
+        problems += [f"{name}: {problem}" for problem in found.problems]
     return Verdicts(tuple(given), tuple(problems))
 
 
-def carry_verdicts(run_dirs: Sequence[Path], out: Path) -> int:
-    """Appends to `out`'s verdicts.jsonl the verdicts of `run_dirs` it does not hold yet (those
-    given on `out` itself stay); returns how many."""
+def carry_verdicts(verdicts: Verdicts, out: Path) -> int:
+    """Appends to `out`'s verdicts.jsonl those of `verdicts` it does not hold yet (those given
+    on `out` itself stay); returns how many."""
     held = set(read_verdicts(out).given)
-    new = [v for v in gather_verdicts(run_dirs).given if v not in held]
+    new = [v for v in verdicts.given if v not in held]
     if new:
         append_verdicts(out, new)
     return len(new)
