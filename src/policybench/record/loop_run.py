@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
 import secrets
 import shlex
 import sys
@@ -40,7 +39,7 @@ from policybench.report.arms import (
 )
 from policybench.report.merge import COMMANDS, RUN_UID
 from policybench.report.results import RESULTS, ResultsWriter, read_results
-from policybench.report.summary import RUN_INFO, RunInfo
+from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
 from policybench.report.video import VideoRecorder
 from policybench.world import as_observation
@@ -215,7 +214,7 @@ class LoopRun:
             records = read_results(self.run_dir / RESULTS).records
             protocol = Protocol.of(records, run.settings if run else None)
             if run is not None:
-                _write_whole(dataclasses.replace(run, fingerprint=protocol.as_json()), self.run_dir)
+                dataclasses.replace(run, fingerprint=protocol.as_json()).write(self.run_dir)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[IO[str]]:
@@ -288,16 +287,8 @@ class LoopRun:
                     listed = listed if isinstance(listed, list) else [listed]
                     settings[keys.POLICY] = [*listed, policy]
                 run = dataclasses.replace(run, settings=settings)
-            _write_whole(run, self.run_dir)
+            run.write(self.run_dir)  # whole or not at all
             return run.run_id, arm
-
-
-def _write_whole(run: RunInfo, run_dir: Path) -> None:
-    """Writes run.json whole or not at all (a loop interrupted as it writes keeps the last)."""
-    staging = run_dir / f".{RUN_INFO}-{os.getpid()}"
-    run.write(staging)
-    os.replace(staging / RUN_INFO, run_dir / RUN_INFO)
-    staging.rmdir()
 
 
 def _refuse_other_blinding(

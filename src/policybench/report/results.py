@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,6 +68,15 @@ class ResultsWriter:
     @property
     def path(self) -> Path:
         return self.run_dir / RESULTS
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Writes `text` to `path` whole or not at all: a reader, or a process killed as it writes,
+    finds the old file or the new one, never a part. The file has a new file's mode (0666 less
+    the umask), as the run's other files."""
+    staging = path.with_name(f".{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
+    staging.write_text(text)
+    os.replace(staging, path)
 
 
 def point_latest(run_dir: Path) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -15,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from policybench.report.results import RESULTS, read_results
+from policybench.report.results import RESULTS, read_results, write_whole
 from policybench.report.stats import Tally, tally_of
 from policybench.report.summary import SUMMARY, RunInfo
 
@@ -137,11 +135,7 @@ def write_status(run_dir: Path, status: Status) -> None:
     """Replaces status.json in one step: a reader sees the old file or the new one, never a part.
     Its mode is the other run files' (0666 less the umask), so whoever reads the report reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    temporary = run_dir / f".status-{os.getpid()}-{secrets.token_hex(4)}.json"
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    with os.fdopen(handle, "w") as file:
-        json.dump(status.to_json(), file)
-    os.replace(temporary, run_dir / STATUS)
+    write_whole(run_dir / STATUS, json.dumps(status.to_json()))
 
 
 class StatusFile:

@@ -22,7 +22,7 @@ from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.arms import ARMS, arm_order
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
-from policybench.report.results import RESULTS, read_results
+from policybench.report.results import RESULTS, read_results, write_whole
 from policybench.report.stats import CONFIDENCE, GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
 from policybench.report.verdicts import Verdicts, read_verdicts
@@ -71,7 +71,7 @@ class RunInfo:
 
     def write(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / RUN_INFO).write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        write_whole(run_dir / RUN_INFO, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
 
 def git_revision(cwd: Path) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.pytest_plugin.video import VIDEOS
-from policybench.report.results import RESULTS, ResultsWriter, read_results
+from policybench.report.results import RESULTS, ResultsWriter, read_results, write_whole
 
 UNFINISHED = ".episodes-in-progress"  # a run directory's folder of markers, one per open episode
 PROCESS, HOST, RECORD = "pid", "host", "record"
@@ -25,10 +25,8 @@ def mark(run_dir: Path, name: str, record: Mapping[str, Any]) -> Path:
     folder = run_dir / UNFINISHED
     folder.mkdir(exist_ok=True)
     path = folder / f"{name}.json"
-    staging = folder / f".{name}.tmp"
     marker = {PROCESS: os.getpid(), HOST: socket.gethostname(), RECORD: dict(record)}
-    staging.write_text(json.dumps(marker, sort_keys=True))
-    os.replace(staging, path)
+    write_whole(path, json.dumps(marker, sort_keys=True))
     return path
 
 
