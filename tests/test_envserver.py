@@ -117,7 +117,7 @@ def test_a_protocol_mismatch_is_a_clear_error_at_connect(tmp_path):
     with pytest.raises(
         EnvServerError, match=f"speaks env server protocol {protocol.PROTOCOL}, this server 99"
     ):
-        EnvServer(PYTHON, script=other)
+        EnvServer(PYTHON, "echo_env:Echo", script=other)
 
 
 def test_an_error_in_the_servers_env_is_raised_here_with_its_type_and_message(entries):

@@ -4,7 +4,9 @@ default, help and the check its value must pass, for argparse and pytest alike."
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,33 @@ class Option:
         if why is not None:
             raise argparse.ArgumentTypeError(why)
         return value
+
+
+def loopback(host: str) -> bool:
+    """Whether every address `host` names is this machine's own."""
+    try:
+        found = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in found)
+
+
+def key_refusal(key: str | None, host: str, reach: str) -> str | None:
+    """Why a server may not start with the API key `key` (its --api-key, else
+    $POLICYBENCH_API_KEY) bound to `host`: an empty key (it would turn authentication off
+    unseen), or none beyond loopback, where anyone who reaches it could do what `reach` says."""
+    if key is not None and not key.strip():
+        return (
+            f"the API key given (--api-key or ${API_KEY_VARIABLE}) is empty, which would serve "
+            f"without one: give a key, or unset ${API_KEY_VARIABLE} and leave out --api-key to "
+            "serve loopback without one"
+        )
+    if key is None and not loopback(host):
+        return (
+            f"refusing to serve {host} without a key: anyone who reaches it {reach}. Set "
+            f"${API_KEY_VARIABLE} (or --api-key), or bind 127.0.0.1"
+        )
+    return None
 
 
 def api_key(given: str | None) -> str | None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import ipaddress
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,11 +23,13 @@ from policybench.envserver.interpreters import (
     python_of,
 )
 from policybench.lifetime import die_with_starter
-from policybench.options import API_KEY_VARIABLE
+from policybench.options import API_KEY_VARIABLE, key_refusal
 from policybench.spec import Eval
 
 if TYPE_CHECKING:
     from policybench.envserver.relay import Served
+
+MAX_CONNECTIONS = 64  # connections `env serve` serves at once, by default
 
 
 def isolated_interpreter(eval: Eval) -> Interpreter | None:
@@ -90,6 +90,13 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help=f"require this key of each connection (default: ${API_KEY_VARIABLE}, else none; "
         "binding an address other than loopback needs one)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help=f"connections served at once, each with an env server of its own; more are refused "
+        f"(default {MAX_CONNECTIONS})",
+    )
     parser.set_defaults(func=run_serve)
 
 
@@ -104,19 +111,23 @@ def run_serve(args: argparse.Namespace) -> int:
     except (LookupError, ImportError) as error:
         print(f"policybench env serve: {error}", file=sys.stderr)
         return 1
-    api_key = args.api_key or None
-    if api_key is None and not loopback(args.host):
+    refusal = key_refusal(args.api_key, args.host, "could run the served envs")
+    if refusal is not None:
+        print(f"policybench env serve: {refusal}", file=sys.stderr)
+        return 1
+    if args.max_connections < 1:
         print(
-            f"policybench env serve: refusing to serve {args.host} without a key: anyone who "
-            f"reaches it could run the served envs. Set ${API_KEY_VARIABLE} (or --api-key), or "
-            "bind 127.0.0.1",
+            f"policybench env serve: --max-connections must be >= 1, got {args.max_connections}",
             file=sys.stderr,
         )
         return 1
+    api_key = args.api_key or None
     for missing in not_installed(served):  # its connections are refused, saying so
         log(missing)
     try:
-        relay_server = RelayServer(Relay(served, api_key), args.host, args.port)
+        relay_server = RelayServer(
+            Relay(served, api_key), args.host, args.port, args.max_connections
+        )
     except OSError as error:  # the port taken, an address not this machine's, ...
         print(
             f"policybench env serve: cannot listen on {args.host}:{args.port}: "
@@ -213,15 +224,6 @@ def registered_interpreters() -> dict[str, Interpreter]:
         if interpreter is not None:
             found.setdefault(interpreter.name, interpreter)
     return found
-
-
-def loopback(host: str) -> bool:
-    """Whether every address `host` names is this machine's own."""
-    try:
-        found = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in found)
 
 
 def not_installed(served: list[Served]) -> list[str]:

@@ -91,10 +91,10 @@ def server_script(modules: tuple[str, ...] = ()) -> Path:
 class EnvServer:
     """One env server process and its pipes. Requests are answered in order, one at a time."""
 
-    def __init__(self, python: Path, script: Path | None = None) -> None:
+    def __init__(self, python: Path, entry: str, script: Path | None = None) -> None:
         self.python = python
         self._codec = protocol.Codec()
-        command = [str(python), str(script or server_script())]
+        command = [str(python), str(script or server_script()), entry]
         self._process = _spawn(
             lambda: subprocess.Popen(
                 command,
@@ -222,7 +222,7 @@ class EnvProxy(gym.Env):
         script: Path | None = None,
         server: EnvServer | None = None,
     ) -> None:
-        self._server = server or EnvServer(python, script)
+        self._server = server or EnvServer(python, entry, script)
         try:
             made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
         except BaseException:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import math
 import os
 import select
 import socket
 import socketserver
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,22 +43,35 @@ from policybench.lifetime import owned_env
 from policybench.spec import Eval
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
-HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before its key is checked
-HANDSHAKE_TIMEOUT_S = 30.0  # how long a connection may take to send its hello and make
+HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before the env is made
+HANDSHAKE_TIMEOUT_S = 30.0  # how long a connection may take to send its hello and make, in all
+# After the handshake an idle connection is probed: a client machine that vanished without a word
+# (preempted, partitioned) is found within KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_EVERY_S,
+# and an answer it no longer takes fails after USER_TIMEOUT_S; its env server then ends.
+KEEPALIVE_IDLE_S, KEEPALIVE_EVERY_S, KEEPALIVE_COUNT = 30, 10, 3
+USER_TIMEOUT_S = 60
+MADE = ("spaces", "reset", "step", "render", "close")  # what a connection may ask once it has made
+REQUEST_HEADROOM = HANDSHAKE_BYTES  # of a request frame beyond its action's bytes
 
 
 @dataclass(frozen=True)
 class Served:
-    """An Eval whose env a connection may ask for: its name and its isolated make_env."""
+    """An Eval whose env a connection may ask for: its name, its isolated make_env and the tasks
+    its plan runs."""
 
     name: str
     make_env: Isolated
+    tasks: frozenset[str]
 
 
 def served_of(evals: Iterable[Eval]) -> list[Served]:
     """The isolated ones of `evals`; refused when there is none."""
     evals = list(evals)
-    served = [Served(e.name, e.make_env) for e in evals if isinstance(e.make_env, Isolated)]
+    served = [
+        Served(e.name, e.make_env, frozenset(r.scene.task for r in e.rollouts(1, 0)))
+        for e in evals
+        if isinstance(e.make_env, Isolated)
+    ]
     if not served:
         names = ", ".join(e.name for e in evals) or "none"
         raise LookupError(
@@ -74,7 +90,9 @@ class Refused(Exception):
 
 
 class Relay:
-    """Serves `served` to connections that give `api_key` (None: to any)."""
+    """Serves `served` to connections that give `api_key` (None: to any). A connection says
+    hello, makes one of the served envs (one of its Eval's tasks, with the Eval's arguments),
+    then asks only what an env answers (MADE); anything else ends it with an error."""
 
     def __init__(self, served: list[Served], api_key: str | None) -> None:
         self.served = served
@@ -82,13 +100,12 @@ class Relay:
 
     def handle(self, connection: socket.socket) -> None:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        frames = Frames(connection)
-        connection.settimeout(HANDSHAKE_TIMEOUT_S)  # a silent client ends as FrameMissing
+        frames = Frames(connection, deadline=time.monotonic() + HANDSHAKE_TIMEOUT_S)
         try:
-            self._check_hello(frames.decoded(frames.read(connection, HANDSHAKE_BYTES)))
+            self._check_hello(decoded_map(frames.read(connection, HANDSHAKE_BYTES)))
             frames.send({"ok": {"protocol": protocol.PROTOCOL}})
-            make = memoryview(bytes(frames.read(connection)))  # kept past the next read
-            request = frames.decoded(make)
+            make = memoryview(bytes(frames.read(connection, HANDSHAKE_BYTES)))  # kept
+            request = decoded_map(make)
             chosen = self._chosen(request)
             if request.get("op") == VERSIONS:
                 frames.send({"ok": installed(chosen.make_env)})
@@ -98,10 +115,13 @@ class Relay:
             log(f"refused {peer_of(connection)}: {refused}")
             frames.send_error(refused.kind.__name__, str(refused))
             return
-        except FrameMissing:
+        except FrameMissing as missing:
+            if missing.late:
+                log(f"{peer_of(connection)}: no hello and make within {HANDSHAKE_TIMEOUT_S:g} s")
             return
         log(f"{peer_of(connection)}: {chosen.name}'s env in env server {child.process.pid}")
-        connection.settimeout(None)
+        frames.deadline = None
+        keep_alive(connection)
         try:
             child.relay(make, frames)
         finally:
@@ -111,6 +131,8 @@ class Relay:
         if hello.get("op") != "hello":
             raise Refused(EnvServerError, "a connection's first request is hello")
         given = hello.get(keys.ENV_API_KEY) or ""
+        if not isinstance(given, str):
+            given = ""
         if self.api_key is not None and not hmac.compare_digest(
             given.encode(), self.api_key.encode()
         ):
@@ -122,25 +144,88 @@ class Relay:
         if hello.get("protocol") != protocol.PROTOCOL:
             raise Refused(
                 EnvServerError,
-                f"the proxy speaks env server protocol {hello.get('protocol')}, this server "
-                f"{protocol.PROTOCOL}: both must come from the same policybench",
+                f"the proxy speaks env server protocol {hello.get('protocol')!r:.40}, this "
+                f"server {protocol.PROTOCOL}: both must come from the same policybench",
             )
 
     def _chosen(self, make: dict[str, Any]) -> Served:
-        if make.get("op") not in ("make", VERSIONS):
+        op = make.get("op")
+        if op not in ("make", VERSIONS):
             raise Refused(EnvServerError, f"a connection's second request is make or {VERSIONS}")
         entry, kwargs = make.get("entry"), make.get("kwargs")
         codec = protocol.Codec()
         for served in self.served:
             isolated = served.make_env
             if isolated.entry == entry and codec.pack(dict(isolated.kwargs)) == codec.pack(kwargs):
+                if op == "make" and make.get("task") not in served.tasks:
+                    raise Refused(
+                        EnvServerError,
+                        f"{served.name} has no task {make.get('task')!r:.80}; its tasks: "
+                        f"{listed(sorted(served.tasks))}",
+                    )
                 return served
         offered = ", ".join(f"{s.name} ({s.make_env.entry})" for s in self.served)
         raise Refused(
             EnvServerError,
-            f"this server serves no env {entry} with the arguments {kwargs!r}; it serves "
-            f"{offered}. Start it with the Eval the run declares",
+            f"this server serves no env {entry!r:.80} with the arguments {kwargs!r:.200}; it "
+            f"serves {offered}. Start it with the Eval the run declares",
         )
+
+
+def listed(names: list[str], most: int = 12) -> str:
+    """`names` joined, the first `most` of them and how many more."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
+
+
+def decoded_map(frame: memoryview) -> dict[str, Any]:
+    """A client's request frame as its map; Refused when it is no msgpack map with string keys."""
+    try:
+        message = Frames.decoded(frame)
+    except Exception as error:  # msgpack's own errors, a bad array layout, bad UTF-8 ...
+        raise Refused(
+            EnvServerError, f"a request is not an env server frame ({type(error).__name__})"
+        ) from None
+    if not isinstance(message, dict) or not all(isinstance(key, str) for key in message):
+        raise Refused(EnvServerError, "a request is a map with string keys")
+    return message
+
+
+def request_limit(spaces: dict[str, Any]) -> int:
+    """The most bytes a request may hold once an env with `spaces` (Server.spaces) is made: its
+    action at 8 bytes an element and REQUEST_HEADROOM for the rest (a reset's options)."""
+    return REQUEST_HEADROOM + 8 * elements(spaces.get("action_space")) + 16 * protocol.ALIGN
+
+
+def elements(space: dict[str, Any] | None) -> int:
+    """How many numbers an action of a described space (server.describe_space) holds."""
+    if space is None:
+        return HANDSHAKE_BYTES  # a kind not described: a generous bound still
+    kind = space["kind"]
+    if kind == "Box":
+        return int(space["low"].size)
+    if kind in ("MultiDiscrete",):
+        return int(space["nvec"].size)
+    if kind == "MultiBinary":
+        return math.prod(n) if isinstance(n := space["n"], tuple | list) else int(n)
+    if kind in ("Dict", "Tuple"):
+        parts = space["spaces"]
+        return sum(elements(part) for part in (parts.values() if kind == "Dict" else parts))
+    return 1
+
+
+def keep_alive(connection: socket.socket) -> None:
+    """Probes `connection` when idle and bounds how long a sent answer may go unacknowledged, so
+    a client machine that vanished ends its connection (Linux; elsewhere what the system has)."""
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+        ("TCP_KEEPINTVL", KEEPALIVE_EVERY_S),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_S * 1000),
+    ):
+        if hasattr(socket, name):
+            connection.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def installed(isolated: Isolated) -> dict[str, str]:
@@ -152,24 +237,33 @@ def installed(isolated: Isolated) -> dict[str, str]:
 
 
 class FrameMissing(Exception):
-    """The other side ended before a whole frame came."""
+    """The other side ended before a whole frame came (`late`: or it did not come by the
+    deadline)."""
+
+    def __init__(self, late: bool = False) -> None:
+        super().__init__()
+        self.late = late
 
 
 class Frames:
-    """Whole frames read from and sent to a socket or a pipe, into one buffer reused."""
+    """Whole frames read from and sent to a socket or a pipe, into one buffer reused; a socket's
+    frames must come by `deadline` (time.monotonic()) while one is set."""
 
-    def __init__(self, connection: socket.socket) -> None:
+    def __init__(self, connection: socket.socket, deadline: float | None = None) -> None:
         self.connection = connection
+        self.deadline = deadline
         self._buffer = bytearray(1 << 16)
 
     def read(self, source: socket.socket | Any, limit: int | None = None) -> memoryview:
         """The next frame of `source` (a socket, or a pipe's file), header included, valid
-        until the next read."""
+        until the next read; Refused, before its body is read, when it holds over `limit` bytes."""
         self._fill(source, 0, protocol.HEADER.size)
         body, raw = protocol.HEADER.unpack_from(self._buffer)
         size = protocol.HEADER.size + protocol._aligned(body) + raw
         if limit is not None and size > limit:
-            raise Refused(EnvServerError, f"a first frame holds at most {limit} bytes")
+            raise Refused(
+                EnvServerError, f"a frame of {size} bytes: this request holds at most {limit}"
+            )
         if size > len(self._buffer):
             grown = bytearray(size)
             grown[: protocol.HEADER.size] = self._buffer[: protocol.HEADER.size]
@@ -179,15 +273,25 @@ class Frames:
 
     def _fill(self, source: socket.socket | Any, start: int, end: int) -> None:
         view = memoryview(self._buffer)
+        timed = isinstance(source, socket.socket) and self.deadline is not None
         read = source.recv_into if isinstance(source, socket.socket) else source.readinto
         while start < end:
+            if timed:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise FrameMissing(late=True)
+                source.settimeout(left)
             try:
                 count = read(view[start:end])
+            except TimeoutError:
+                raise FrameMissing(late=True) from None
             except OSError:
                 count = 0
             if not count:
                 raise FrameMissing
             start += count
+        if timed:
+            source.settimeout(None)
 
     @staticmethod
     def decoded(frame: memoryview) -> dict[str, Any]:
@@ -214,7 +318,7 @@ class EnvServerProcess:
             self.python = python_of(isolated.interpreter)
         except InterpreterMissing as missing:
             raise Refused(EnvServerError, f"on the serving machine: {missing}") from None
-        command = [str(self.python), str(server_script(isolated.modules))]
+        command = [str(self.python), str(server_script(isolated.modules)), isolated.entry]
         try:
             self.process = subprocess.Popen(
                 command,
@@ -233,40 +337,62 @@ class EnvServerProcess:
 
     def relay(self, make: memoryview, frames: Frames) -> None:
         """Says hello to the server, hands it the client's `make`, then passes each answer to
-        the client and the client's next request to the server until either side ends."""
-        connection = frames.connection
+        the client and the client's next request (only MADE's, each within the env's request
+        limit) to the server until either side ends."""
         hello = memoryview(protocol.Codec().pack({"op": "hello", "protocol": protocol.PROTOCOL}))
-        if not self._passed(hello, "hello", frames, to_client=False):
+        answer = self._answer(hello, "hello", frames)
+        if answer is None:
             return
-        request = make
-        while self._passed(request, op_of(request), frames):
+        said = frames.decoded(answer)
+        if "error" in said:
+            frames.send({"error": said["error"]})
+            return
+        answer = self._answer(make, "make", frames)
+        if answer is None:
+            return
+        made = frames.decoded(answer)
+        limit = request_limit(made["ok"]) if "ok" in made else 0
+        frames.send_frame(answer)
+        if "ok" not in made:
+            return  # the env was not made: nothing else to ask
+        connection = frames.connection
+        while True:
             try:
-                request = frames.read(connection)
+                request = frames.read(connection, limit)
+                op = op_of(request)
+                if op not in MADE:
+                    raise Refused(
+                        EnvServerError,
+                        f"a connection that made its env asks {', '.join(MADE)}; got {op!r:.40}",
+                    )
             except FrameMissing:
                 return  # the client hung up
+            except Refused as refused:
+                log(f"refused {peer_of(connection)}: {refused}")
+                frames.send_error(refused.kind.__name__, str(refused))
+                return
+            answer = self._answer(request, op, frames)
+            if answer is None:
+                return
+            frames.send_frame(answer)
+            if op == "close":
+                return
 
-    def _passed(self, request: memoryview, op: str, frames: Frames, to_client: bool = True) -> bool:
-        """Whether the server answered `request` (the answer sent on to the client, or, for our
-        own hello, checked here); the client is told when the server ended instead."""
+    def _answer(self, request: memoryview, op: str, frames: Frames) -> memoryview | None:
+        """The server's answer to `request`; None when the client went away meanwhile or the
+        server ended instead (the client is told)."""
         stdout = self.process.stdout
         self._in_flight = True
         try:
             protocol.write_frame(self.process.stdin.fileno(), [request])
             if not self._answered(frames.connection):
-                return False  # the client went away while the env was busy
+                return None  # the client went away while the env was busy
             answer = frames.read(stdout)
         except (FrameMissing, BrokenPipeError):
             frames.send_error(EnvServerGone.__name__, self._stderr.ended(self.python, op))
-            return False
+            return None
         self._in_flight = False
-        if to_client:
-            frames.send_frame(answer)
-            return op != "close"
-        decoded = frames.decoded(answer)
-        if "error" in decoded:
-            frames.send({"error": decoded["error"]})
-            return False
-        return True
+        return answer
 
     def _answered(self, connection: socket.socket) -> bool:
         """Waits for the server's answer; False when the client hangs up meanwhile."""
@@ -317,25 +443,49 @@ def peer_of(connection: socket.socket) -> str:
 
 
 def op_of(request: memoryview) -> str:
-    """A request frame's op, read from its map alone (its arrays' ext headers left undecoded)."""
+    """A request frame's op, read from its map alone (its arrays' ext headers left undecoded);
+    Refused when the frame holds no map."""
     body, _ = protocol.HEADER.unpack_from(request)
     start = protocol.HEADER.size
-    return str(msgpack.unpackb(request[start : start + body], strict_map_key=False).get("op"))
+    try:
+        message = msgpack.unpackb(request[start : start + body], strict_map_key=False)
+    except Exception as error:  # msgpack's own errors, bad UTF-8 ...
+        raise Refused(
+            EnvServerError, f"a request is not an env server frame ({type(error).__name__})"
+        ) from None
+    if not isinstance(message, dict):
+        raise Refused(EnvServerError, "a request is a map with string keys")
+    return str(message.get("op"))
 
 
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
-        self.server.relay.handle(self.request)
+        slots = self.server.slots
+        if not slots.acquire(blocking=False):
+            log(f"refused {peer_of(self.request)}: {self.server.max_connections} connections open")
+            Frames(self.request).send_error(
+                EnvServerError.__name__,
+                f"this server serves {self.server.max_connections} connections at once, all "
+                "open: try again later, or start it with a larger --max-connections",
+            )
+            return
+        try:
+            self.server.relay.handle(self.request)
+        finally:
+            slots.release()
 
 
 class RelayServer(socketserver.ThreadingTCPServer):
-    """A thread per connection, each owning that connection's env server process."""
+    """A thread per connection, each owning that connection's env server process; at most
+    `max_connections` are served at once (more are refused)."""
 
     allow_reuse_address = True
     daemon_threads = True
 
-    def __init__(self, relay: Relay, host: str, port: int) -> None:
+    def __init__(self, relay: Relay, host: str, port: int, max_connections: int) -> None:
         self.relay = relay
+        self.max_connections = max_connections
+        self.slots = threading.BoundedSemaphore(max_connections)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         super().__init__((host, port), _Handler)

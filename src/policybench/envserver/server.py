@@ -7,6 +7,8 @@ the map out of band (Codec). A request is {"op": name, **args}; an answer is {"o
 and 2.x read each other's), tuples as a msgpack ext.
 The proxy's first request is `hello` with its protocol version; the server answers with its own.
 The env comes from `make`: `entry` ("module:callable") is imported and called with the task.
+A server makes one env, and only of the entry it was started for (its command line's argument):
+whoever can send it requests cannot make it import or call anything else.
 """
 
 from __future__ import annotations
@@ -221,9 +223,10 @@ def describe_space(space: Any) -> dict[str, Any] | None:
 
 
 class Server:
-    """One env and the ops on it."""
+    """One env, of the entry `allowed` (the one it may make), and the ops on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: str | None) -> None:
+        self.allowed = allowed
         self.env: Any = None
 
     def hello(self, protocol: int) -> dict[str, Any]:
@@ -235,6 +238,13 @@ class Server:
         return {"protocol": PROTOCOL, "python": sys.version.split()[0], "numpy": np.__version__}
 
     def make(self, entry: str, task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.env is not None:
+            raise PermissionError("this env server has made its env: it makes one env")
+        if entry != self.allowed:
+            raise PermissionError(
+                f"this env server was started for the env {self.allowed!r}: it makes no other "
+                f"(asked for {entry!r})"
+            )
         module, _, name = entry.partition(":")
         if not name:
             raise ValueError(f"an env entry reads 'module:callable', got {entry!r}")
@@ -272,10 +282,10 @@ class Server:
             self.env.close()
 
 
-def serve(requests: BinaryIO, answers: int) -> None:
+def serve(requests: BinaryIO, answers: int, allowed: str | None) -> None:
     """Answers requests from `requests` on the file descriptor `answers` until `close` or the
-    end of `requests`."""
-    server = Server()
+    end of `requests`; `allowed` is the one entry it may make (None: none)."""
+    server = Server(allowed)
     codec = Codec()
     while (request := codec.read(requests)) is not None:
         op = request.pop("op")
@@ -323,11 +333,12 @@ def _watch(parent_pid: int) -> None:
 
 def main() -> None:
     die_with_starter()
+    allowed = sys.argv[1] if len(sys.argv) > 1 else None
     # The frames own the real stdout; whatever the env prints goes to stderr.
     answers = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(sys.stdin.buffer, answers)
+    serve(sys.stdin.buffer, answers, allowed)
 
 
 if __name__ == "__main__":

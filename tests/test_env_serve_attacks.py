@@ -1,0 +1,254 @@
+"""`policybench env serve` under attack: a real server on loopback and hand-made clients that send
+what an honest proxy never does — a second make of `os:system`, a make of an entry or task not
+served, an op before make, a slow hello, a forged length, a malformed hello, more connections than
+allowed — each refused with an error frame, nothing run (no file made), nothing held. The env
+server refuses a second make and an entry it was not started for on its own, too."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+from policybench import keys
+from policybench.envserver import server as protocol
+from policybench.envserver.proxy import EnvServer, EnvServerError
+from policybench.envserver.relay import HANDSHAKE_TIMEOUT_S
+from tests.test_env_remote import KEY, clean_env, points, start_env_server, stop  # noqa: F401
+from tests.test_envserver import PYTHON, entries  # noqa: F401
+
+ENTRY = "test_remote_points:PausingPoint"  # what test_remote_points:REMOTE serves
+CODEC = protocol.Codec()
+
+
+class Client:
+    """A raw TCP client speaking the env server's frames by hand."""
+
+    def __init__(self, port: int) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.stream = self.socket.makefile("rb", buffering=0)
+
+    def send(self, **message) -> None:
+        self.socket.sendall(CODEC.pack(message))
+
+    def answer(self) -> dict | None:
+        return protocol.Codec().read(self.stream)
+
+    def ask(self, **message) -> dict | None:
+        self.send(**message)
+        return self.answer()
+
+    def hello(self, key: str | None = KEY) -> None:
+        assert self.ask(op="hello", protocol=protocol.PROTOCOL, **{keys.ENV_API_KEY: key}) == {
+            "ok": {"protocol": protocol.PROTOCOL}
+        }
+
+    def closed(self) -> bool:
+        """Whether the server hung up (after anything it still had to say)."""
+        self.socket.settimeout(10)
+        try:
+            while self.socket.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.stream.close()
+        self.socket.close()
+
+
+@pytest.fixture
+def served(points):  # noqa: F811
+    server, port = start_env_server(
+        points,
+        clean_env(points, **{keys_variable(): KEY}),
+        "test_remote_points:REMOTE",
+        "--port",
+        "0",
+        "--max-connections",
+        "3",
+    )
+    yield points, port
+    stop(server)
+
+
+def keys_variable() -> str:
+    from policybench.options import API_KEY_VARIABLE
+
+    return API_KEY_VARIABLE
+
+
+def made(port: int) -> Client:
+    client = Client(port)
+    client.hello()
+    answer = client.ask(op="make", entry=ENTRY, task="reach", kwargs={})
+    assert "ok" in answer, answer
+    return client
+
+
+def test_a_second_make_of_os_system_runs_nothing_and_ends_the_connection(served):
+    path, port = served
+    target = path / "pwned"
+    client = made(port)
+    answer = client.ask(op="make", entry="os:system", task=f"touch {target}", kwargs={})
+    assert answer["error"]["type"] == "EnvServerError"
+    assert "asks spaces, reset, step, render, close; got 'make'" in answer["error"]["message"]
+    assert client.closed()
+    time.sleep(0.5)
+    assert not target.exists()
+
+
+def test_a_make_of_an_entry_or_task_not_served_is_refused(served):
+    path, port = served
+    target = path / "pwned"
+    for make in (
+        {"entry": "os:system", "task": f"touch {target}", "kwargs": {}},
+        {"entry": ENTRY, "task": "not-a-task", "kwargs": {}},
+        {"entry": ENTRY, "task": "reach", "kwargs": {"raise_at_step": 1}},
+    ):
+        client = Client(port)
+        client.hello()
+        answer = client.ask(op="make", **make)
+        assert answer["error"]["type"] == "EnvServerError", answer
+        assert client.closed()
+    assert "remote has no task 'not-a-task'; its tasks: reach" in answer_of(port, "not-a-task")
+    assert not target.exists()
+
+
+def answer_of(port: int, task: str) -> str:
+    client = Client(port)
+    client.hello()
+    return client.ask(op="make", entry=ENTRY, task=task, kwargs={})["error"]["message"]
+
+
+def test_a_step_before_make_and_a_wrong_key_are_refused(served):
+    _, port = served
+    client = Client(port)
+    client.hello()
+    assert "second request is make" in client.ask(op="step", action=np.zeros(1))["error"]["message"]
+    client = Client(port)
+    refused = client.ask(op="hello", protocol=protocol.PROTOCOL, **{keys.ENV_API_KEY: "wrong"})
+    assert refused["error"]["type"] == "PermissionError"
+
+
+def test_an_honest_connection_still_steps_its_env(served):
+    _, port = served
+    client = made(port)
+    obs, _ = client.ask(op="reset", seed=0, options=None)["ok"]
+    assert obs.shape == (2,)
+    obs, *_ = client.ask(op="step", action=np.ones(1))["ok"]
+    assert obs[0] == 1.0
+    assert client.ask(op="close") == {"ok": None}
+
+
+def test_a_forged_length_is_refused_before_its_body(served):
+    path, port = served
+    client = Client(port)
+    client.socket.sendall(struct.pack(">II", 2**32 - 1, 2**32 - 1))  # 8 GiB announced, none sent
+    answer = client.answer()
+    assert "holds at most 65536" in answer["error"]["message"]
+    # After the make, a step's frame is bounded by the env's action (1 float) and some headroom.
+    client = made(port)
+    client.socket.sendall(struct.pack(">II", 16, 1 << 30))
+    answer = client.answer()
+    assert "holds at most" in answer["error"]["message"]
+    assert client.closed()
+    assert "Traceback" not in (path / "serve.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">II", 3, 0) + b"\xc1\xc1\xc1" + bytes(13),  # not msgpack
+        struct.pack(">II", 8, 0) + bytes(16),  # zeros
+        struct.pack(">II", 1, 0) + msgpack.packb(7) + bytes(15),  # not a map
+        struct.pack(">II", 3, 0) + msgpack.packb({1: 2}) + bytes(13),  # a key not a string
+    ],
+    ids=["garbage", "zeros", "not-a-map", "int-key"],
+)
+def test_a_malformed_hello_is_an_error_frame_and_one_log_line(served, frame):
+    path, port = served
+    client = Client(port)
+    client.socket.sendall(frame)
+    answer = client.answer()
+    assert answer["error"]["type"] == "EnvServerError", answer
+    assert client.closed()
+    log = (path / "serve.log").read_text()
+    assert "Traceback" not in log
+    assert log.count("refused 127.0.0.1") == 1, log
+
+
+def test_a_slow_hello_is_cut_at_the_handshake_deadline(served, monkeypatch):
+    path, port = served
+    client = Client(port)
+    client.socket.settimeout(HANDSHAKE_TIMEOUT_S + 20)
+    frame = CODEC.pack({"op": "hello", "protocol": protocol.PROTOCOL, keys.ENV_API_KEY: KEY})
+    started = time.monotonic()
+    ended = None
+    for byte in frame:  # one byte every 5 s: each recv alone would wait less than its timeout
+        try:
+            client.socket.sendall(bytes([byte]))
+            if client.socket.recv(1, socket.MSG_DONTWAIT) == b"":
+                ended = time.monotonic()
+                break
+        except BlockingIOError:
+            pass
+        except OSError:
+            ended = time.monotonic()
+            break
+        time.sleep(5)
+        if time.monotonic() - started > HANDSHAKE_TIMEOUT_S + 15:
+            break
+    assert ended is not None, "the server kept a slow hello past its handshake deadline"
+    assert ended - started < HANDSHAKE_TIMEOUT_S + 6
+    assert "no hello and make within" in (path / "serve.log").read_text()
+
+
+def test_connections_past_the_cap_are_refused_and_a_slot_frees_when_one_ends(served):
+    _, port = served
+    held = [made(port) for _ in range(3)]
+    extra = Client(port)
+    answer = extra.answer()
+    assert "serves 3 connections at once" in answer["error"]["message"]
+    held.pop().ask(op="close")
+    time.sleep(0.5)
+    made(port).ask(op="close")
+
+
+def test_a_made_connection_is_kept_alive_by_tcp_probes(served):
+    """A client machine that vanishes without a FIN is found by keepalive probes: the relay's
+    side of a made connection has the keepalive timer running (/proc/net/tcp's timer 2)."""
+    _, port = served
+    client = made(port)
+    local_port = client.socket.getsockname()[1]
+    time.sleep(0.3)
+    timers = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, timer = fields[1], fields[2], fields[5].split(":")[0]
+        if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == local_port:
+            timers.append(timer)
+    assert timers == ["02"], timers
+    client.close()
+
+
+def test_the_env_server_itself_makes_one_env_of_its_own_entry(entries, tmp_path):
+    """The wall behind the relay: an env server started for one entry refuses any other, and a
+    second make of its own."""
+    target = tmp_path / "pwned"
+    server = EnvServer(PYTHON, "echo_env:Echo")
+    try:
+        with pytest.raises(EnvServerError, match="started for the env 'echo_env:Echo'"):
+            server.request("make", entry="os:system", task=f"touch {target}", kwargs={})
+        server.request("make", entry="echo_env:Echo", task="t", kwargs={})
+        with pytest.raises(EnvServerError, match="has made its env: it makes one env"):
+            server.request("make", entry="echo_env:Echo", task="t", kwargs={})
+    finally:
+        server.close()
+    assert not target.exists()
