@@ -238,7 +238,7 @@ def test_a_made_connection_is_kept_alive_by_tcp_probes(served):
     client.close()
 
 
-def test_the_env_server_itself_makes_one_env_of_its_own_entry(entries, tmp_path):
+def test_the_env_server_itself_makes_one_env_of_its_own_entry(entries, tmp_path):  # noqa: F811
     """The wall behind the relay: an env server started for one entry refuses any other, and a
     second make of its own."""
     target = tmp_path / "pwned"
