@@ -350,7 +350,7 @@ def test_the_relays_own_errors_say_their_type_once_and_where_they_were_served(po
             with pytest.raises(EnvServerError) as refused:
                 Isolated("test_remote_points:Other", here)("reach")
             said = str(refused.value)
-            assert said.startswith("this server serves no env test_remote_points:Other")
+            assert said.startswith("this server serves no env 'test_remote_points:Other'")
             assert said.endswith(f"(served at {url}, at make)") and "EnvServerError" not in said
     finally:
         stop(server)

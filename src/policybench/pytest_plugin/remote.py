@@ -105,6 +105,7 @@ class SharedServer:
             "--policy-device",
             config.getoption("policy_device"),
             "--evals-from-clients",
+            *(argument for folder in _eval_folders(config) for argument in ("--eval-path", folder)),
             "--call-timeout",
             f"{CALL_TIMEOUT_SHARE * config.getoption('infer_timeout'):g}",
         ]
@@ -138,12 +139,19 @@ class SharedServer:
             reporter.write_line(f"policybench: {line}", red=red, yellow=not red, bold=True)
 
 
-def _import_path(config: pytest.Config) -> str:
-    """What the server imports Evals from: this process's path, the rootdir, the test dirs."""
-    dirs = [str(config.rootpath), *sys.path]
+def _eval_folders(config: pytest.Config) -> list[str]:
+    """The folders the run's Evals are declared in: the rootdir and the test paths' folders."""
+    dirs = [str(config.rootpath)]
     for arg in config.args:
         path = Path(arg.split("::")[0])
         if path.exists():
             dirs.append(str((path if path.is_dir() else path.parent).resolve()))
+    return list(dict.fromkeys(dirs))
+
+
+def _import_path(config: pytest.Config) -> str:
+    """What the server imports from: this process's path, the rootdir, the test dirs."""
     existing = os.environ.get("PYTHONPATH")
+    root, *tests = _eval_folders(config)
+    dirs = [root, *sys.path, *tests]
     return os.pathsep.join([*dirs, *([existing] if existing else [])])

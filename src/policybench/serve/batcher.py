@@ -9,7 +9,7 @@ import contextlib
 import functools
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -55,6 +55,23 @@ class Request:
     obs: Observation
     queued_at: float = field(default_factory=time.perf_counter)
     in_model: bool = False  # the model is working on it (set and cleared on the model's thread)
+
+    @functools.cached_property
+    def layout(self) -> tuple[Any, ...]:
+        """Its observation's keys, shapes and dtypes: only requests of one layout share a
+        batched call, so that one client's malformed observation fails its own call alone."""
+        return tuple(
+            (key, getattr(value, "shape", None), getattr(value, "dtype", type(value)))
+            for key, value in self.obs.items()
+        )
+
+
+@dataclass(eq=False)
+class _Call:
+    """A model call in flight: its call-timeout timer, started once the model begins it."""
+
+    expiry: asyncio.TimerHandle | None = None
+    done: bool = False
 
 
 CALL_HUNG = "model call did not return within"  # how ModelCallHung's message, sent, begins
@@ -252,22 +269,44 @@ class Batcher:
             self._window = None
         if self._running or not self._waiting:
             return
-        batch, self._waiting = self._waiting[: self.max_batch], self._waiting[self.max_batch :]
+        batch = self._take()
         self._running = True
         self.counters.batches += 1
         self.counters.requests += len(batch)
         requests = [waiting.request for waiting in batch]
         started = time.perf_counter()
+        call = _Call()
+        loop = asyncio.get_running_loop()
+        begun = None
+        if self.call_timeout_s is not None:  # the timeout counts from when the model begins
+            begun = functools.partial(loop.call_soon_threadsafe, self._arm, call, batch)
         try:
-            running = self.model_thread.call(infer, self.model, self.codec, requests)
+            running = self.model_thread.call(infer, self.model, self.codec, requests, begun)
         except RuntimeError as error:  # the model thread is shut down: the server is closing
-            running = asyncio.get_running_loop().create_future()
+            running = loop.create_future()
             running.set_exception(error)
-        expiry = None
-        if self.call_timeout_s is not None:
-            loop = asyncio.get_running_loop()
-            expiry = loop.call_later(self.call_timeout_s, self._expire, batch)
-        running.add_done_callback(functools.partial(self._finish, batch, started, expiry))
+        running.add_done_callback(functools.partial(self._finish, batch, started, call))
+
+    def _take(self) -> list[_Waiting]:
+        """The next call's requests: the first waiting and, for a batched model, those of its
+        observation layout after it, up to max_batch."""
+        waiting = self._waiting
+        if not self._batched:
+            batch, self._waiting = waiting[: self.max_batch], waiting[self.max_batch :]
+            return batch
+        layout = waiting[0].request.layout
+        batch, rest = [], []
+        for each in waiting:
+            fits = len(batch) < self.max_batch and each.request.layout == layout
+            (batch if fits else rest).append(each)
+        self._waiting = rest
+        return batch
+
+    def _arm(self, call: _Call, batch: list[_Waiting]) -> None:
+        if not call.done:
+            call.expiry = asyncio.get_running_loop().call_later(
+                self.call_timeout_s, self._expire, batch
+            )
 
     def _expire(self, batch: list[_Waiting]) -> None:
         """The call runs past the timeout: the requests the model is working on fail with
@@ -287,11 +326,12 @@ class Batcher:
         self,
         batch: list[_Waiting],
         started: float,
-        expiry: asyncio.TimerHandle | None,
+        call: _Call,
         running: asyncio.Future,
     ) -> None:
-        if expiry is not None:
-            expiry.cancel()
+        call.done = True
+        if call.expiry is not None:
+            call.expiry.cancel()
         self._running = False
         now = self._free_since = time.perf_counter()
         call_s = now - started
@@ -333,11 +373,19 @@ class Batcher:
         self._waiting = []
 
 
-def infer(model: Model, codec: Codec, requests: Sequence[Request]) -> list[Chunk | Exception]:
+def infer(
+    model: Model,
+    codec: Codec,
+    requests: Sequence[Request],
+    begun: Callable[[], Any] | None = None,
+) -> list[Chunk | Exception]:
     """Each request's chunk, or the exception that took its place: one `predict_batch` call for
     them all if the model has one (its exception fails them all), else each rollout's own source,
     opened at its first request (an exception fails only that request). The model sees each
-    env observation through `codec`; its actions come back through it."""
+    env observation through `codec`; its actions come back through it. `begun` is called as the
+    model begins."""
+    if begun is not None:
+        begun()
     # What isinstance(model, BatchedModel) checks, without its cost at every call (tens of us).
     if hasattr(model, "predict_batch"):
         for request in requests:

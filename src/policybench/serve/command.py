@@ -7,15 +7,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import importlib.machinery
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from policybench import envserver
 from policybench.envserver import remote
 from policybench.lifetime import die_with_starter
-from policybench.options import API_KEY_VARIABLE, POLICY_DEVICE, SEED, declare_env_url
+from policybench.options import (
+    API_KEY_VARIABLE,
+    POLICY_DEVICE,
+    SEED,
+    declare_env_url,
+    key_refusal,
+)
 from policybench.registry import (
     OPENPI,
     PolicySettings,
@@ -26,10 +34,8 @@ from policybench.registry import (
 from policybench.serve import event_loop
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig
 from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES
-from policybench.suites import eval_named, registered_evals
-
-if TYPE_CHECKING:
-    from policybench.spec import Eval
+from policybench.spec import Eval
+from policybench.suites import eval_named, registered_evals, suite_modules
 
 READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
 MODEL_HUNG = 75  # the exit status once a model call ran past --call-timeout (EX_TEMPFAIL)
@@ -52,7 +58,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--evals-from-clients",
         action="store_true",
-        help="also import Evals that clients name as module:attribute (trust your clients)",
+        help="also serve Evals that clients name as module:attribute, from registered suites' "
+        "modules and the folders given with --eval-path (needs an API key)",
+    )
+    parser.add_argument(
+        "--eval-path",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a folder whose modules clients may name Evals from, with --evals-from-clients; "
+        "repeatable (nothing else is imported for a client, the working directory neither)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
@@ -84,6 +100,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         f"naming their task, then exit with status {MODEL_HUNG} (the model's thread is stuck), "
         "for whoever started the server to restart it (default 0: no limit)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="connections served at once; more are answered 503, which policybench's clients "
+        "wait out (default 256)",
+    )
     SEED.declare(parser.add_argument)
     POLICY_DEVICE.declare(parser.add_argument)
     declare_env_url(parser.add_argument)  # where a policy that needs an action space reads it
@@ -102,6 +125,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"cannot serve policy {args.policy!r}; servable: {', '.join(servable)}")
     if args.max_batch < 1 or args.max_wait_ms < 0 or args.call_timeout < 0:
         raise SystemExit("--max-batch must be >= 1, --max-wait-ms and --call-timeout >= 0")
+    if args.max_connections < 1:
+        raise SystemExit(f"--max-connections must be >= 1, got {args.max_connections}")
+    refusal = key_refusal(args.api_key, args.host, "could ask its model for anything")
+    if refusal is None and args.evals_from_clients and not args.api_key:
+        refusal = (
+            "--evals-from-clients imports modules that clients name: it needs an API key "
+            f"(--api-key or ${API_KEY_VARIABLE})"
+        )
+    if refusal is not None:
+        raise SystemExit(f"policybench serve: {refusal}")
     try:
         evals = [eval_named(name) for name in args.eval]
     except LookupError as error:
@@ -110,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         args.policy,
         PolicySettings(seed=args.seed, device=args.policy_device),
         evals,
-        args.evals_from_clients,
+        args.eval_path if args.evals_from_clients else None,
     )
     config = ServerConfig(
         host=args.host,
@@ -120,13 +153,19 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key or None,
         max_frame_bytes=round(args.max_frame_mb * 2**20),
         call_timeout_s=args.call_timeout or None,
+        max_connections=args.max_connections,
     )
     envserver.say_builds_nothing("serve", args.env_url, evals)
     with (
         remote.given(args.env_url, args.env_api_key),
         contextlib.suppress(KeyboardInterrupt),  # Ctrl-C is how a user stops a server
     ):
-        return event_loop.run(_serve(PolicyServer(models, config, args.policy)))
+        status = event_loop.run(_serve(PolicyServer(models, config, args.policy)))
+        if status == MODEL_HUNG:  # its model's thread is stuck in a call: no orderly exit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(MODEL_HUNG)
+        return status
     return 0
 
 
@@ -160,12 +199,16 @@ class EvalModels:
     """The served model of each Eval a client names, built on first use and kept warm."""
 
     def __init__(
-        self, policy: str, settings: PolicySettings, evals: Sequence[Eval], from_clients: bool
+        self,
+        policy: str,
+        settings: PolicySettings,
+        evals: Sequence[Eval],
+        client_paths: Sequence[Path] | None = None,
     ) -> None:
         self.policy = policy
         self.settings = settings
         self.evals = {eval.name: eval for eval in evals}
-        self.from_clients = from_clients
+        self.client_paths = client_paths  # None: no Eval is imported for a client
         self._served: dict[str, ServedModel] = {}
 
     def __call__(self, name: str | None, ref: str | None) -> ServedModel:
@@ -191,8 +234,8 @@ class EvalModels:
             return self.evals[name]
         if not self.evals and name in registered_evals():
             return registered_evals()[name]
-        if ref is not None and self.from_clients:
-            return eval_named(ref)
+        if ref is not None and self.client_paths is not None:
+            return client_eval(ref, self.client_paths)
         served = sorted(self.evals) or sorted(registered_evals())
         asked = repr(name) if ref is None else f"{name!r} ({ref})"
         raise LookupError(
@@ -200,6 +243,31 @@ class EvalModels:
             f"start a server with --eval {ref or name} for it (or, in a pytest run, run the "
             "policy in each worker with --policy-sharing=per-worker)"
         )
+
+
+def client_eval(ref: str, paths: Sequence[Path]) -> Eval:
+    """The Eval a client names as `module:attribute`, imported only from a registered suite's
+    module or a module found in one of `paths`: nothing else is imported for a client."""
+    module_name, _, attribute = ref.partition(":")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise LookupError(f"{ref!r:.200} names no module:attribute")
+    suites = set(suite_modules().values())
+    if module_name not in suites and not _found_in(module_name.split(".")[0], paths):
+        folders = ", ".join(map(str, paths)) or "none given"
+        raise LookupError(
+            f"this server imports Evals for clients from registered suites and the folders of "
+            f"--eval-path ({folders}); {module_name!r} is in none of them"
+        )
+    value = getattr(importlib.import_module(module_name), attribute, None)
+    if not isinstance(value, Eval):
+        raise LookupError(f"{ref} is not an Eval (got {type(value).__name__})")
+    return value
+
+
+def _found_in(top: str, paths: Sequence[Path]) -> bool:
+    """Whether the top-level module `top` is found (not imported) in one of `paths`."""
+    spec = importlib.machinery.PathFinder.find_spec(top, [str(path) for path in paths])
+    return spec is not None
 
 
 def action_space_of(eval: Eval):

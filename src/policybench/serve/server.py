@@ -12,6 +12,7 @@ own server hands them): a model copies what it means to change.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import json
@@ -57,6 +58,9 @@ CONTEXT_HEADER = "X-Policybench-Context"  # JSON: instruction, control_hz, field
 DEFAULT_CODEC = "openpi"
 HEALTH_PATH = "/healthz"
 SERVED_MODEL = "model"  # the metadata entry describing the model a connection is answered by
+MAX_PROMPT_CHARS = 4096  # an instruction longer than this is refused
+ROLLOUTS_PER_CONNECTION = 8  # an openpi client's rollouts kept per connection (one per prompt)
+SERVED_CACHE = 64  # (Eval name, reference) pairs whose served model is looked up without a call
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class ServerConfig:
     api_key: str | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     call_timeout_s: float | None = None  # a model call that runs longer hangs the server
+    max_connections: int = 256  # more are answered 503 (a client waits and tries again)
 
 
 class PolicyServer:
@@ -111,7 +116,9 @@ class PolicyServer:
 
     def __init__(self, model_for: ModelFor, config: ServerConfig, name: str = "policy") -> None:
         self._model_for = model_for
-        self._served: dict[tuple[str | None, str | None], ServedModel] = {}
+        self._served: collections.OrderedDict[tuple[str | None, str | None], ServedModel]
+        self._served = collections.OrderedDict()  # the last SERVED_CACHE looked up
+        self._connections = 0
         self.config = config
         self.name = name
         self._batchers: dict[int, Batcher] = {}
@@ -139,6 +146,12 @@ class PolicyServer:
     def _check_request(self, connection: ServerConnection, request: HttpRequest) -> Response | None:
         if request.path.split("?")[0] == HEALTH_PATH:
             return connection.respond(HTTPStatus.OK, "OK\n")
+        if self._connections >= self.config.max_connections:
+            return connection.respond(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"this server serves {self.config.max_connections} connections at once, all "
+                "open: try again shortly\n",
+            )
         key = self.config.api_key
         if key is not None:
             given = request.headers.get_all("Authorization")
@@ -159,6 +172,13 @@ class PolicyServer:
         return None
 
     async def _handle(self, connection: ServerConnection) -> None:
+        self._connections += 1
+        try:
+            await self._serve_connection(connection)
+        finally:
+            self._connections -= 1
+
+    async def _serve_connection(self, connection: ServerConnection) -> None:
         try:
             served, codec, context = await self._bind(connection)
             # The model's own description (checkpoint, weights) goes into each record.
@@ -199,20 +219,24 @@ class PolicyServer:
             except Exception as error:
                 await _fail(connection, f"bad observation frame: {error}", 1007)
                 return
-            if context is not None:
-                rollout = rollouts.setdefault("", RolloutState(context))
-            else:
-                rollout = rollouts.setdefault(
-                    prompt, RolloutState(SessionContext(prompt, served.control_hz))
+            if len(prompt) > MAX_PROMPT_CHARS:
+                await _fail(
+                    connection,
+                    f"bad observation frame: a prompt of {len(prompt)} characters; at most "
+                    f"{MAX_PROMPT_CHARS}",
+                    1007,
                 )
+                return
+            rollout = self._rollout(rollouts, context or prompt, served, batcher)
             try:
                 answer = await batcher.submit(peer, Request(rollout, obs))
             except ModelCallHung as hung:
                 await _fail(connection, str(hung), 1011)
                 self._hung_by(str(hung))
                 return
-            except Exception:
-                await _fail(connection, traceback.format_exc(), 1011)
+            except Exception as error:  # the model's: its traceback is the server's to show
+                traceback.print_exc()
+                await _fail(connection, one_line(error), 1011)
                 return
             timing = {
                 "infer_ms": answer.infer_ms,
@@ -224,6 +248,27 @@ class PolicyServer:
             await connection.send(packb({ACTIONS: answer.chunk.actions, SERVER_TIMING: timing}))
             previous_total_ms = (time.perf_counter() - started) * 1e3
 
+    @staticmethod
+    def _rollout(
+        rollouts: dict[str, RolloutState],
+        given: SessionContext | str,
+        served: ServedModel,
+        batcher: Batcher,
+    ) -> RolloutState:
+        """The connection's rollout for a request: the one its context header names, else the
+        one of its prompt, opened at its first request; past ROLLOUTS_PER_CONNECTION prompts,
+        the oldest is ended."""
+        if isinstance(given, SessionContext):
+            return rollouts.setdefault("", RolloutState(given))
+        rollout = rollouts.pop(given, None) or RolloutState(
+            SessionContext(given, served.control_hz)
+        )
+        rollouts[given] = rollout  # the latest last
+        if len(rollouts) > ROLLOUTS_PER_CONNECTION:
+            oldest = next(iter(rollouts))
+            batcher.release([rollouts.pop(oldest)])
+        return rollout
+
     async def _bind(
         self, connection: ServerConnection
     ) -> tuple[ServedModel, Codec, SessionContext | None]:
@@ -233,6 +278,10 @@ class PolicyServer:
         if served is None:
             served = await self._model_thread.call(self._model_for, name, ref)
             self._served[(name, ref)] = served
+            if len(self._served) > SERVED_CACHE:
+                self._served.popitem(last=False)
+        else:
+            self._served.move_to_end((name, ref))
         codec = served.codec(headers.get(CODEC_HEADER, DEFAULT_CODEC))
         context = headers.get(CONTEXT_HEADER)
         return served, codec, None if context is None else context_from_json(context)
@@ -283,6 +332,12 @@ def served_description(served: ServedModel) -> dict[str, Any]:
     """The served model's own description (checkpoint, weights) and the codec it sees through."""
     codec = served.model_codec.describe() if served.model_codec.steps else {}
     return {**served.model.describe(), **codec}
+
+
+def one_line(error: BaseException) -> str:
+    """What a client is told of an error: its type and the first line of its message."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0] if message else ''}"[:1000]
 
 
 def _as_map(message: Any) -> Mapping[str, Any]:

@@ -12,6 +12,19 @@ NDARRAY, NPGENERIC = b"__ndarray__", b"__npgeneric__"
 DATA, DTYPE, SHAPE = b"data", b"dtype", b"shape"
 REFUSED_KINDS = {"O": "object", "V": "void", "c": "complex"}
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+# The most entries a map or a msgpack array of a frame may hold: observations are a few keys of
+# arrays (which travel as bytes), not millions of Python objects.
+MAX_MAP_ENTRIES, MAX_ARRAY_ITEMS = 1024, 1 << 16
+# The Python type a scalar's data must have, by its dtype's kind: `dtype.type(data)` of anything
+# else may allocate what the data names (np.bytes_(2**30) is a GiB of zeros).
+SCALAR_DATA = {
+    "b": (bool,),
+    "i": (int,),
+    "u": (int,),
+    "f": (float, int),
+    "S": (bytes,),
+    "U": (str,),
+}
 ACTIONS = "actions"  # the openpi protocol's answer key, `[H, D]`
 SERVER_TIMING = "server_timing"  # what a server adds to each answer about its timing
 
@@ -45,16 +58,36 @@ def _pack_numpy(value: Any) -> Any:
 
 
 def _unpack_numpy(tagged: dict[Any, Any], writable: bool = True) -> Any:
+    """A tagged map's array or scalar, no larger than the bytes the frame carried for it."""
     if NDARRAY in tagged:
-        dtype = np.dtype(tagged[DTYPE])
-        _check_dtype(dtype)
-        array = np.frombuffer(tagged[DATA], dtype=dtype).reshape(tagged[SHAPE])
+        dtype, data, shape = _dtype_of(tagged), tagged[DATA], tagged[SHAPE]
+        if not isinstance(data, bytes) or not _is_shape(shape):
+            raise WireError("an __ndarray__ carries bytes as its data and integers as its shape")
+        array = np.frombuffer(data, dtype=dtype).reshape(shape)
         return array.copy() if writable else array
     if NPGENERIC in tagged:
-        dtype = np.dtype(tagged[DTYPE])
-        _check_dtype(dtype)
-        return dtype.type(tagged[DATA])
+        dtype, data = _dtype_of(tagged), tagged[DATA]
+        kinds = SCALAR_DATA.get(dtype.kind, ())
+        if type(data) not in kinds or (dtype.kind in "SU" and len(data) > dtype.itemsize):
+            raise WireError(
+                f"an __npgeneric__ of dtype {dtype} carries a {type(data).__name__}; expected a "
+                f"{' or '.join(kind.__name__ for kind in kinds) or 'known dtype'} of its size"
+            )
+        return dtype.type(data)
     return tagged
+
+
+def _dtype_of(tagged: dict[Any, Any]) -> np.dtype:
+    name = tagged.get(DTYPE)
+    if not isinstance(name, str) or len(name) > 16:
+        raise WireError(f"a numpy dtype travels as its short name ('<f4'), got {name!r:.40}")
+    dtype = np.dtype(name)
+    _check_dtype(dtype)
+    return dtype
+
+
+def _is_shape(shape: Any) -> bool:
+    return isinstance(shape, list | tuple) and all(type(size) is int for size in shape)
 
 
 def _unpack_read_only(tagged: dict[Any, Any]) -> Any:
@@ -80,7 +113,13 @@ def unpackb(
         )
     try:
         hook = _unpack_numpy if writable else _unpack_read_only
-        return msgpack.unpackb(frame, object_hook=hook)
+        return msgpack.unpackb(
+            frame,
+            object_hook=hook,
+            max_map_len=MAX_MAP_ENTRIES,
+            max_array_len=MAX_ARRAY_ITEMS,
+            max_ext_len=0,
+        )
     except WireError:
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
