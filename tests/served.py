@@ -59,8 +59,11 @@ class EchoBatchModel:
         with self._lock:
             self.batch_sizes.append(len(requests))
         time.sleep(self.delay_s)
-        if any("poison" in obs for _, obs in requests):
+        if any(obs["who"][0] < 0 for _, obs in requests):  # a poisoned request
             raise RuntimeError("poisoned batch")
+        shapes = sorted({obs["who"].shape for _, obs in requests})
+        if shapes != [(1,)]:  # a model stacking its inputs fails the whole call
+            raise ValueError(f"expected 'who' of shape (1,), got {shapes}")
         return [
             Chunk(np.array([[obs["who"][0], obs["seq"][0]]], dtype=np.float64), ctx.control_hz)
             for ctx, obs in requests

@@ -22,18 +22,32 @@ def tox_ini() -> configparser.ConfigParser:
     return parser
 
 
-def readme_test_command() -> str:
-    """The second of the README's two commands: the one line that sets up and runs the tests."""
+def readme_commands() -> list[str]:
+    """The README's two commands: the one that sets up and runs the default benchmark, then the
+    one that sets up and runs the tests."""
     block = readme().split("## Two commands", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]
     assert len(commands) == 2, commands
-    return commands[1]
+    return commands
 
 
-def test_ci_runs_the_readme_test_command_verbatim():
-    command = readme_test_command()
-    run = (REPO / ".ci" / "run").read_text()
-    assert command in run.splitlines(), f"{command!r} is not a line of .ci/run"
+def readme_test_command() -> str:
+    return readme_commands()[1]
+
+
+def test_ci_runs_the_readme_commands_verbatim_and_in_order():
+    """Both, one after the other, as a new user runs them: a file the first leaves behind (tox's
+    `.venv` redirect) cannot break the second unseen."""
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    for command in readme_commands():
+        assert command in lines, f"{command!r} is not a line of .ci/run"
+    bench, test = readme_commands()
+    assert lines.index(bench) < lines.index(test)
+
+
+def test_tox_writes_no_venv_redirect_where_ci_setup_makes_its_venv():
+    assert tox_ini()["tox"]["venv_redirect"] == "false"
+    assert "rm .venv" in (REPO / ".ci" / "setup").read_text()
 
 
 def test_every_tox_env_of_the_test_command_is_defined():

@@ -201,7 +201,7 @@ def test_an_exception_fails_only_its_batch():
             blocked = pool.submit(ask, blocker, one)
             until(model.entered.is_set, "the blocker's call")
             asked = [
-                pool.submit(ask, poisoned, {**one, "poison": np.array(1)}),
+                pool.submit(ask, poisoned, {**one, "who": np.array([-1.0])}),
                 pool.submit(ask, same_batch, one),
             ]
             until(lambda: server.server.batch_counters().received == 3, "both requests")
@@ -215,6 +215,36 @@ def test_an_exception_fails_only_its_batch():
         assert all("poisoned batch" in str(error) for error in errors)
         later = open_source(server.url)(one)
         np.testing.assert_array_equal(later.actions, [[1.0, 0.0]])
+
+
+def test_a_malformed_observation_fails_only_its_own_client_in_one_line():
+    """Requests are batched only with those of their observation's layout: a client sending a
+    5-d `who` while others send 1-d is answered alone (its own error, one line, no server
+    paths), and the honest clients asking meanwhile share a call and are answered."""
+    model = GatedEchoModel()
+    with serve(model, max_batch=4) as server:
+        blocker, bad, *honest = (open_source(server.url) for _ in range(4))
+        one = {"who": np.array([1.0]), "seq": np.array([0.0])}
+        pool = ThreadPoolExecutor(4, thread_name_prefix="client")
+        try:
+            blocked = pool.submit(blocker, one)
+            until(model.entered.is_set, "the blocker's call")
+            malformed = pool.submit(bad, {**one, "who": np.zeros(5)})
+            answered = [pool.submit(source, one) for source in honest]
+            until(lambda: server.server.batch_counters().received == 4, "every request")
+            model.gate.set()
+            blocked.result(WAIT_S)
+            with pytest.raises(RemotePolicyError) as refused:
+                malformed.result(WAIT_S)
+            for future in answered:
+                np.testing.assert_array_equal(future.result(WAIT_S).actions, [[1.0, 0.0]])
+        finally:
+            model.gate.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+    said = str(refused.value)
+    assert "ValueError: expected 'who' of shape (1,), got [(5,)]" in said
+    assert "Traceback" not in said and "/" not in said.split("ValueError", 1)[1]
+    assert sorted(model.batch_sizes) == [1, 1, 2]
 
 
 @pytest.fixture(scope="module")

@@ -192,9 +192,9 @@ class Aggregator:
             terminalreporter.section(f"policybench: {named} {self.settings.policy_shown}")
         for line, failed in preflight_lines(self.config):
             write(line, red=failed)
-        for (eval, why), count in sorted(self.not_run.items()):
-            write(f"{eval}: {count} item{'s' * (count != 1)} not run: {why}")
-        if self.no_policy:
+        for line in not_run_lines(self.not_run, each=self.config.option.verbose > 0):
+            write(line)
+        if self.no_policy and (self.policy_given or not self.records):  # else said just above
             write(self._no_policy_line(), red=not self.records, bold=True)
         for line in self.unreported:
             write(line, red=True, bold=True)
@@ -241,6 +241,39 @@ class Aggregator:
             f"expert) cannot run on {evals}: give one with --policy=random, --policy=openpi "
             "(a served model), --policy=lerobot:PATH or --policy=module:attr (your own)"
         )
+
+
+def not_run_why(not_run: dict[tuple[str, str], int], eval: str) -> str:
+    return next(why for (named, why) in not_run if named == eval)
+
+
+def not_run_lines(not_run: dict[tuple[str, str], int], each: bool = False) -> list[str]:
+    """The items not run, a line per reason with the Evals it holds for (`each`: a line per
+    Eval), so that a run over many suites not installed says so in a few lines."""
+    if each:
+        return [
+            f"{eval}: {count} item{'s' * (count != 1)} not run: {why}"
+            for (eval, why), count in sorted(not_run.items())
+        ]
+    reasons: dict[str, dict[str, int]] = {}
+    for (eval, why), count in sorted(not_run.items()):
+        reason = why.replace(f"eval {eval!r}", "the Eval").replace(eval, "the Eval")
+        reasons.setdefault(reason, {})[eval] = count
+    lines = []
+    for reason, evals in reasons.items():
+        names = sorted(evals)
+        if len(names) == 1:
+            eval, count = next(iter(evals.items()))
+            lines.append(
+                f"{eval}: {count} item{'s' * (count != 1)} not run: {not_run_why(not_run, eval)}"
+            )
+            continue
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        count = sum(evals.values())
+        lines.append(f"{count} item{'s' * (count != 1)} not run ({shown}): {reason}")
+    if len(lines) > 1 or len(not_run) > 1:
+        lines.append("(-v lists them by Eval)")
+    return lines
 
 
 def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:
