@@ -153,3 +153,23 @@ def test_an_ab_runs_success_rate_is_asked_per_arm_not_pooled(tmp_path):
         found.success_rate(arm="steps:4")
     with pytest.raises(ValueError, match=r"no Eval 'aloha'; it evaluated \['pusht'\]"):
         found.success_rate("aloha", arm="none")
+
+
+def test_two_evaluations_at_once_in_one_report_dir_each_find_their_own_run(tmp_path):
+    """Each evaluation reads its run from what its run says, not from the report dir's new
+    folders: two at once (as two training jobs sharing reports/) each get their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        found = list(
+            pool.map(
+                lambda model: policybench.evaluate(
+                    model, "pusht", rollouts=1, workers=0, report_dir=tmp_path
+                ),
+                [Exploding(), Exploding()],
+            )
+        )
+    assert found[0].run_dir != found[1].run_dir
+    for each in found:
+        assert each.run_dir.parent == tmp_path.resolve()
+        assert_summary_is_the_runs(each)

@@ -19,6 +19,7 @@ EVALS_VARIABLE = "POLICYBENCH_EVALS"  # the Evals the run plays, by name, comma-
 PIPE_VARIABLE = "POLICYBENCH_EVALUATE_PIPE"  # a pipe's read end: EOF when the evaluator ended
 CALL_VARIABLE = "POLICYBENCH_EVALUATE_CALL"  # JSON: the model's name and evaluate's call
 AGGREGATOR = "policybench-aggregator"  # the plugin that writes run.json
+RUN_FILE = "run-dir.txt"  # where the run says its run directory, beside its test file
 # How long the run waits, once its evaluator ended, for a stop already under way: a Ctrl-C at
 # the terminal reaches the run as well as its evaluator.
 STOP_GRACE_S = 1.0
@@ -85,6 +86,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     told = os.environ.get(CALL_VARIABLE)
     if aggregator is None or told is None:
         return
+    # Its evaluator reads its run from here, whatever other runs the report dir gains meanwhile.
+    (session.config.rootpath / RUN_FILE).write_text(str(aggregator.run_dir.resolve()))
     call = json.loads(told)
     run = aggregator.run_info
     settings = {**run.settings, keys.POLICY: call[keys.POLICY]}

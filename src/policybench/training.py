@@ -19,7 +19,13 @@ from typing import Any
 
 from policybench import keys
 from policybench.envserver import remote
-from policybench.evaluate_run import CALL_VARIABLE, EVALS_VARIABLE, PIPE_VARIABLE, RUNNER
+from policybench.evaluate_run import (
+    CALL_VARIABLE,
+    EVALS_VARIABLE,
+    PIPE_VARIABLE,
+    RUN_FILE,
+    RUNNER,
+)
 from policybench.options import API_KEY_VARIABLE, ENV_URL
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.pytest_plugin.options import redacted_command
@@ -149,16 +155,16 @@ def _evaluate(
         command += ["-p", "policybench.evaluate_run", "--rootdir", folder]
         command += ["--policy=openpi", "--policy-url", thread.url, *args]
         env = {**os.environ, API_KEY_VARIABLE: key, EVALS_VARIABLE: ",".join(served)}
-        before = _runs(reports)
         returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told}, lock)
         output = (Path(folder) / OUTPUT).read_text(errors="replace")
-    made = sorted(_runs(reports) - before)
-    if len(made) != 1 or not (made[0] / SUMMARY).is_file():
+        said = Path(folder) / RUN_FILE
+        run = Path(said.read_text()) if said.is_file() else None
+    if run is None or not (run / SUMMARY).is_file():
         raise RuntimeError(
             f"the evaluation run (exit status {returncode}) wrote no run with a {SUMMARY} "
             f"under {reports}; its output ends:\n{output[-3000:]}"
         )
-    return Evaluation(Summary.of_run(made[0]), made[0], returncode, output)
+    return Evaluation(Summary.of_run(run), run, returncode, output)
 
 
 def _run_child(command: list[str], folder: Path, env: dict[str, str], lock: int) -> int:
@@ -240,9 +246,3 @@ def _pick(served: dict[str, ServedModel], name: str | None) -> ServedModel:
     if name not in served:
         raise LookupError(f"this evaluation serves {sorted(served)}, not {name!r}")
     return served[name]
-
-
-def _runs(reports: Path) -> set[Path]:
-    if not reports.is_dir():
-        return set()
-    return {path for path in reports.iterdir() if path.is_dir() and not path.is_symlink()}
