@@ -132,8 +132,13 @@ def test_warm_start_is_a_run_setting_recorded_with_the_protocol(bench):
     fingerprint = json.loads((latest / "run.json").read_text())["fingerprint"]
     assert records[0][keys.POLICY][keys.WARM_START] is True
     assert fingerprint["run"][keys.WARM_START] is True
-    # The first chunk is in hand at step 0: no step waits for it.
-    assert records[0][keys.CALL_LATENCY_MS][0] == 0.0
+    # The first chunk is in hand at step 0, free: it is no call of the latency figures, which
+    # are the charged calls' 2 steps each.
+    record = records[0]
+    latencies = record[keys.CALL_LATENCY_MS]
+    assert latencies and set(latencies) == {2 * 1e3 / record[keys.CONTROL_HZ]}, latencies
+    assert record[keys.DELAY_STEPS_MEAN] == 2.0
+    assert record[keys.LATENCY_MS_P50] == latencies[0]
 
 
 # Stands in for latency profile files in the run's processes (controller and workers): what is

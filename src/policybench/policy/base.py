@@ -69,12 +69,14 @@ class EndEpisode:
 
 class ModelCall(NamedTuple):
     """One model call: when it was asked and its answer arrived (sim time), how many actions
-    it held, and how long the call took in real time."""
+    it held, how long the call took in real time, and whether its latency was charged (not so
+    for a warm start's first chunk, computed before the clock starts)."""
 
     asked_ns: int
     arrives_ns: int
     horizon: int
     wall_ns: int
+    charged: bool = True
 
 
 class Session(Protocol):

@@ -136,7 +136,7 @@ class ChunkPlayer:
             self._measured_steps = -(-wall_ns // self._period_ns)
         self._check_horizon(len(chunk.actions))
         arrives_ns = time_ns + charged
-        call = ModelCall(time_ns, arrives_ns, len(chunk.actions), wall_ns)
+        call = ModelCall(time_ns, arrives_ns, len(chunk.actions), wall_ns, charged=not free)
         self.calls.append(call)
         self._last_asked_ns = time_ns
         if arrives_ns <= time_ns:

@@ -30,12 +30,13 @@ def rollout_realtime(
 
     A step is stale when a call newer than the chunk it plays from was in flight (the previous
     chunk's actions, or the hold, during a delay); the steps before the first chunk landed are
-    neither stale nor fresh, and every other step is fresh.
+    neither stale nor fresh, and every other step is fresh. A warm start's first chunk, computed
+    before the clock starts, is no call of the latency figures.
     """
     if not charges_latency(statics):
         return {}
     period = control_period_ns(statics[keys.CONTROL_HZ])
-    charged = [call.arrives_ns - call.asked_ns for call in calls]
+    charged = [call.arrives_ns - call.asked_ns for call in calls if call.charged]
     latency_ms = [round(ns / 1e6, 4) for ns in charged]
     figures: dict[str, Any] = {
         keys.CALL_LATENCY_MS: latency_ms,
