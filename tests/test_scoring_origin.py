@@ -92,3 +92,26 @@ def test_a_verdict_in_another_scorers_name_is_refused_not_recorded_as_the_pages(
     status, answer = send(served, "POST", verdict(run_dir, "bob"), Content_Type="application/json")
     assert status == 409 and "'ana'" in answer["error"] and "'bob'" in answer["error"]
     assert read_verdicts(run_dir).given == before
+
+
+@pytest.mark.parametrize("rollout", [["a"], {"a": 1}, 7, None], ids=["list", "map", "int", "null"])
+def test_a_verdict_whose_rollout_id_is_not_a_string_is_a_400(run_dir, served, rollout):
+    before = len(read_verdicts(run_dir).given)
+    body = {**verdict(run_dir), "rollout_id": rollout}
+    status, answer = send(served, "POST", body, Content_Type="application/json")
+    assert status == 400 and "a verdict names its rollout by item id" in answer["error"]
+    assert len(read_verdicts(run_dir).given) == before
+
+
+def test_a_body_too_large_or_a_length_not_a_number_is_refused_unread(served):
+    import socket
+
+    port = served.httpd.server_address[1]
+    for length in (str(10 << 30), "-5", "lots"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(
+                f"POST /verdict HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: "
+                f"application/json\r\nContent-Length: {length}\r\n\r\n".encode()
+            )
+            answer = client.recv(4096).decode()
+        assert answer.startswith("HTTP/1.0 413"), answer

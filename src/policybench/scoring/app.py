@@ -165,6 +165,12 @@ class ScoringApp:
             )
         scorer = self.scorer or named
         rollout = body.get(keys.VERDICT_ROLLOUT)
+        if not isinstance(rollout, str):
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                f"a verdict names its rollout by item id, a string; got "
+                f"{type(rollout).__name__}; nothing was recorded",
+            )
         rollouts = self.rollouts()
         if rollout not in rollouts:
             raise HttpError(

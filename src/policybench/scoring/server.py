@@ -21,6 +21,10 @@ JSON_TYPE = "application/json"
 MEDIA_TYPES = {".mp4": "video/mp4", ".png": "image/png", ".json": JSON_TYPE, ".css": "text/css"}
 
 
+MAX_BODY_BYTES = 1 << 20  # a verdict or an answer is a few hundred bytes of JSON
+REQUEST_TIMEOUT_S = 30.0  # how long a request may take to arrive
+
+
 class HttpError(Exception):
     """A request the server refuses: its status and a message saying what was expected."""
 
@@ -237,13 +241,23 @@ class PageServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):  # http.server names its methods do_GET, ...
+            timeout = REQUEST_TIMEOUT_S  # a client that sends its request slowly is cut off
+
             def _answer(self, method: str, head: bool = False) -> None:
                 parts = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                query = {name: values[0] for name, values in parse_qs(parts.query).items()}
-                headers = {name.lower(): value for name, value in self.headers.items()}
-                request = Request(method, parts.path, query, self.rfile.read(length), headers)
-                response = server.respond(request, self.headers.get("Range"))
+                length = self.headers.get("Content-Length") or "0"
+                if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+                    response = Response.of_json(
+                        {"error": f"a body of at most {MAX_BODY_BYTES} bytes, with its length"},
+                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    )
+                    self.close_connection = True  # its body, unread, cannot be skipped
+                else:
+                    query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+                    headers = {name.lower(): value for name, value in self.headers.items()}
+                    body = self.rfile.read(int(length))
+                    request = Request(method, parts.path, query, body, headers)
+                    response = server.respond(request, self.headers.get("Range"))
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.content_type)
                 self.send_header("Content-Length", str(len(response.body)))
