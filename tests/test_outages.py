@@ -5,8 +5,12 @@ a real `policybench serve` is killed and restarted under a running pytest."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from websockets.sync.server import serve
@@ -51,15 +55,20 @@ def server_killed_and_restarted(monkeypatch):
     monkeypatch.setenv("POLICY_SERVER_PID", str(servers[0].pid))
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     died_at: list[float] = []
+    ended = threading.Event()
 
     def restart() -> None:
         servers[0].wait()
         died_at.append(time.monotonic())
-        time.sleep(2.0)
-        servers.append(start_server(port))
+        if not ended.wait(2.0):  # a test over by then gets no server that outlives it
+            servers.append(start_server(port))
 
-    threading.Thread(target=restart, daemon=True).start()
+    restarting = threading.Thread(target=restart, daemon=True)
+    restarting.start()
     yield port, died_at, servers
+    ended.set()
+    servers[0].kill()
+    restarting.join()
     for server in servers:
         server.kill()
         server.wait()
@@ -107,6 +116,32 @@ def test_without_waiting_or_retrying_the_outage_is_an_error(
     assert records[0]["outcome"] == "error" and "retried" not in records[0]
     assert "dropped the connection" in records[0]["reason"]
     assert "cannot reach a policy server" in records[1]["reason"]  # the server is still down
+
+
+def test_the_outage_tests_leave_no_server_behind(tmp_path):
+    """A test over before its server's restart (the outage test without waiting) once left the
+    restarted server running, reparented to init: every server the tests start ends with them."""
+    mark = f"policybench-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "POLICYBENCH_TEST_MARK": mark}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    test = f"{__file__}::test_without_waiting_or_retrying_the_outage_is_an_error"
+    command = [sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    time.sleep(3.0)  # past the restart's 2 s
+    assert marked_processes(mark) == []
+
+
+def marked_processes(mark: str) -> list[str]:
+    """The command lines of the processes whose environment holds `mark`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if mark.encode() in (proc / "environ").read_bytes():
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
 
 
 class FakeClock:
