@@ -96,3 +96,14 @@ def test_desk_verdicts_reach_verdicts_jsonl_through_the_report_module(tmp_path):
     desk.answer(asked, {keys.VERDICT: "success", keys.SCORER: "bo"})
     given = read_verdicts(tmp_path).given
     assert [(v.rollout, v.verdict, v.scorer) for v in given] == [(JUDGE.rollout, "success", "bo")]
+
+
+def test_a_local_process_posting_requests_without_end_is_refused_past_the_desks_bound(served):
+    from policybench.operator.desk import MAX_OPEN
+
+    desk, url, _ = served
+    for _ in range(MAX_OPEN):
+        desk.post(JUDGE)
+    status, body = post(f"{url}api/requests", JUDGE.as_json())
+    assert status == 400 and f"holds {MAX_OPEN} open requests" in body["error"]
+    assert len(desk.pending()) == MAX_OPEN

@@ -22,6 +22,7 @@ from policybench.scoring.server import Request as PageRequest
 
 PAGE = "operator.html.j2"
 POLL_S = 20.0  # how long one long poll for an answer waits before asking again
+MAX_OPEN = 1024  # open requests at once: each of a run's processes has at most one
 
 
 class Desk:
@@ -38,6 +39,10 @@ class Desk:
 
     def post(self, request: Request) -> int:
         with self._changed:
+            if len(self._open) >= MAX_OPEN:
+                raise OperatorError(
+                    f"the desk holds {MAX_OPEN} open requests, its most: answer some first"
+                )
             number = next(self._ids)
             self._open[number] = request
             self._changed.notify_all()
