@@ -252,3 +252,18 @@ def test_the_env_server_itself_makes_one_env_of_its_own_entry(entries, tmp_path)
     finally:
         server.close()
     assert not target.exists()
+
+
+def test_a_make_whose_task_or_arguments_are_no_string_or_map_is_refused(served):
+    _, port = served
+    for make in (
+        {"entry": ENTRY, "task": ["reach"], "kwargs": {}},
+        {"entry": ENTRY, "task": "reach", "kwargs": msgpack.ExtType(9, b"x")},
+        {"entry": ["x"], "task": "reach", "kwargs": []},
+    ):
+        client = Client(port)
+        client.hello()
+        answer = client.ask(op="make", **make)
+        assert answer["error"]["type"] == "EnvServerError", answer
+        assert client.closed()
+    made(port).ask(op="close")

@@ -152,24 +152,34 @@ class Relay:
         op = make.get("op")
         if op not in ("make", VERSIONS):
             raise Refused(EnvServerError, f"a connection's second request is make or {VERSIONS}")
-        entry, kwargs = make.get("entry"), make.get("kwargs")
-        codec = protocol.Codec()
-        for served in self.served:
-            isolated = served.make_env
-            if isolated.entry == entry and codec.pack(dict(isolated.kwargs)) == codec.pack(kwargs):
-                if op == "make" and make.get("task") not in served.tasks:
-                    raise Refused(
-                        EnvServerError,
-                        f"{served.name} has no task {make.get('task')!r:.80}; its tasks: "
-                        f"{listed(sorted(served.tasks))}",
-                    )
+        entry, kwargs, task = make.get("entry"), make.get("kwargs"), make.get("task")
+        offered = [s for s in self.served if _same(s.make_env, entry, kwargs)]
+        if not offered:
+            served = ", ".join(f"{s.name} ({s.make_env.entry})" for s in self.served)
+            raise Refused(
+                EnvServerError,
+                f"this server serves no env {entry!r:.80} with the arguments {kwargs!r:.200}; it "
+                f"serves {served}. Start it with the Eval the run declares",
+            )
+        if op == VERSIONS:
+            return offered[0]
+        for served in offered:
+            if isinstance(task, str) and task in served.tasks:
                 return served
-        offered = ", ".join(f"{s.name} ({s.make_env.entry})" for s in self.served)
+        tasks = sorted(set().union(*(s.tasks for s in offered)))
+        names = ", ".join(s.name for s in offered)
         raise Refused(
-            EnvServerError,
-            f"this server serves no env {entry!r:.80} with the arguments {kwargs!r:.200}; it "
-            f"serves {offered}. Start it with the Eval the run declares",
+            EnvServerError, f"{names} has no task {task!r:.80}; its tasks: {listed(tasks)}"
         )
+
+
+def _same(isolated: Isolated, entry: Any, kwargs: Any) -> bool:
+    """Whether a make's entry and arguments are `isolated`'s, as they cross the wire."""
+    codec = protocol.Codec()
+    try:
+        return isolated.entry == entry and codec.pack(dict(isolated.kwargs)) == codec.pack(kwargs)
+    except (TypeError, ValueError):  # arguments that cannot even cross: not ours
+        return False
 
 
 def listed(names: list[str], most: int = 12) -> str:
