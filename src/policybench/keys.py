@@ -55,6 +55,7 @@ SUCCESS_STEP = "success_step"
 # Whether the env said whether the task was achieved (a success key in its step info) at least
 # once in the rollout; None when the rollout took no step.
 SUCCESS_REPORTED = "success_reported"
+SUCCESS_FROM = "success_from"  # a wrapped loop's own success rule (wrap(success=)), by name
 MODEL_CALLS = "model_calls"
 INFER_MS_MEAN = "infer_ms_mean"
 INFER_MS_MAX = "infer_ms_max"
