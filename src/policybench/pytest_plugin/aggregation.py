@@ -17,12 +17,11 @@ import pytest
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
-from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
+from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
 from policybench.pytest_plugin.preflights import preflight_lines
 from policybench.pytest_plugin.resume import (
     compact,
-    latest_per_rollout,
     resume_command,
     resumed_of,
 )
@@ -39,6 +38,8 @@ from policybench.report.merge import SELECTED, resumed_run_info
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 from policybench.report.verdicts import read_verdicts
+from policybench.run.command_line import redacted_command
+from policybench.run.records import latest_per_rollout
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -21,9 +21,6 @@ from gymnasium.spaces import Dict, Tuple, flatten
 
 from policybench import keys
 from policybench.policy.base import control_period_ns
-from policybench.pytest_plugin.outcomes import crashed_record, rollout_record
-from policybench.pytest_plugin.rollout_trace import TRACES
-from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
@@ -42,6 +39,8 @@ from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
 from policybench.report.video import VideoRecorder
+from policybench.run.layout import TRACES, VIDEOS, video_fields, video_name
+from policybench.run.records import crashed_record, rollout_record
 from policybench.world import as_observation
 
 INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops
@@ -130,7 +129,7 @@ class OpenEpisode:
             write_trace(self.run.run_dir / trace_name, rollout_trace(clocked, self.states))
             added[keys.ROLLOUT_TRACE] = trace_name
         if self.video is not None:
-            added.update(record_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
+            added.update(video_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
         else:
             added[keys.VIDEO_MISSING] = NOT_RENDERED
         self.run.write(rollout_record({}, episode, added))

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.pytest_plugin.video import video_name
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
 from policybench.report.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
@@ -21,6 +20,7 @@ from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_ht
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 from policybench.report.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
+from policybench.run.layout import video_name
 
 Record = Mapping[str, Any]
 # What a merged run's run.json adds to its settings: its parts, and what merging found.
