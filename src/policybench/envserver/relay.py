@@ -152,7 +152,7 @@ class Relay:
         op = make.get("op")
         if op not in ("make", VERSIONS):
             raise Refused(EnvServerError, f"a connection's second request is make or {VERSIONS}")
-        entry, kwargs, task = make.get("entry"), make.get("kwargs"), make.get("task")
+        entry, kwargs, task = make.get("entry"), make.get("kwargs"), make.get(keys.TASK)
         offered = [s for s in self.served if _same(s.make_env, entry, kwargs)]
         if not offered:
             served = ", ".join(f"{s.name} ({s.make_env.entry})" for s in self.served)

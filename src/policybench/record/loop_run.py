@@ -34,7 +34,6 @@ from policybench.report.arms import (
     telling_texts,
     whole_words,
 )
-from policybench.report.merge import COMMANDS, RUN_UID
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
@@ -263,13 +262,13 @@ class LoopRun:
             command = shlex.join([Path(sys.executable).name, *sys.argv])
             if run is None:
                 said = BLINDED if blind else policy
-                settings = {keys.POLICY: said, RUN_UID: secrets.token_hex(8)}
+                settings = {keys.POLICY: said, keys.RUN_UID: secrets.token_hex(8)}
                 run = RunInfo.now(self.run_dir.name, [], Path.cwd(), settings)
                 run = dataclasses.replace(run, command=BLINDED if blind else command)
             if not blind:  # a blinded run's commands would name its arms: blinding.json's
-                commands = list(run.settings.get(COMMANDS) or [run.command])
+                commands = list(run.settings.get(keys.COMMANDS) or [run.command])
                 commands += [] if command in commands else [command]
-                run = dataclasses.replace(run, settings={**run.settings, COMMANDS: commands})
+                run = dataclasses.replace(run, settings={**run.settings, keys.COMMANDS: commands})
             arm = self.statics.get(keys.ARM)
             arms = list(run.settings.get(ARMS) or [])
             if blind:  # the command, arm and policy as typed are kept aside in blinding.json
