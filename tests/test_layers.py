@@ -95,3 +95,45 @@ print(sorted(m for m in sys.modules if "pytest" in m.split(".")[0] or "pytest_pl
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module's module-level imports of the package (run-time ones: a `TYPE_CHECKING`
+    block imports nothing; `from policybench import keys` imports policybench.keys)."""
+    root = SRC.parent
+    names = {}
+    for path in SRC.rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        names[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{alias.name}" for alias in node.names} & names.keys()
+                found |= subs or {node.module}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {dep for dep in found if dep in names and dep != name}
+    return graph
+
+
+def test_no_import_circles_at_module_level():
+    graph = module_graph()
+    circles = []
+
+    def visit(module: str, path: list[str], done: set[str]) -> None:
+        for dep in sorted(graph[module]):
+            if dep in path:
+                circles.append([*path[path.index(dep) :], dep])
+            elif dep not in done:
+                visit(dep, [*path, dep], done)
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module], done)
+    assert circles == []
