@@ -127,7 +127,8 @@ def test_compare_command_prints_writes_and_gates(tmp_path, capsys):
     args = ["report", "compare", "before", "after", "--report-dir", str(reports)]
     assert policybench_main(args) == 0
     out = capsys.readouterr().out
-    assert "REGRESSION" in out and "1 significant regression " in out
+    assert "REGRESSION" in out
+    assert "verdict: 1 significant regression, 0 significant improvements of 2 tasks" in out
     written = json.loads((reports / "after" / "compare-before.json").read_text())
     assert [row["regression"] for row in written["tasks"]] == [True, False]
     assert (reports / "after" / "compare-before.txt").read_text().splitlines()[0].startswith("eval")
@@ -340,3 +341,33 @@ def test_baseline_with_another_protocol_fails_the_regression_gate(pytester):
     allowed.stdout.fnmatch_lines(
         ["PROTOCOL DIFFERS: eval point: timeout_s is 2.0 in * but 3.0 in *"]
     )
+
+
+def test_a_comparison_states_improvements_as_well_as_regressions_in_one_verdict():
+    before = scenes("u" * 10, task="better") + scenes("s" * 10, task="worse")
+    after = scenes("s" * 10, task="better") + scenes("u" * 10, task="worse")
+    comparison = compare_runs(before, after)
+    assert [row.task for row in comparison.improvements] == ["better"]
+    assert [row.task for row in comparison.regressions] == ["worse"]
+    verdict = comparison.lines()[-1]
+    assert verdict.startswith(
+        "verdict: 1 significant regression, 1 significant improvement of 2 tasks"
+    )
+    assert "too few" not in verdict
+    assert comparison.as_json()["verdict"] == verdict
+
+
+@pytest.mark.parametrize(("rollouts", "paired"), [(3, True), (3, False), (5, True)])
+def test_too_few_rollouts_a_task_to_ever_be_significant_is_said_with_plan(rollouts, paired):
+    """10/10 against 0/10 is significant; 3/3 against 0/3 never can be (McNemar's smallest p
+    with 3 pairs is 0.25, Fisher's with 3 a side 0.1), nor 5 pairs (0.0625) at 0.05."""
+    first = 0 if paired else 100  # unpaired: no shared scene
+    before = scenes("u" * rollouts)
+    after = scenes("s" * rollouts, first_seed=first)
+    comparison = compare_runs(before, after)
+    (row,) = comparison.tasks
+    assert row.smallest_p >= 0.05 and not row.improvement
+    assert row.design is (Design.PAIRED if paired else Design.UNPAIRED)
+    verdict = comparison.verdict()
+    assert f"1 of them had too few rollouts ({rollouts} a task) to ever reach p < 0.05" in verdict
+    assert "`policybench plan`" in verdict

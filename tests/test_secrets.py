@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from policybench.options import API_KEY_VARIABLE
-from policybench.pytest_plugin.options import redacted_command
+from policybench.run.command_line import redacted_command
 from policybench.serve.client import HIDDEN
 from tests.test_remote import REPO, free_port, start_server
 

@@ -12,7 +12,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from policybench.pytest_plugin.options import redacted_command
+from policybench.run.command_line import redacted_command
 from policybench.serve.client import HIDDEN, without_secrets
 from tests.test_arms import AB, bench, run_dir  # noqa: F401 (bench is a fixture)
 from tests.test_secrets import BENCHMARK, KEY, assert_solved_and_key_nowhere, run, serving

@@ -77,3 +77,22 @@ def test_an_eval_named_module_attr_is_found_beside_the_user_or_named_clearly(tmp
     assert eval_named("beside_user_evals:EVAL").name == "pusht"
     with pytest.raises(LookupError, match=r"cannot import 'nowhere_module'.*PYTHONPATH"):
         eval_named("nowhere_module:EVAL")
+
+
+def test_list_eval_shows_its_tasks_and_the_overview_one_line_per_interpreter():
+    command = [sys.executable, "-m", "policybench.cli", "list"]
+    path = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, str(REPO)])}
+    tasks = subprocess.run(
+        [*command, "--eval", "metaworld-mt10"], env=env, capture_output=True, text=True
+    )
+    assert tasks.returncode == 0, tasks.stderr
+    lines = tasks.stdout.splitlines()
+    assert lines[0] == "metaworld-mt10: 10 tasks"
+    assert lines[1].split() == ["reach-v3", "reach", "the", "goal", "position"]
+    overview = subprocess.run(command, env=env, capture_output=True, text=True).stdout
+    pro = [line for line in overview.splitlines() if "interpreter libero-pro" in line]
+    assert len(pro) == 1 and "and 13 more" in pro[0], pro
+    assert "pusht                      1 task  " in overview + " "
+    unknown = subprocess.run([*command, "--eval", "nope"], env=env, capture_output=True, text=True)
+    assert unknown.returncode == 1 and "known: [" in unknown.stderr

@@ -928,3 +928,65 @@ def test_a_blinded_loops_error_names_neither_its_arm_nor_its_policy(tmp_path):
         )
         said = f"<arm {letter}> ({shown}) lost its server; {arm}s kept"  # a longer word is kept
         assert reason == f"the loop raised RuntimeError: {said} (after 1 steps)"
+
+
+def moved_right(obs: np.ndarray, reward: float, info: dict) -> bool:
+    """A success rule for CartPole, whose info says nothing of success: the cart is 2 cm right."""
+    return bool(obs[0] > 0.02)
+
+
+def test_a_success_rule_judges_an_env_that_reports_no_success(tmp_path):
+    """CartPole's info has no success key: without a rule its episodes are unsolved with no
+    success signal; with `success=` each is solved exactly when a step met the rule (a hand
+    count over the same seeds says which), and the rule is named in each record."""
+    expected = []
+    for seed in range(4):
+        env = gym.make("CartPole-v1", max_episode_steps=20)
+        obs, _ = env.reset(seed=seed)
+        met, done = False, False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(seed % 2)
+            met = met or moved_right(obs, reward, info)
+            done = terminated or truncated
+        expected.append(met)
+    assert True in expected and False in expected  # the check can tell the two apart
+
+    def play_seed_parity(env) -> None:
+        for seed in range(4):
+            env.reset(seed=seed)
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = env.step(seed % 2)
+                done = terminated or truncated
+
+    plain = policybench.wrap(
+        gym.make("CartPole-v1", max_episode_steps=20), "cartpole", "t", run_dir=tmp_path / "plain"
+    )
+    play_seed_parity(plain)
+    plain.close()
+    assert {r[keys.SUCCESS_REPORTED] for r in records(tmp_path / "plain")} == {False}
+    judged = policybench.wrap(
+        gym.make("CartPole-v1", max_episode_steps=20),
+        "cartpole",
+        "t",
+        run_dir=tmp_path / "judged",
+        success=moved_right,
+    )
+    play_seed_parity(judged)
+    judged.close()
+    found = records(tmp_path / "judged")
+    assert [r[keys.OUTCOME] == "solved" for r in found] == expected
+    assert {r[keys.SUCCESS_FROM] for r in found} == {"tests.test_wrap.moved_right"}
+    with pytest.raises(TypeError, match="success must be a function"):
+        policybench.wrap(gym.make("CartPole-v1"), "cartpole", "t", success="moved")
+
+
+def test_a_success_rule_judges_each_sub_env_of_a_vector_env(tmp_path):
+    vector = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=10)] * 2)
+    env = policybench.wrap(vector, "cartpole", "t", run_dir=tmp_path, success=moved_right)
+    env.reset(seed=0)
+    for _ in range(5):  # too few for a pole to fall: one episode of each sub-env
+        env.step(np.array([1, 0]))  # sub-env 0 pushed right, sub-env 1 left
+    env.close()
+    outcomes = {r[keys.SCENE][keys.SEED]: r[keys.OUTCOME] for r in records(tmp_path)}
+    assert outcomes == {0: "solved", 1: "unsolved"}

@@ -15,27 +15,65 @@ from policybench.report import cli as report_command
 from policybench.report import plan as plan_command
 from policybench.scoring import command as score_command
 from policybench.serve import command as serve_command
-from policybench.suites import registered_evals, suite_modules
+from policybench.suites import eval_named, registered_evals, suite_modules
 
 
 def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "list", help="list the registered suites' Evals and the policies"
     )
+    parser.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        metavar="EVAL",
+        help="show this Eval's tasks with their instructions (a registered name or "
+        "module:attribute; repeatable), as `-k` selects them",
+    )
     parser.set_defaults(func=run_list)
 
 
 def run_list(args: argparse.Namespace) -> int:
+    if args.eval:
+        return list_tasks(args.eval)
     print("policies:", ", ".join(known_policies()), "(and lerobot:PATH, module:attr)")
     print("suites:", ", ".join(f"{name} ({module})" for name, module in suite_modules().items()))
     print("evals:")
+    interpreters: dict[str, list[str]] = {}  # an interpreter's name -> the Evals it runs
+    statuses: dict[str, str] = {}
     for value in registered_evals().values():
-        tasks = {rollout.scene.task for rollout in value.rollouts(1, 0)}
         extra = f"  ([{value.extra}])" if value.extra else ""  # an isolated Eval needs none
-        print(f"  {value.name:<24} {len(tasks):>3} tasks{extra}")
+        count = len(value.tasks)
+        print(f"  {value.name:<24} {count:>3} task{'s' * (count != 1)}{extra}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
-            print(f"  {'':<24} interpreter {interpreter.name}: {env_command.status(interpreter)}")
+            interpreters.setdefault(interpreter.name, []).append(value.name)
+            statuses[interpreter.name] = env_command.status(interpreter)
+    if interpreters:
+        print("interpreters (the isolated Evals' own):")
+    for name, evals in interpreters.items():
+        shown = ", ".join(evals[:3]) + (f" and {len(evals) - 3} more" if len(evals) > 3 else "")
+        print(f"  interpreter {name} (for {shown}): {statuses[name]}")
+    print("an Eval's tasks: policybench list --eval NAME")
+    return 0
+
+
+def list_tasks(names: Sequence[str]) -> int:
+    """Each named Eval's tasks and instructions, one a line."""
+    for name in names:
+        try:
+            value = eval_named(name)
+        except LookupError as error:
+            print(f"policybench list: {error}", file=sys.stderr)
+            return 1
+        tasks = value.tasks
+        print(f"{value.name}: {len(tasks)} task{'s' * (len(tasks) != 1)}")
+        width = max(map(len, tasks), default=0)
+        for task, instruction in tasks.items():
+            print(f"  {task:<{width}}  {instruction}")
+        interpreter = env_command.isolated_interpreter(value)
+        if interpreter is not None:
+            print(f"  interpreter {interpreter.name}: {env_command.status(interpreter)}")
     return 0
 
 

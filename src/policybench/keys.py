@@ -55,6 +55,7 @@ SUCCESS_STEP = "success_step"
 # Whether the env said whether the task was achieved (a success key in its step info) at least
 # once in the rollout; None when the rollout took no step.
 SUCCESS_REPORTED = "success_reported"
+SUCCESS_FROM = "success_from"  # a wrapped loop's own success rule (wrap(success=)), by name
 MODEL_CALLS = "model_calls"
 INFER_MS_MEAN = "infer_ms_mean"
 INFER_MS_MAX = "infer_ms_max"
@@ -132,3 +133,20 @@ OPERATOR_WAIT_S = "operator_wait_s"
 # What a run's env proxy gives `policybench env serve` at connect (in its hello): the server's
 # API key. Never recorded.
 ENV_API_KEY = "api_key"
+
+# Run settings (run.json's `settings`) of merged, resumed, sharded and wrapped runs.
+# What a merged run's run.json adds to its settings: its parts, and what merging found.
+PARTS, MERGE = "merged_from", "merge"
+# The run setting listing every distinct command line that recorded into a run (the loops of a
+# wrapped run, policybench.wrap: one per arm, say); `command` stays the one that started it.
+COMMANDS = "commands"
+# The run setting a wrapped loop's run.json holds to tell it from any other run of its name (a
+# random token, kept by its copies): two machines' `runs/loop` are two runs, a copy is the same.
+RUN_UID = "run_uid"
+# The run setting listing a run's resumes (--resume), each's command, host and start, in order.
+RESUMED = "resumed"
+# The run setting naming the rollouts a run selected (its items after -k, --suite and --shard).
+SELECTED = "selected"
+# The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
+# with its label, e.g. 20261101-120000-shard2of4.
+SHARD = "shard"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ def wrap(
     packages: Sequence[str] = (),
     run_dir: Path | str | None = None,
     report_dir: Path | str = "reports",
+    success: SuccessRule | None = None,
 ) -> Recorder | VectorRecorder:
     """Wraps `env` so each episode the caller's loop runs is recorded under `run_dir` (None: a
     new run directory under `report_dir`). An episode's scene is its task and the seed and
@@ -45,9 +46,10 @@ def wrap(
     undeclared (None). `policy` describes the policy, `arm` names it in an A/B run (loops of
     several arms may share one `run_dir`; `blind=True`, said by every loop that shares it, letters
     the arms and seals their policies away until `policybench report unblind`), `packages` are
-    distributions whose versions every record keeps (policybench's and gymnasium's always). The
-    run is closed, its summary and report written, by `close()`, by leaving a `with` block, or at
-    exit."""
+    distributions whose versions every record keeps (policybench's and gymnasium's always).
+    `success(obs, reward, info) -> bool` says whether a step solved the task, for an env whose
+    info reports no success (CartPole); its name is recorded (`success_from`). The run is closed,
+    its summary and report written, by `close()`, by leaving a `with` block, or at exit."""
     named = {keys.EVAL: eval, keys.TASK: task, **({} if arm is None else {keys.ARM: arm})}
     for name, value in named.items():
         if not isinstance(value, str) or not value:
@@ -61,14 +63,39 @@ def wrap(
         policy = {
             name: _json_value(name, value, "the policy's field") for name, value in policy.items()
         }
+    if success is not None and not callable(success):
+        raise TypeError(
+            f"policybench.wrap: success must be a function (obs, reward, info) -> bool, got "
+            f"{type(success).__name__}"
+        )
     statics = statics_of(eval, task, instruction, policy, arm, packages)
+    if success is not None:
+        statics[keys.SUCCESS_FROM] = rule_name(success)
     directory = Path(run_dir) if run_dir is not None else new_run_dir(Path(report_dir))
     directory.mkdir(parents=True, exist_ok=True)
     vector = isinstance(env, VectorEnv)
     space = env.single_action_space if vector else env.action_space
     run = LoopRun(directory, statics, space, _declared_hz(env), blind)
     declared = None if scene is None else dict(scene)
-    return VectorRecorder(env, run, declared) if vector else Recorder(env, run, declared)
+    recorder = VectorRecorder if vector else Recorder
+    return recorder(env, run, declared, success)
+
+
+SuccessRule = Callable[[Any, float, Mapping[str, Any]], bool]
+"""wrap(success=): whether a step (its observation, reward and info) solved the task."""
+
+
+def rule_name(rule: SuccessRule) -> str:
+    """How a record names a success rule: its module and qualified name."""
+    module = getattr(rule, "__module__", None) or "?"
+    return f"{module}.{getattr(rule, '__qualname__', type(rule).__name__)}"
+
+
+def _judged(
+    rule: SuccessRule | None, obs: Any, reward: Any, info: Mapping[str, Any]
+) -> bool | None:
+    """A step's success: the rule's, where one is given; else what the env's info says."""
+    return success_of(info) if rule is None else bool(rule(obs, float(reward), info))
 
 
 class Closing:
@@ -154,9 +181,15 @@ class Recorder(Closing, gym.Wrapper):
     """Records every episode of one env: its actions, rewards, success signal, the loop's wall
     time per step, small state vectors and (if the env renders rgb_array) its video."""
 
-    def __init__(self, env: gym.Env, run: LoopRun, scene: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        run: LoopRun,
+        scene: Mapping[str, Any] | None,
+        success: SuccessRule | None = None,
+    ) -> None:
         gym.Wrapper.__init__(self, env)
-        self.run, self.scene = run, scene
+        self.run, self.scene, self.success = run, scene, success
         self.episode: OpenEpisode | None = None
         self.fps = _video_fps(env)
         self._start_closing()
@@ -176,7 +209,7 @@ class Recorder(Closing, gym.Wrapper):
             return self.env.step(action)
         episode.stepping()
         obs, reward, terminated, truncated, info = self.env.step(action)
-        episode.stepped(action, reward, success_of(info))
+        episode.stepped(action, reward, _judged(self.success, obs, reward, info))
         if terminated or truncated:
             self._end_open(ENV_ENDED, None)
         else:
@@ -196,9 +229,15 @@ class VectorRecorder(Closing, VectorWrapper):
     """Records one episode per sub-env of a VectorEnv, as Recorder does for one env; a sub-env
     the vector env resets on its own (autoreset) starts its next episode, of an undeclared seed."""
 
-    def __init__(self, env: VectorEnv, run: LoopRun, scene: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        env: VectorEnv,
+        run: LoopRun,
+        scene: Mapping[str, Any] | None,
+        success: SuccessRule | None = None,
+    ) -> None:
         VectorWrapper.__init__(self, env)
-        self.run, self.scene = run, scene
+        self.run, self.scene, self.success = run, scene, success
         self.episodes: list[OpenEpisode | None] = [None] * env.num_envs
         self.autoreset = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self.resetting = np.zeros(env.num_envs, bool)  # NEXT_STEP: the next step resets these
@@ -247,7 +286,13 @@ class VectorRecorder(Closing, VectorWrapper):
                 continue
             done = bool(terminated[i] or truncated[i])
             final = self.autoreset is AutoresetMode.SAME_STEP and done
-            episode.stepped(action, rewards[i], _success_at(infos, i, final))
+            if self.success is None:
+                solved = _success_at(infos, i, final)
+            else:  # the rule sees the sub-env's step: its final obs and info under SAME_STEP
+                seen_obs = infos["final_obs"][i] if final else _sub(obs, i)
+                seen_info = _info_at(infos.get("final_info") or {} if final else infos, i)
+                solved = _judged(self.success, seen_obs, rewards[i], seen_info)
+            episode.stepped(action, rewards[i], solved)
             if not done:
                 episode.observed(_sub(obs, i), frames[i])
                 continue
@@ -333,6 +378,15 @@ def _sub(obs: Any, i: int) -> Any:
     if isinstance(obs, Mapping):
         return {name: _sub(value, i) for name, value in obs.items()}
     return obs[i]
+
+
+def _info_at(infos: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """Sub-env `i`'s part of a vector env's step info (the keys its `_key` mask sets)."""
+    return {
+        key: _sub(value, i)
+        for key, value in infos.items()
+        if not key.startswith("_") and infos.get(f"_{key}", np.ones(i + 1, bool))[i]
+    }
 
 
 def _success_at(infos: Mapping[str, Any], i: int, final: bool) -> bool | None:

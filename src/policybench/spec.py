@@ -173,3 +173,8 @@ class Eval:
 
     def rollouts(self, rollouts_per_task: int, base_seed: int) -> tuple[Rollout, ...]:
         return self.plan(self.name, rollouts_per_task, base_seed)
+
+    @property
+    def tasks(self) -> dict[str, str]:
+        """Its tasks in plan order, each with its instruction."""
+        return {r.scene.task: r.instruction for r in self.rollouts(1, 0)}

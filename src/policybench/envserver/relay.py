@@ -68,7 +68,7 @@ def served_of(evals: Iterable[Eval]) -> list[Served]:
     """The isolated ones of `evals`; refused when there is none."""
     evals = list(evals)
     served = [
-        Served(e.name, e.make_env, frozenset(r.scene.task for r in e.rollouts(1, 0)))
+        Served(e.name, e.make_env, frozenset(e.tasks))
         for e in evals
         if isinstance(e.make_env, Isolated)
     ]

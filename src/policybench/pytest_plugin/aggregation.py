@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
+from policybench import keys
 from policybench.pytest_plugin import gates
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
-from policybench.pytest_plugin.options import RunSettings, protocol_settings, redacted_command
+from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.pytest_plugin.outcomes import no_policy_of, record_of
 from policybench.pytest_plugin.preflights import preflight_lines
 from policybench.pytest_plugin.resume import (
     compact,
-    latest_per_rollout,
     resume_command,
     resumed_of,
 )
@@ -35,10 +35,12 @@ from policybench.record.realtime import Realtime
 from policybench.report.arms import Sealer
 from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.html import Findings, write_html
-from policybench.report.merge import SELECTED, resumed_run_info
+from policybench.report.merge import resumed_run_info
 from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
 from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 from policybench.report.verdicts import read_verdicts
+from policybench.run.command_line import redacted_command
+from policybench.run.records import latest_per_rollout
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,7 +114,7 @@ class Aggregator:
         counts only these as missing when no part ran them."""
         resumed = resumed_of(self.config)
         selected = sorted({*nodeids, *(resumed.carried if resumed else ())})
-        settings = {**self.run_info.settings, SELECTED: selected}
+        settings = {**self.run_info.settings, keys.SELECTED: selected}
         self.run_info = dataclasses.replace(self.run_info, settings=settings)
 
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
@@ -314,7 +316,7 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
         **protocol_settings(settings),
         "rollouts_per_task": settings.rollouts,
         "suites": list(settings.suites),
-        "shard": shard_setting(config),
+        keys.SHARD: shard_setting(config),
         "record_video": bool(config.getoption("record_video", False)),
         "xdist_workers": config.getoption("numprocesses", None),
     }

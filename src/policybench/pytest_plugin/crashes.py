@@ -16,11 +16,12 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.lockstep import group_items, slots_of
-from policybench.pytest_plugin.outcomes import RECORD, crashed_record, planned_record, record_of
+from policybench.pytest_plugin.outcomes import RECORD, planned_record, record_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.scheduling import in_flight_with
 from policybench.pytest_plugin.watchdog import discard_hang_file, hang_of
 from policybench.pytest_plugin.workers import is_worker
+from policybench.run.records import crashed_record
 
 # The setup report's user property: the planned_record of each rollout of the item's group.
 PLANNED = "policybench_planned"

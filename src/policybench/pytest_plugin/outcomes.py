@@ -11,7 +11,7 @@ controller. Records travel to the controller on the call report (under xdist too
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -25,8 +25,8 @@ from policybench.pytest_plugin.fixtures import (
     PolicyCannotRun,
     RolloutError,
 )
-from policybench.record.episode import Episode, Outcome, OutcomeKind
-from policybench.record.realtime import rollout_realtime
+from policybench.record.episode import OutcomeKind
+from policybench.run.records import rollout_record
 
 RECORD = "policybench"  # name of the call report's user property that carries the record
 # The user property of a rollout skipped because its policy cannot run on its Eval: [eval, why].
@@ -60,17 +60,6 @@ def pytest_runtest_makereport(
     return report
 
 
-# What every record holds, None where the rollout never said (a worker that crashed first).
-REPORTED_BY_THE_RUN = (
-    keys.POLICY,
-    keys.PACKAGES,
-    keys.WORKER,
-    keys.PEAK_RSS_MB,
-    keys.ENVS_BUILT,
-    keys.ROLLOUT_TRACE,
-)
-
-
 def planned_record(item: pytest.Item) -> dict[str, Any] | None:
     """What a rollout's record says before it runs: its plan's statics, its arm in an A/B run,
     its item id; None for an item that is not a rollout."""
@@ -82,34 +71,6 @@ def planned_record(item: pytest.Item) -> dict[str, Any] | None:
         **planned.record_fields(),
         keys.NODEID: item.nodeid,
     }
-
-
-def rollout_record(
-    planned: Mapping[str, Any], episode: Episode, added: Mapping[str, Any]
-) -> dict[str, Any]:
-    """One rollout's record, as results.jsonl holds it: `planned` (see planned_record), what
-    its Episode found and what the run `added` (the process that ran it, earlier attempts,
-    recorders' fields). Every record has the same fields, whichever way it was made."""
-    return {
-        **dict.fromkeys(REPORTED_BY_THE_RUN),
-        **episode.record(),
-        **rollout_realtime(episode.statics, episode.calls, episode.steps),
-        **planned,
-        **added,
-    }
-
-
-# What only a rollout that ran reports of itself: None in the record of one whose worker crashed.
-NEVER_REPORTED_BY_A_CRASH = (keys.STEPS, keys.SIM_S, keys.WALL_S, keys.MODEL_CALLS, keys.SUM_REWARD)
-
-
-def crashed_record(
-    planned: Mapping[str, Any], reason: str, added: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The error record of a rollout whose worker crashed: `reason` says how, and what the
-    rollout never reported is None (not 0: it may have made steps before the crash)."""
-    crash = Episode({}, (), Outcome(OutcomeKind.ERROR, reason), 0.0, 0.0, None)
-    return {**rollout_record(planned, crash, added), **dict.fromkeys(NEVER_REPORTED_BY_A_CRASH)}
 
 
 CRASHED = "???"  # the phase of xdist's report of an item whose worker crashed

@@ -19,16 +19,12 @@ from policybench import keys
 from policybench.harness import planned_statics
 from policybench.pytest_plugin import rundir
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.options import (
-    BLIND,
-    RunSettings,
-    protocol_settings,
-    redacted_command,
-)
+from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RunInfo
+from policybench.run.command_line import BLIND, redacted_command
 from policybench.serve.client import HIDDEN
 
 FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
@@ -141,15 +137,6 @@ def pytest_report_header(config: pytest.Config) -> str | None:
         f"policybench: resuming {resumed.run_dir}: {len(resumed.carried)} rollouts carried over "
         "(solved or unsolved), the rest run"
     )
-
-
-def latest_per_rollout(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per node id: the last one written (records in the order of those)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for record in records:
-        latest.pop(record[keys.NODEID], None)
-        latest[record[keys.NODEID]] = record
-    return list(latest.values())
 
 
 def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:

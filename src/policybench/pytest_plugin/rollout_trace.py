@@ -11,10 +11,8 @@ from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record
 from policybench.pytest_plugin.rundir import run_dir_of
-from policybench.pytest_plugin.video import video_name
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
-
-TRACES = "traces"
+from policybench.run.layout import TRACES, video_name
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

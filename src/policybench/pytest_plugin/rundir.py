@@ -21,12 +21,12 @@ from policybench.pytest_plugin.options import (
     SHARED_URL,
     RunSettings,
     read_settings,
-    redacted_command,
     served_by_shared_server,
 )
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.report.arms import blinded_command
 from policybench.report.results import LATEST, RESULTS, new_run_dir, resolve_run
+from policybench.run.command_line import redacted_command
 
 if TYPE_CHECKING:
     from policybench.pytest_plugin.resume import Resumed

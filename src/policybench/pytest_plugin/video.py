@@ -3,19 +3,15 @@ videos/, and adds the file (or why there is none) to the rollout's record."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Generator
 
 import pytest
 
-from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import add_observer, add_to_record
 from policybench.pytest_plugin.rundir import run_dir_of
-from policybench.report.video import Video, VideoRecorder
-
-VIDEOS = "videos"
+from policybench.report.video import VideoRecorder
+from policybench.run.layout import VIDEOS, video_fields, video_name
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,18 +45,4 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         return (yield)
     finally:
-        add_to_record(item, record_fields(recorder.close(), name))
-
-
-def record_fields(video: Video, name: str) -> dict[str, str]:
-    """What the rollout's record says of its video: the file relative to the run directory."""
-    if video.path is None:
-        return {keys.VIDEO_MISSING: video.missing or "no frames"}
-    return {keys.VIDEO: name}
-
-
-def video_name(nodeid: str) -> str:
-    """A file name for a test item: readable, and unique through a short hash of the node id."""
-    test = nodeid.rsplit("::", 1)[-1]
-    readable = re.sub(r"[^A-Za-z0-9._=-]+", "_", test).strip("_")[:80]
-    return f"{readable}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}"
+        add_to_record(item, video_fields(recorder.close(), name))

@@ -21,9 +21,6 @@ from gymnasium.spaces import Dict, Tuple, flatten
 
 from policybench import keys
 from policybench.policy.base import control_period_ns
-from policybench.pytest_plugin.outcomes import crashed_record, rollout_record
-from policybench.pytest_plugin.rollout_trace import TRACES
-from policybench.pytest_plugin.video import VIDEOS, record_fields, video_name
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
@@ -37,11 +34,12 @@ from policybench.report.arms import (
     telling_texts,
     whole_words,
 )
-from policybench.report.merge import COMMANDS, RUN_UID
 from policybench.report.results import RESULTS, ResultsWriter, read_results
 from policybench.report.summary import RunInfo
 from policybench.report.unfinished import UNFINISHED, mark
 from policybench.report.video import VideoRecorder
+from policybench.run.layout import TRACES, VIDEOS, video_fields, video_name
+from policybench.run.records import crashed_record, rollout_record
 from policybench.world import as_observation
 
 INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops
@@ -130,7 +128,7 @@ class OpenEpisode:
             write_trace(self.run.run_dir / trace_name, rollout_trace(clocked, self.states))
             added[keys.ROLLOUT_TRACE] = trace_name
         if self.video is not None:
-            added.update(record_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
+            added.update(video_fields(self.video.close(), f"{VIDEOS}/{self.name}.mp4"))
         else:
             added[keys.VIDEO_MISSING] = NOT_RENDERED
         self.run.write(rollout_record({}, episode, added))
@@ -264,13 +262,13 @@ class LoopRun:
             command = shlex.join([Path(sys.executable).name, *sys.argv])
             if run is None:
                 said = BLINDED if blind else policy
-                settings = {keys.POLICY: said, RUN_UID: secrets.token_hex(8)}
+                settings = {keys.POLICY: said, keys.RUN_UID: secrets.token_hex(8)}
                 run = RunInfo.now(self.run_dir.name, [], Path.cwd(), settings)
                 run = dataclasses.replace(run, command=BLINDED if blind else command)
             if not blind:  # a blinded run's commands would name its arms: blinding.json's
-                commands = list(run.settings.get(COMMANDS) or [run.command])
+                commands = list(run.settings.get(keys.COMMANDS) or [run.command])
                 commands += [] if command in commands else [command]
-                run = dataclasses.replace(run, settings={**run.settings, COMMANDS: commands})
+                run = dataclasses.replace(run, settings={**run.settings, keys.COMMANDS: commands})
             arm = self.statics.get(keys.ARM)
             arms = list(run.settings.get(ARMS) or [])
             if blind:  # the command, arm and policy as typed are kept aside in blinding.json

@@ -84,6 +84,14 @@ class TaskComparison:
     def improvement(self) -> bool:
         return self.difference > 0 and self.significant
 
+    @property
+    def smallest_p(self) -> float:
+        """The smallest p its test can give with its rollouts, whatever their outcomes: every
+        pair split one way (paired), or none solved before and all after (unpaired)."""
+        if self.pairs is not None:
+            return mcnemar_p(Pairs(both=0, lost=0, gained=self.before.rollouts, neither=0))
+        return fisher_p(0, self.before.rollouts, self.after.rollouts, self.after.rollouts)
+
     def as_json(self) -> dict[str, Any]:
         pairs = self.pairs
         return {
@@ -102,6 +110,8 @@ class TaskComparison:
             "p_value": self.p_value,
             "adjusted_p": self.adjusted_p,
             "regression": self.regression,
+            "improvement": self.improvement,
+            "smallest_p": self.smallest_p,
         }
 
 
@@ -123,6 +133,35 @@ class Comparison:
     @property
     def regressions(self) -> tuple[TaskComparison, ...]:
         return tuple(row for row in self.tasks if row.regression)
+
+    @property
+    def improvements(self) -> tuple[TaskComparison, ...]:
+        return tuple(row for row in self.tasks if row.improvement)
+
+    @property
+    def undecidable(self) -> tuple[TaskComparison, ...]:
+        """The tasks too few rollouts were compared on to ever be significant."""
+        return tuple(row for row in self.tasks if row.smallest_p >= self.alpha)
+
+    def verdict(self) -> str:
+        """The comparison in one line: its significant regressions and improvements."""
+        counted = [
+            f"{len(rows)} significant {kind}{'s' * (len(rows) != 1)}"
+            for kind, rows in (("regression", self.regressions), ("improvement", self.improvements))
+        ]
+        line = (
+            f"verdict: {counted[0]}, {counted[1]} of {len(self.tasks)} tasks (adjusted p < "
+            f"{self.alpha:g}; the pooled {ALL_TASKS} rows are not adjusted and do not count)"
+        )
+        too_few = self.undecidable
+        if too_few:
+            rollouts = sorted({row.before.rollouts for row in too_few})
+            line += (
+                f"; {len(too_few)} of them had too few rollouts ({', '.join(map(str, rollouts))} a "
+                f"task) to ever reach p < {self.alpha:g}, whatever their outcomes: "
+                "`policybench plan` says how many a change you care about needs"
+            )
+        return line
 
     @property
     def method(self) -> str:
@@ -153,6 +192,7 @@ class Comparison:
             "protocol": [asdict(difference) for difference in self.protocol],
             "refusal": self.refusal,
             "notes": list(self.notes),
+            "verdict": self.verdict(),
         }
 
     def write(self, directory: Path, stem: str = "compare") -> tuple[Path, Path]:
@@ -504,10 +544,6 @@ def format_comparison(comparison: Comparison) -> list[str]:
                     f"{row.where}/{row.label}: {count} rollouts of {name} have no scene in "
                     f"{other}; left out of the paired test"
                 )
-    count = len(comparison.regressions)
     lines.append(f"tests: {comparison.method}")
-    lines.append(
-        f"{count} significant regression{'s' * (count != 1)} (adjusted p < {comparison.alpha:g}; "
-        f"the pooled {ALL_TASKS} rows are not adjusted and do not count)"
-    )
+    lines.append(comparison.verdict())
     return lines

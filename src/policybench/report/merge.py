@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.pytest_plugin.video import video_name
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
 from policybench.report.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
@@ -21,24 +20,10 @@ from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_ht
 from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 from policybench.report.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
+from policybench.run.layout import video_name
 
 Record = Mapping[str, Any]
-# What a merged run's run.json adds to its settings: its parts, and what merging found.
-PARTS, MERGE = "merged_from", "merge"
-# The run setting listing every distinct command line that recorded into a run (the loops of a
-# wrapped run, policybench.wrap: one per arm, say); `command` stays the one that started it.
-COMMANDS = "commands"
-# The run setting a wrapped loop's run.json holds to tell it from any other run of its name (a
-# random token, kept by its copies): two machines' `runs/loop` are two runs, a copy is the same.
-RUN_UID = "run_uid"
-# The run setting listing a run's resumes (--resume), each's command, host and start, in order.
-RESUMED = "resumed"
-# The run setting naming the rollouts a run selected (its items after -k, --suite and --shard).
-SELECTED = "selected"
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
-# The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
-# with its label, e.g. 20261101-120000-shard2of4.
-SHARD = "shard"
 SHARD_IN_ID = re.compile(r"-shard(\d+)of(\d+)(?:-\d+)?$")
 SHARD_SETTING = re.compile(r"^(\d+)/(\d+)\b")
 
@@ -77,7 +62,7 @@ class Part:
     @property
     def shard(self) -> tuple[int, int] | None:
         """(K, N) when this part is shard K of N: from run.json, else from its run id."""
-        setting = (self.run.settings if self.run else {}).get(SHARD)
+        setting = (self.run.settings if self.run else {}).get(keys.SHARD)
         found = SHARD_SETTING.match(setting) if isinstance(setting, str) else None
         found = found or SHARD_IN_ID.search(self.name)
         return None if found is None else (int(found[1]), int(found[2]))
@@ -196,7 +181,7 @@ def tell_loop_runs_apart(parts: Sequence[Part]) -> tuple[Part, ...]:
 def _identity(run: RunInfo) -> tuple[Any, ...]:
     """What tells a loop run from another of its name: its token, or (a run recorded before
     loops wrote one) when and where it started."""
-    uid = run.settings.get(RUN_UID)
+    uid = run.settings.get(keys.RUN_UID)
     return (uid,) if uid else (run.started, run.host)
 
 
@@ -365,7 +350,7 @@ def missing_rollouts(records: Sequence[Record], parts: Sequence[Part] = ()) -> t
     """The rollouts the parts selected that no record ran (a rollout `-k` left out is not
     missing), of the test functions that recorded rollouts (a selection may hold other tests);
     without parts, or for parts that did not record their selection, the plan's."""
-    selections = [(part.run.settings if part.run else {}).get(SELECTED) for part in parts]
+    selections = [(part.run.settings if part.run else {}).get(keys.SELECTED) for part in parts]
     if not parts or not all(isinstance(selection, list) for selection in selections):
         return unplanned_rollouts(records)
     selected = {nodeid for selection in selections for nodeid in selection}
@@ -472,11 +457,11 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
         raise MergeRefused(f"--out {out} is one of the parts; merge into a new directory")
     if (out / RESULTS).exists():
         earlier = RunInfo.load(out)
-        if earlier is None or PARTS not in earlier.settings:
+        if earlier is None or keys.PARTS not in earlier.settings:
             raise MergeRefused(
                 f"--out {out} holds a run that merge did not write; choose a new directory"
             )
-        if RESUMED in earlier.settings:
+        if keys.RESUMED in earlier.settings:
             raise MergeRefused(
                 f"--out {out} is a merged run that was resumed since: the rollouts its resume "
                 "ran are in no part and a merge into it would drop them; merge into a new "
@@ -515,14 +500,14 @@ def merged_run_info(
             "run_id": part.name,
             "path": str(part.run_dir),
             "rollouts": len(part.records),
-            SHARD: None if part.shard is None else f"{part.shard[0]}/{part.shard[1]}",
+            keys.SHARD: None if part.shard is None else f"{part.shard[0]}/{part.shard[1]}",
             **{name: getattr(part.run, name, None) for name in PART_RUN_FIELDS},
             **_loop_fields(part),
         }
         for part in parts
     ]
     commands = [
-        c for part in parts for c in (part.run.settings if part.run else {}).get(COMMANDS, ())
+        c for part in parts for c in (part.run.settings if part.run else {}).get(keys.COMMANDS, ())
     ]
     found = {
         "exact_duplicates_dropped": merged.exact_duplicates,
@@ -539,9 +524,9 @@ def merged_run_info(
         command=command,
         settings={
             **_shared(base.settings),
-            **({COMMANDS: list(dict.fromkeys(commands))} if commands else {}),
-            PARTS: listed,
-            MERGE: found,
+            **({keys.COMMANDS: list(dict.fromkeys(commands))} if commands else {}),
+            keys.PARTS: listed,
+            keys.MERGE: found,
         },
     )
 
@@ -553,16 +538,18 @@ def resumed_run_info(before: RunInfo | None, now: RunInfo) -> RunInfo:
     if before is None:
         return now
     kept: Mapping[str, Any] = {
-        name: before.settings[name] for name in (PARTS, MERGE, COMMANDS) if name in before.settings
+        name: before.settings[name]
+        for name in (keys.PARTS, keys.MERGE, keys.COMMANDS)
+        if name in before.settings
     }
     this = {keys.COMMAND: now.command, "host": now.host, "started": now.started}
-    history = [*before.settings.get(RESUMED, ()), this]
+    history = [*before.settings.get(keys.RESUMED, ()), this]
     return replace(
         now,
         started=before.started,
         command=before.command,
         host=before.host,
-        settings={**now.settings, **kept, RESUMED: history},
+        settings={**now.settings, **kept, keys.RESUMED: history},
     )
 
 
@@ -570,9 +557,9 @@ def _loop_fields(part: Part) -> dict[str, Any]:
     """What the list of parts shows of a loop run: every command that recorded into it, and the
     run id its episodes' ids name in the merge when another part's run had its id."""
     shown: dict[str, Any] = {}
-    commands = (part.run.settings if part.run else {}).get(COMMANDS)
+    commands = (part.run.settings if part.run else {}).get(keys.COMMANDS)
     if commands:
-        shown[COMMANDS] = commands
+        shown[keys.COMMANDS] = commands
     if part.renamed is not None:
         shown["episodes_named"] = part.renamed[1]
     return shown
@@ -580,7 +567,7 @@ def _loop_fields(part: Part) -> dict[str, Any]:
 
 def _shared(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A part's run settings without what only that part was (its shard, its merge)."""
-    only = (SHARD, PARTS, MERGE, COMMANDS, RUN_UID, RESUMED)
+    only = (keys.SHARD, keys.PARTS, keys.MERGE, keys.COMMANDS, keys.RUN_UID, keys.RESUMED)
     return {name: value for name, value in settings.items() if name not in only}
 
 

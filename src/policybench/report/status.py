@@ -16,6 +16,7 @@ from pathlib import Path
 from policybench.report.results import RESULTS, read_results, write_whole
 from policybench.report.stats import Tally, tally_of
 from policybench.report.summary import SUMMARY, RunInfo
+from policybench.run.records import latest_per_rollout
 
 STATUS = "status.json"
 FORMAT = "policybench-status"
@@ -172,9 +173,7 @@ def status_of_results(run_dir: Path) -> Status:
     """A run's status from its results.jsonl: a wrapped loop's run plans no rollouts, so its total
     is the episodes ended and those in progress; it has finished when its loops closed it (its
     summary is as new as its results, and no episode is open)."""
-    # here, not above: both import the pytest plugin's modules, which import this one
-    from policybench.pytest_plugin.resume import latest_per_rollout
-    from policybench.report.unfinished import UNFINISHED
+    from policybench.report.unfinished import UNFINISHED  # which imports this module
 
     results = run_dir / RESULTS
     tally = tally_of(latest_per_rollout(read_results(results).records))

@@ -1,0 +1,82 @@
+"""Builds the reference pages from the parsers themselves, so that they cannot drift from the
+code: a page holding `<!-- pytest-options -->` gets a table of the plugin's pytest options, one
+holding `<!-- commands -->` a section per `policybench` command with its options. An MkDocs hook
+(mkdocs.yml's `hooks:`); `pytest_options()` and `commands()` serve the tests too."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+PYTEST_MARK, COMMANDS_MARK = "<!-- pytest-options -->", "<!-- commands -->"
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    if PYTEST_MARK in markdown:
+        markdown = markdown.replace(PYTEST_MARK, table(pytest_options()))
+    if COMMANDS_MARK in markdown:
+        markdown = markdown.replace(COMMANDS_MARK, commands_markdown())
+    return markdown
+
+
+def pytest_options() -> list[tuple[str, str]]:
+    """(flags, help) of each option the plugin's `policybench` group registers, in its order."""
+    from _pytest.config import _prepareconfig
+
+    config = _prepareconfig(["-p", "no:cacheprovider"])
+    try:
+        group = config._parser.getgroup("policybench")
+        return [
+            (", ".join(option.names()), _help(option.attrs()))
+            for option in group.options
+            if option.attrs().get("help") != argparse.SUPPRESS  # a former name, kept working
+        ]
+    finally:
+        config._ensure_unconfigure()
+
+
+def commands() -> dict[str, list[tuple[str, str]]]:
+    """Each `policybench` command (and subcommand) with the (flags, help) of its arguments."""
+    from policybench.cli import COMMANDS
+
+    parser = argparse.ArgumentParser(prog="policybench")
+    subparsers = parser.add_subparsers(dest="command")
+    for add_parser in COMMANDS:
+        add_parser(subparsers)
+    found: dict[str, list[tuple[str, str]]] = {}
+    _walk("policybench", parser, found)
+    found.pop("policybench", None)
+    return found
+
+
+def _walk(name: str, parser: argparse.ArgumentParser, found: dict) -> None:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                _walk(f"{name} {sub}", subparser, found)
+        elif not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS:
+            flags = ", ".join(action.option_strings) or action.metavar or action.dest
+            rows.append((str(flags), _help(vars(action))))
+    if rows or name != "policybench":
+        found[name] = rows
+
+
+def _help(attrs: dict[str, Any]) -> str:
+    text = str(attrs.get("help") or "")
+    if "%(default)" in text:
+        text = text.replace("%(default)s", str(attrs.get("default")))
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    lines = ["| option | meaning |", "|---|---|"]
+    lines += [f"| `{flags}` | {meaning} |" for flags, meaning in rows]
+    return "\n".join(lines)
+
+
+def commands_markdown() -> str:
+    parts = []
+    for name, rows in commands().items():
+        parts.append(f"## `{name}`\n\n" + (table(rows) if rows else "(no options)"))
+    return "\n\n".join(parts)

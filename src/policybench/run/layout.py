@@ -1,0 +1,30 @@
+"""Where a run directory keeps a rollout's files: its trace and its video, each named for the
+rollout's id."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+from policybench import keys
+
+if TYPE_CHECKING:
+    from policybench.report.video import Video
+
+TRACES = "traces"  # the folder of a run's rollout traces
+VIDEOS = "videos"  # the folder of a run's videos
+
+
+def video_name(nodeid: str) -> str:
+    """A file name for a rollout: readable, and unique through a short hash of its id."""
+    test = nodeid.rsplit("::", 1)[-1]
+    readable = re.sub(r"[^A-Za-z0-9._=-]+", "_", test).strip("_")[:80]
+    return f"{readable}-{hashlib.sha1(nodeid.encode()).hexdigest()[:8]}"
+
+
+def video_fields(video: Video, name: str) -> dict[str, str]:
+    """What the rollout's record says of its video: the file relative to the run directory."""
+    if video.path is None:
+        return {keys.VIDEO_MISSING: video.missing or "no frames"}
+    return {keys.VIDEO: name}

@@ -1,0 +1,139 @@
+"""The layers and the fronts, checked over the package's imports: no module outside the pytest
+plugin imports the plugin or pytest (but `policybench.parametrize`, loaded lazily, and
+`evaluate()`'s child run, which is a pytest plugin); the run layer (`policybench.run`) imports no
+front and no report; a wrapped loop imports no pytest."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "policybench"
+FRONT = "policybench.pytest_plugin"
+# Modules outside the plugin that may reach pytest, and why.
+PYTEST_ALLOWED = {
+    "policybench/__init__.py",  # policybench.parametrize, imported only when asked for
+    "policybench/evaluate_run.py",  # evaluate()'s child run: a pytest plugin of its own
+}
+
+
+def imports(path: Path) -> list[str]:
+    """The modules `path` imports at run time (its `if TYPE_CHECKING:` blocks left out)."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for node in ast.walk(block)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module)
+    return found
+
+
+def modules() -> dict[str, list[str]]:
+    return {
+        str(path.relative_to(SRC.parent)): imports(path)
+        for path in sorted(SRC.rglob("*.py"))
+        if "pytest_plugin" not in path.parts
+    }
+
+
+def test_no_module_outside_the_pytest_plugin_imports_it_or_pytest():
+    offending = {
+        name: [
+            m for m in imported if m.split(".")[0] in ("pytest", "_pytest") or m.startswith(FRONT)
+        ]
+        for name, imported in modules().items()
+        if name not in PYTEST_ALLOWED
+    }
+    assert {name: found for name, found in offending.items() if found} == {}
+
+
+def test_the_run_layer_imports_no_front_and_no_report():
+    fronts = (
+        FRONT,
+        "policybench.report",
+        "policybench.loop",
+        "policybench.training",
+        "policybench.scoring",
+        "policybench.operator",
+        "pytest",
+        "_pytest",
+    )
+    offending = {
+        name: [m for m in imported if m.startswith(fronts)]
+        for name, imported in modules().items()
+        if name.startswith("policybench/run/")
+    }
+    assert offending and {name: found for name, found in offending.items() if found} == {}
+
+
+def test_a_wrapped_loop_imports_no_pytest(tmp_path):
+    script = f"""
+import sys
+import gymnasium as gym
+import policybench
+
+cartpole = gym.make("CartPole-v1", max_episode_steps=5)
+env = policybench.wrap(cartpole, "c", "t", run_dir={str(tmp_path)!r})
+env.reset(seed=0)
+env.step(0)
+env.close()
+print(sorted(m for m in sys.modules if "pytest" in m.split(".")[0] or "pytest_plugin" in m))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module's module-level imports of the package (run-time ones: a `TYPE_CHECKING`
+    block imports nothing; `from policybench import keys` imports policybench.keys)."""
+    root = SRC.parent
+    names = {}
+    for path in SRC.rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        names[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found: set[str] = set()
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{alias.name}" for alias in node.names} & names.keys()
+                found |= subs or {node.module}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {dep for dep in found if dep in names and dep != name}
+    return graph
+
+
+def test_no_import_circles_at_module_level():
+    graph = module_graph()
+    circles = []
+
+    def visit(module: str, path: list[str], done: set[str]) -> None:
+        for dep in sorted(graph[module]):
+            if dep in path:
+                circles.append([*path[path.index(dep) :], dep])
+            elif dep not in done:
+                visit(dep, [*path, dep], done)
+        done.add(module)
+
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module], done)
+    assert circles == []
