@@ -317,3 +317,40 @@ def test_the_window_counts_from_when_the_model_frees_so_two_clients_fall_into_st
         assert model.batch_sizes == [1, 2] and batcher.counters.windows == 1
 
     run(scenario)
+
+
+def test_the_call_timeout_counts_from_when_the_model_begins_not_while_a_build_runs():
+    """A request queued behind another Eval's model build (1.5 s on the model's thread) is not
+    hung at a 1 s call timeout: its own call, when it begins, takes no time. A call that itself
+    runs past the timeout still is."""
+    from policybench.serve.batcher import ModelCallHung
+
+    model_thread = ModelThread("model")
+
+    async def scenario() -> None:
+        batcher = Batcher(Timed(0.0), model_thread, max_batch=8, max_wait_s=0.0, call_timeout_s=1)
+        building = model_thread.call(time.sleep, 1.5)  # another Eval's model being built
+        answer = await batcher.submit(batcher.connect(), request(1.0))
+        assert answer.chunk.actions.shape[0] >= 1
+        await building
+        slow = Batcher(Timed(1.5), model_thread, max_batch=8, max_wait_s=0.0, call_timeout_s=0.5)
+        with pytest.raises(ModelCallHung, match=r"did not return within 0\.5 s"):
+            await slow.submit(slow.connect(), request(1.0))
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), WAIT_S))
+    finally:
+        model_thread.shutdown()
+
+
+class Timed:
+    """A batched model whose call takes `delay_s` and answers zeros."""
+
+    name = "timed"
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def predict_batch(self, requests):
+        time.sleep(self.delay_s)
+        return [Chunk(np.zeros((1, 1)), 10.0) for _ in requests]
