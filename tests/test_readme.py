@@ -1,6 +1,7 @@
-"""The README says what is true: its "Evaluate your own policy" module runs as written (in process,
-and served by `policybench serve` for `--policy=openpi`), so does its "Your own loop" script, its
-option tables list every option, and the files it links to exist."""
+"""The README and the guides say what is true: the README's quickstart module runs as written (in
+process, and served by `policybench serve` for `--policy=openpi`), so do the "Your own loop"
+script and the "why did a rollout fail" script of the guides, the option tables of the guides list
+every option, the README stays short, and the files it links to exist."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ README = REPO / "README.md"
 EXAMPLE_MARKER = "<!-- readme-example: my_policy.py -->"
 EXAMPLE_MODULE = "my_policy"
 LOOP_MARKER = "<!-- readme-example: my_loop.py -->"
+GUIDES = REPO / "docs" / "guides"
+README_MOST_LINES = 250
 SERVER_START_TIMEOUT_S = 60.0
 
 
@@ -33,18 +36,20 @@ def readme() -> str:
     return README.read_text()
 
 
-def readme_section(heading: str) -> str:
-    """The README's text under `heading` (a full heading line), up to the next heading."""
-    text = readme()
+def readme_section(heading: str, text: str | None = None) -> str:
+    """The text under `heading` (a full heading line), up to the next heading, of `text`
+    (default: the README)."""
+    text = readme() if text is None else text
     start = text.index(f"\n{heading}\n")
     following = re.search(r"\n#{2,6} ", text[start + 1 :])  # not a code comment
     return text[start : start + 1 + following.start()] if following else text[start:]
 
 
-def example_source(marker: str = EXAMPLE_MARKER) -> str:
-    """The fenced python block that follows `marker`."""
-    match = re.search(re.escape(marker) + r"\n```python\n(.*?)\n```", readme(), re.S)
-    assert match, f"README.md has no ```python block right after {marker}"
+def example_source(marker: str = EXAMPLE_MARKER, text: str | None = None) -> str:
+    """The fenced python block that follows `marker` in `text` (default: the README)."""
+    text = readme() if text is None else text
+    match = re.search(re.escape(marker) + r"\n```python\n(.*?)\n```", text, re.S)
+    assert match, f"no ```python block right after {marker}"
     return match.group(1) + "\n"
 
 
@@ -68,8 +73,9 @@ def user_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_reach(tmp_path: Path, *policy_args: str) -> list[dict]:
-    """The README's MetaWorld benchmark on reach-v3, one rollout; the records it wrote."""
+def run_reach(tmp_path: Path, *policy_args: str, tasks: str = "reach") -> list[dict]:
+    """The README's MetaWorld benchmark on reach-v3 (or the `tasks` -k selects), one rollout
+    each; the records it wrote."""
     report_dir = tmp_path / "reports"
     command = [
         sys.executable,
@@ -77,7 +83,7 @@ def run_reach(tmp_path: Path, *policy_args: str) -> list[dict]:
         "pytest",
         str(REPO / "benchmarks" / "test_metaworld.py"),
         "-k",
-        "reach",
+        tasks,
         "--rollouts",
         "1",
         "-p",
@@ -130,7 +136,8 @@ def test_readme_example_policy_served_by_policybench_serve_runs_as_openpi(exampl
 
 def test_readme_own_loop_example_records_each_episode_into_a_run_with_its_report(tmp_path):
     pytest.importorskip("gym_pusht", reason="needs pip install 'policybench[pusht]'")
-    (tmp_path / "my_loop.py").write_text(example_source(LOOP_MARKER))
+    loop_guide = (GUIDES / "your-loop.md").read_text()
+    (tmp_path / "my_loop.py").write_text(example_source(LOOP_MARKER, loop_guide))
     command = [sys.executable, "my_loop.py"]
     run = subprocess.run(
         command, cwd=tmp_path, env=user_env(tmp_path), capture_output=True, text=True, timeout=120
@@ -174,18 +181,44 @@ def help_options(command: list[str], group: str = "") -> set[str]:
     return set(re.findall(r"^ {2}(--[a-z][a-z-]*)", text, re.M)) - {"--help"}
 
 
-def test_readme_options_table_lists_every_pytest_option_of_the_plugin():
+def test_the_options_guide_lists_every_pytest_option_of_the_plugin():
     registered = help_options(["-m", "pytest", "-p", "no:cacheprovider"], group="policybench:")
-    documented = table_options(readme_section("### Options"))
+    documented = table_options((GUIDES / "options.md").read_text())
     assert len(registered) >= 20
     assert registered <= documented, f"not in the README's table: {sorted(registered - documented)}"
     assert documented <= registered, f"not registered: {sorted(documented - registered)}"
 
 
-def test_readme_serve_table_lists_every_serve_option():
+def test_the_commands_guide_serve_table_lists_every_serve_option():
     registered = help_options(["-m", "policybench.cli", "serve"])
-    documented = table_options(readme_section("### The `policybench` command"))
+    documented = table_options((GUIDES / "commands.md").read_text())
     assert registered == documented
+
+
+def test_the_readme_is_a_page_that_leads_to_the_site():
+    lines = readme().splitlines()
+    assert len(lines) <= README_MOST_LINES, len(lines)
+    for heading in ("## Two commands", "## Quickstart: your own policy", "## Documentation"):
+        assert heading in lines
+
+
+def test_the_why_a_rollout_failed_script_reads_a_runs_first_unsolved_rollout(example, tmp_path):
+    """The guide's script, run as written after the README's quickstart run, names the rollout
+    and prints its trace's last steps."""
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    records = run_reach(tmp_path, f"--policy={EXAMPLE_MODULE}:MODEL", tasks="reach or push")
+    unsolved = [r for r in records if r[keys.OUTCOME] != OutcomeKind.SOLVED.value]
+    assert unsolved, "the example solves push-v3 now: pick a task it does not"
+    guide = (GUIDES / "why-a-rollout-failed.md").read_text()
+    script = re.search(r"```python\n(# why\.py.*?)\n```", guide, re.S).group(1)
+    (tmp_path / "why.py").write_text(script + "\n")
+    done = subprocess.run(
+        [sys.executable, "why.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(unsolved[0][keys.NODEID])
+    assert "share of steps at an action bound" in done.stdout and "state/state" in done.stdout
 
 
 def test_readme_links_to_files_that_exist():
