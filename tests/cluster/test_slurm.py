@@ -1,6 +1,6 @@
 """The SLURM example on a real one-node SLURM cluster (munge, slurmctld and slurmd from the
-distribution's packages, started here): `examples/slurm/submit.sh` as the README gives it, a
-shard cancelled mid-run and rerun with the README's commands, and the merged run equal to the
+distribution's packages, started here): `examples/slurm/submit.sh` as the long-runs guide gives it, a
+shard cancelled mid-run and rerun with the guide's commands, and the merged run equal to the
 same selection run on one machine."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_a_slurm_array_merges_into_the_unsharded_run_after_a_failed_shard_is_rer
     cluster, checkout, policy_url, unsharded
 ):
     env = cluster.env(checkout)
-    # As the README's "Clusters" section gives it, sized for this machine.
+    # As the long-runs guide's "Clusters" section gives it, sized for this machine.
     options = [f"--array=0-{SHARDS - 1}", "--cpus-per-task=1", "--mem=300M", "--time=00:05:00"]
     printed = slurm([str(EXAMPLE / "submit.sh"), policy_url, *options], env, cwd=checkout)
     array, merge = re.search(r"shards: job (\d+); merge: job (\d+)", printed).groups()
@@ -132,7 +132,7 @@ def test_a_slurm_array_merges_into_the_unsharded_run_after_a_failed_shard_is_rer
     merge_log = (checkout / "logs" / f"policybench-merge-{merge}.out").read_text()
     assert "ran in no part" in merge_log or "no part is shard" in merge_log, merge_log[-2000:]
 
-    # The README's rerun: requeue the shard (started now rather than after SLURM's requeue
+    # The guide's rerun: requeue the shard (started now rather than after SLURM's requeue
     # delay), then merge again once it has ended.
     slurm(["scontrol", "requeue", victim], env)
     slurm(["scontrol", "update", f"JobId={victim}", "StartTime=now"], env)
