@@ -1,4 +1,4 @@
-"""A process never holds more live envs than the documentation says (docs/guides/options.md): at most max(N, K) for
+"""A process never holds more live envs than docs/guides/options.md says: at most max(N, K) for
 `--max-envs-per-worker N --envs-per-worker K`, whatever the mode; lockstep slots draw from the
 process's one env cache, so a group's envs are closed before the next Eval's are built."""
 

@@ -1,6 +1,6 @@
 """The SLURM example on a real one-node SLURM cluster (munge, slurmctld and slurmd from the
-distribution's packages, started here): `examples/slurm/submit.sh` as the long-runs guide gives it, a
-shard cancelled mid-run and rerun with the guide's commands, and the merged run equal to the
+distribution's packages, started here): `examples/slurm/submit.sh` as the long-runs guide gives
+it, a shard cancelled mid-run and rerun with the guide's commands, and the merged run equal to the
 same selection run on one machine."""
 
 from __future__ import annotations
