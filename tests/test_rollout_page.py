@@ -5,11 +5,15 @@ success, every model call on a timeline, and a cursor that follows the video and
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from policybench.record.rollout_trace import read_trace
 
 # The browser test's fixtures: `chromium` fails (never skips) under CI=true without a browser.
 from tests.test_html_browser import (  # noqa: F401
@@ -127,7 +131,7 @@ def test_rollout_page_shows_every_model_call_on_the_timeline(opened, record):
     assert played + held == record["steps"] and held >= 2  # the first chunk is 2 steps late
 
 
-def test_moving_the_video_moves_the_cursor_and_a_click_seeks_the_video(opened, record):
+def test_moving_the_video_moves_the_cursor_and_a_click_seeks_the_video(opened, record, run_dir):
     opened.wait_for_function(
         "document.getElementById('rollout-video').readyState >= 2", timeout=10_000
     )
@@ -139,7 +143,13 @@ def test_moving_the_video_moves_the_cursor_and_a_click_seeks_the_video(opened, r
         timeout=5_000,
     )
     assert float(cursor.get_attribute("x1")) > start
-    assert opened.text_content("#cursor-readout").startswith("step 5 (0.50 s)")
+    readout = opened.text_content("#cursor-readout")
+    assert readout.startswith("step 5 (0.50 s)")
+    # The small state vectors' values at the cursor's step, as the trace holds them.
+    trace = read_trace(run_dir / record["rollout_trace"])
+    shown = re.search(r"; state \[([^\]]*)\]", readout).group(1).split(", ")
+    expected = trace["arrays"]["state/state"][:, 5].astype(float)
+    np.testing.assert_allclose([float(v) for v in shown], expected, rtol=1e-3)
     # Every plot's cursor moved with it.
     times = opened.locator("line.cursor").evaluate_all("ls => ls.map(l => l.dataset.time)")
     assert set(times) == {"0.500"} and len(times) >= 4

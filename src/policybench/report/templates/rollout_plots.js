@@ -197,10 +197,18 @@
     var step = Math.min(trace.steps - 1, Math.max(0, Math.floor(t / trace.period_s + 1e-9)));
     var dims = trace.arrays.action.shape[0], actions = [];
     for (var d = 0; d < dims; d++) actions.push(+a.action[d * trace.steps + step].toPrecision(4));
+    var states = Object.keys(trace.arrays).filter(function (n) { return n.indexOf("state/") === 0; })
+      .map(function (name) {  // each small state vector's values at the step
+        var values = [];
+        for (var d = 0; d < trace.arrays[name].shape[0]; d++) {
+          values.push(+Number(a[name][d * trace.steps + step]).toPrecision(4));
+        }
+        return name.slice(6) + " [" + values.join(", ") + "]";
+      });
     document.getElementById("cursor-readout").textContent = "step " + step + " (" + t.toFixed(2) +
       " s): action [" + actions.join(", ") + "], reward " + (+a.reward[step].toPrecision(4)) +
       (a.success[step] ? ", success" : "") + (a.chunk[step] >= 0 ? ", call " + a.chunk[step] +
-      " waypoint " + a.waypoint[step] : ", held");
+      " waypoint " + a.waypoint[step] : ", held") + (states.length ? "; " + states.join("; ") : "");
   }
 
   function start() {
