@@ -79,3 +79,10 @@ def test_the_lerobot_env_runs_lerobots_libero_staging_test_and_may_not_skip_it()
     assert {"lerobot", "libero"} <= {extra.strip() for extra in lerobot["extras"].split(",")}
     staging = [line for line in lerobot["commands"].splitlines() if "test_libero_staging" in line]
     assert staging and all("--no-skips" in line for line in staging), staging
+
+
+def test_the_readme_benchmark_needs_no_gl_library_so_it_runs_before_ci_setup():
+    """The README's first command runs on a machine .ci/setup has not touched: MuJoCo imports
+    its GL backend (EGL's library) at import unless told there is none."""
+    setenv = tox_ini()["testenv:bench"]["setenv"]
+    assert "MUJOCO_GL = {env:MUJOCO_GL:disable}" in setenv
