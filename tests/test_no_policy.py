@@ -43,3 +43,21 @@ def test_a_run_that_ran_something_names_the_evals_left_without_a_policy_in_one_l
     result.stdout.fnmatch_lines(["mine: 1 item not run: *no scripted policy; try --policy=random"])
     assert "no policy was given" not in result.stdout.str()
     assert "nothing ran" not in result.stdout.str()
+
+
+def test_items_not_run_are_one_line_per_reason_whatever_the_evals_are_named():
+    from policybench.pytest_plugin.aggregation import not_run_lines
+
+    no_expert = "eval {!r} has no scripted policy; try --policy=random"
+    not_run = {
+        ("a", no_expert.format("a")): 3,  # a name that is also a letter of the reason
+        ("b", no_expert.format("b")): 2,
+        ("libero_goal", "libero not installed"): 4,
+        ("libero_goal-lerobot", "libero not installed"): 4,
+    }
+    assert not_run_lines(not_run) == [
+        "5 items not run (a, b): the Eval has no scripted policy; try --policy=random",
+        "8 items not run (libero_goal, libero_goal-lerobot): libero not installed",
+        "(-v lists them by Eval)",
+    ]
+    assert len(not_run_lines(not_run, each=True)) == 4

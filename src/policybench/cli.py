@@ -16,6 +16,7 @@ from policybench.report import plan as plan_command
 from policybench.scoring import command as score_command
 from policybench.serve import command as serve_command
 from policybench.suites import eval_named, registered_evals, suite_modules
+from policybench.text import listed
 
 
 def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,8 +53,7 @@ def run_list(args: argparse.Namespace) -> int:
     if interpreters:
         print("interpreters (the isolated Evals' own):")
     for name, evals in interpreters.items():
-        shown = ", ".join(evals[:3]) + (f" and {len(evals) - 3} more" if len(evals) > 3 else "")
-        print(f"  interpreter {name} (for {shown}): {statuses[name]}")
+        print(f"  interpreter {name} (for {listed(evals)}): {statuses[name]}")
     print("an Eval's tasks: policybench list --eval NAME")
     return 0
 

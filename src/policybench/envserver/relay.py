@@ -41,6 +41,7 @@ from policybench.envserver.proxy import (
 from policybench.envserver.remote import VERSIONS
 from policybench.lifetime import owned_env
 from policybench.spec import Eval
+from policybench.text import listed
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
 HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before the env is made
@@ -169,7 +170,7 @@ class Relay:
         tasks = sorted(set().union(*(s.tasks for s in offered)))
         names = ", ".join(s.name for s in offered)
         raise Refused(
-            EnvServerError, f"{names} has no task {task!r:.80}; its tasks: {listed(tasks)}"
+            EnvServerError, f"{names} has no task {task!r:.80}; its tasks: {listed(tasks, 12)}"
         )
 
 
@@ -180,12 +181,6 @@ def _same(isolated: Isolated, entry: Any, kwargs: Any) -> bool:
         return isolated.entry == entry and codec.pack(dict(isolated.kwargs)) == codec.pack(kwargs)
     except (TypeError, ValueError):  # arguments that cannot even cross: not ours
         return False
-
-
-def listed(names: list[str], most: int = 12) -> str:
-    """`names` joined, the first `most` of them and how many more."""
-    shown = ", ".join(names[:most])
-    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def decoded_map(frame: memoryview) -> dict[str, Any]:

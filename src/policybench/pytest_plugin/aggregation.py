@@ -6,6 +6,7 @@ and arm, with the arms compared; under --blind, records are sealed before they a
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 import time
 from collections.abc import Iterable
@@ -41,6 +42,7 @@ from policybench.report.summary import OVERALL, Row, RunInfo, Summary
 from policybench.report.verdicts import read_verdicts
 from policybench.run.command_line import redacted_command
 from policybench.run.records import latest_per_rollout
+from policybench.text import listed
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -245,10 +247,6 @@ class Aggregator:
         )
 
 
-def not_run_why(not_run: dict[tuple[str, str], int], eval: str) -> str:
-    return next(why for (named, why) in not_run if named == eval)
-
-
 def not_run_lines(not_run: dict[tuple[str, str], int], each: bool = False) -> list[str]:
     """The items not run, a line per reason with the Evals it holds for (`each`: a line per
     Eval), so that a run over many suites not installed says so in a few lines."""
@@ -257,22 +255,20 @@ def not_run_lines(not_run: dict[tuple[str, str], int], each: bool = False) -> li
             f"{eval}: {count} item{'s' * (count != 1)} not run: {why}"
             for (eval, why), count in sorted(not_run.items())
         ]
-    reasons: dict[str, dict[str, int]] = {}
+    reasons: dict[str, dict[str, tuple[int, str]]] = {}  # reason -> Eval -> (count, its why)
     for (eval, why), count in sorted(not_run.items()):
-        reason = why.replace(f"eval {eval!r}", "the Eval").replace(eval, "the Eval")
-        reasons.setdefault(reason, {})[eval] = count
+        named = rf"eval {re.escape(repr(eval))}|(?<![\w-]){re.escape(eval)}(?![\w-])"
+        reason = re.sub(named, "the Eval", why)
+        reasons.setdefault(reason, {})[eval] = (count, why)
     lines = []
     for reason, evals in reasons.items():
         names = sorted(evals)
         if len(names) == 1:
-            eval, count = next(iter(evals.items()))
-            lines.append(
-                f"{eval}: {count} item{'s' * (count != 1)} not run: {not_run_why(not_run, eval)}"
-            )
+            count, why = evals[names[0]]
+            lines.append(f"{names[0]}: {count} item{'s' * (count != 1)} not run: {why}")
             continue
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        count = sum(evals.values())
-        lines.append(f"{count} item{'s' * (count != 1)} not run ({shown}): {reason}")
+        count = sum(count for count, _ in evals.values())
+        lines.append(f"{count} item{'s' * (count != 1)} not run ({listed(names)}): {reason}")
     if len(lines) > 1 or len(not_run) > 1:
         lines.append("(-v lists them by Eval)")
     return lines

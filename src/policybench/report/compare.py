@@ -26,6 +26,7 @@ from policybench.report.paired import (
 )
 from policybench.report.pairing import match
 from policybench.report.stats import Tally, group, tally_of
+from policybench.text import listed
 
 ALPHA = 0.05
 ALL_TASKS = "(all tasks)"
@@ -429,8 +430,7 @@ def nothing_compared(comparison: Comparison) -> str:
         return comparison.refusal
 
     def ran(tasks: tuple[tuple[str, str], ...]) -> str:
-        named = ", ".join(f"{eval}/{task}" for eval, task in tasks[:4]) or "no task"
-        return named + (f" and {len(tasks) - 4} more" if len(tasks) > 4 else "")
+        return listed([f"{eval}/{task}" for eval, task in tasks], 4) or "no task"
 
     return (
         f"{comparison.before} and {comparison.after} share no task, so nothing was compared "

@@ -21,6 +21,7 @@ from policybench.report.results import RESULTS, read_results
 from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
 from policybench.report.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
 from policybench.run.layout import video_name
+from policybench.text import listed
 
 Record = Mapping[str, Any]
 PART_RUN_FIELDS = ("started", "host", "command")  # what the list of parts shows of a run.json
@@ -362,7 +363,7 @@ def missing_rollouts(records: Sequence[Record], parts: Sequence[Part] = ()) -> t
     for function, nodeids in per_function.items():
         absent = [nodeid[len(function) :] for nodeid in nodeids if nodeid not in ran]
         if absent:
-            named = ", ".join(absent[:6]) + (f" and {len(absent) - 6} more" if absent[6:] else "")
+            named = listed(absent, 6)
             lines.append(
                 f"{function}: {len(absent)} of {len(nodeids)} selected rollouts ran in no part "
                 f"({named})"
