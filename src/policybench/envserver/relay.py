@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,10 +183,13 @@ def _same(isolated: Isolated, entry: Any, kwargs: Any) -> bool:
         return False
 
 
-def decoded_map(frame: memoryview) -> dict[str, Any]:
-    """A client's request frame as its map; Refused when it is no msgpack map with string keys."""
+def decoded_map(
+    frame: memoryview, decode: Callable[[memoryview], Any] | None = None
+) -> dict[str, Any]:
+    """A client's request frame as its map (by `decode`, default Frames.decoded: all of it);
+    Refused when it is no msgpack map with string keys."""
     try:
-        message = Frames.decoded(frame)
+        message = (decode or Frames.decoded)(frame)
     except Exception as error:  # msgpack's own errors, a bad array layout, bad UTF-8 ...
         raise Refused(
             EnvServerError, f"a request is not an env server frame ({type(error).__name__})"
@@ -449,18 +452,14 @@ def peer_of(connection: socket.socket) -> str:
 
 def op_of(request: memoryview) -> str:
     """A request frame's op, read from its map alone (its arrays' ext headers left undecoded);
-    Refused when the frame holds no map."""
+    Refused as decoded_map refuses."""
+    return str(decoded_map(request, _map_alone).get("op"))
+
+
+def _map_alone(request: memoryview) -> Any:
     body, _ = protocol.HEADER.unpack_from(request)
     start = protocol.HEADER.size
-    try:
-        message = msgpack.unpackb(request[start : start + body], strict_map_key=False)
-    except Exception as error:  # msgpack's own errors, bad UTF-8 ...
-        raise Refused(
-            EnvServerError, f"a request is not an env server frame ({type(error).__name__})"
-        ) from None
-    if not isinstance(message, dict):
-        raise Refused(EnvServerError, "a request is a map with string keys")
-    return str(message.get("op"))
+    return msgpack.unpackb(request[start : start + body], strict_map_key=False)
 
 
 class _Handler(socketserver.BaseRequestHandler):
