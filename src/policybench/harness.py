@@ -13,6 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +25,7 @@ from policybench.policy.base import (
     InfrastructureError,
     Observation,
     Policy,
+    Session,
     SessionContext,
     release,
 )
@@ -77,6 +79,19 @@ class Recorder(Protocol):
     def restart(self) -> None: ...
 
 
+@dataclass
+class _Played:
+    """What a rollout has done so far: its statics, its steps, its first success, its session,
+    and what was running (`phase`), to name the culprit if something raises."""
+
+    statics: dict[str, Any]
+    started: float = field(default_factory=time.perf_counter)
+    trace: list[TraceStep] = field(default_factory=list)
+    success_step: int | None = None
+    session: Session | None = None
+    phase: str = ENV_RESET
+
+
 def run_rollout(
     rollout: Rollout, world: World, policy: Policy, observer: Observer | None = None
 ) -> Episode:
@@ -87,103 +102,116 @@ def run_rollout(
             f"rollout {rollout.id!r} belongs to eval {rollout.eval!r}, but the World is of eval "
             f"{eval.name!r}; run it on a World of its own Eval"
         )
-    started = time.perf_counter()
-    statics = statics_of(rollout, eval, None, world)  # the policy is described at the end
-    trace: list[TraceStep] = []
-    success_step: int | None = None
-    period_ns = eval.control_period_ns
-    timeout_ns = round(rollout.timeout_s * 1e9)
-    hold, stop_on_success = eval.hold, eval.stop_on_success
-    phase = ENV_RESET  # what is running, to name the culprit if it raises
-    session = None
-
-    def finish(
-        kind: OutcomeKind, reason: str, details: str = "", transient: bool = False
-    ) -> Episode:
-        # The session ends, then the policy is described (a served one knows its model once
-        # connected): either may raise, which is the rollout's error unless it had one already.
-        for what, end in (
-            (SESSION_CLOSE, lambda: session is None or release(session)),
-            (POLICY_DESCRIBE, lambda: statics.update({keys.POLICY: policy.describe()})),
-        ):
-            try:
-                end()
-            except Exception as error:
-                said = f"{what} raised {type(error).__name__}: {error}"
-                if kind is OutcomeKind.ERROR:
-                    details += f"\n\nthen {said}\n{traceback.format_exc()}"
-                else:
-                    kind, reason, details = OutcomeKind.ERROR, said, traceback.format_exc()
-                    transient = isinstance(error, InfrastructureError)
-        return Episode(
-            statics=statics,
-            trace=tuple(trace),
-            outcome=Outcome(kind, reason, details, transient),
-            sim_s=len(trace) * period_ns / 1e9,
-            wall_s=time.perf_counter() - started,
-            success_step=success_step,
-            calls=() if session is None else tuple(session.calls),
-            success_reported=world.success_reported,
-            action_bounds=world.action_bounds,
-        )
-
+    played = _Played(statics_of(rollout, eval, None, world))  # the policy is described at the end
     try:
-        obs = world.reset(rollout.scene)
-        phase = POLICY
-        context = SessionContext(
-            instruction=rollout.instruction,
-            control_hz=eval.control_hz,
-            fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
-            draws_key=draws_key(rollout, eval),
-        )
-        session = checked_session(policy.new_session(context), policy.name)
-        expected_shape, policy_name = world.action_space.shape, policy.name
-        record = trace.append
-        time_ns = resume_at_ns = 0
-        last_action: np.ndarray | None = None
-        while True:
-            if observer is not None:
-                phase = RECORDER
-                observer(time_ns, obs)
-            commands = None
-            if time_ns >= resume_at_ns:
-                phase = POLICY
-                answer = session(obs, time_ns)
-                if isinstance(answer, EndEpisode):
-                    return finish(
-                        OutcomeKind.UNSOLVED, f"policy ended the episode: {answer.reason}"
-                    )
-                commands, resume_at_ns = answer.commands, answer.resume_at_ns
-            if commands is None:
-                action = hold(last_action, obs)
-            else:
-                action = last_action = check_action(commands, expected_shape, policy_name)
-            phase = ENV_STEP
-            result = world.step(action)
-            record(TraceStep(time_ns, action, result.reward, result.success))
-            time_ns += period_ns
-            obs = result.obs
-            if result.success and success_step is None:
-                success_step = len(trace) - 1
-                if stop_on_success:
-                    return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
-            if time_ns >= timeout_ns or result.terminated or result.truncated:
-                break
+        kind, reason = _play(rollout, world, policy, observer, played)
     except ActionError as error:
-        return finish(OutcomeKind.ERROR, str(error))
+        return _finished(played, world, policy, OutcomeKind.ERROR, str(error))
     except Exception as error:
-        if phase in (ENV_RESET, ENV_STEP):
+        if played.phase in (ENV_RESET, ENV_STEP):
             world.discard()
-        return finish(
+        return _finished(
+            played,
+            world,
+            policy,
             OutcomeKind.ERROR,
-            f"{phase} raised {type(error).__name__}: {error}",
+            f"{played.phase} raised {type(error).__name__}: {error}",
             traceback.format_exc(),
             transient=isinstance(error, InfrastructureError),
         )
-    if success_step is not None:
-        return finish(OutcomeKind.SOLVED, f"success at step {success_step}")
+    return _finished(played, world, policy, kind, reason)
+
+
+def _play(
+    rollout: Rollout, world: World, policy: Policy, observer: Observer | None, played: _Played
+) -> tuple[OutcomeKind, str]:
+    """Steps the rollout to its end; its outcome and reason (what raises is the caller's)."""
+    eval = world.eval
+    period_ns, timeout_ns = eval.control_period_ns, round(rollout.timeout_s * 1e9)
+    hold, stop_on_success = eval.hold, eval.stop_on_success
+    obs = world.reset(rollout.scene)
+    played.phase = POLICY
+    context = SessionContext(
+        instruction=rollout.instruction,
+        control_hz=eval.control_hz,
+        fields={name: rollout.scene.fields[name] for name in eval.policy_facing},
+        draws_key=draws_key(rollout, eval),
+    )
+    session = played.session = checked_session(policy.new_session(context), policy.name)
+    expected_shape, policy_name = world.action_space.shape, policy.name
+    trace = played.trace
+    record = trace.append
+    time_ns = resume_at_ns = 0
+    last_action: np.ndarray | None = None
+    while True:
+        if observer is not None:
+            played.phase = RECORDER
+            observer(time_ns, obs)
+        commands = None
+        if time_ns >= resume_at_ns:
+            played.phase = POLICY
+            answer = session(obs, time_ns)
+            if isinstance(answer, EndEpisode):
+                return OutcomeKind.UNSOLVED, f"policy ended the episode: {answer.reason}"
+            commands, resume_at_ns = answer.commands, answer.resume_at_ns
+        if commands is None:
+            action = hold(last_action, obs)
+        else:
+            action = last_action = check_action(commands, expected_shape, policy_name)
+        played.phase = ENV_STEP
+        result = world.step(action)
+        record(TraceStep(time_ns, action, result.reward, result.success))
+        time_ns += period_ns
+        obs = result.obs
+        if result.success and played.success_step is None:
+            played.success_step = len(trace) - 1
+            if stop_on_success:
+                return OutcomeKind.SOLVED, f"success at step {played.success_step}"
+        if time_ns >= timeout_ns or result.terminated or result.truncated:
+            break
+    if played.success_step is not None:
+        return OutcomeKind.SOLVED, f"success at step {played.success_step}"
     why = "timeout" if time_ns >= timeout_ns else "env ended the episode"
-    return finish(OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)")
+    return OutcomeKind.UNSOLVED, f"{why} after {len(trace)} steps ({time_ns / 1e9:g} s)"
+
+
+def _finished(
+    played: _Played,
+    world: World,
+    policy: Policy,
+    kind: OutcomeKind,
+    reason: str,
+    details: str = "",
+    transient: bool = False,
+) -> Episode:
+    """The rollout's Episode. The session ends, then the policy is described (a served one knows
+    its model once connected): either may raise, which is the rollout's error unless it had one
+    already."""
+    session, statics = played.session, played.statics
+    for what, end in (
+        (SESSION_CLOSE, lambda: session is None or release(session)),
+        (POLICY_DESCRIBE, lambda: statics.update({keys.POLICY: policy.describe()})),
+    ):
+        try:
+            end()
+        except Exception as error:
+            said = f"{what} raised {type(error).__name__}: {error}"
+            if kind is OutcomeKind.ERROR:
+                details += f"\n\nthen {said}\n{traceback.format_exc()}"
+            else:
+                kind, reason, details = OutcomeKind.ERROR, said, traceback.format_exc()
+                transient = isinstance(error, InfrastructureError)
+    return Episode(
+        statics=statics,
+        trace=tuple(played.trace),
+        outcome=Outcome(kind, reason, details, transient),
+        sim_s=len(played.trace) * world.eval.control_period_ns / 1e9,
+        wall_s=time.perf_counter() - played.started,
+        success_step=played.success_step,
+        calls=() if session is None else tuple(session.calls),
+        success_reported=world.success_reported,
+        action_bounds=world.action_bounds,
+    )
 
 
 def draws_key(rollout: Rollout, eval: Eval) -> str:
