@@ -212,7 +212,7 @@ def elements(space: dict[str, Any] | None) -> int:
     kind = space["kind"]
     if kind == "Box":
         return int(space["low"].size)
-    if kind in ("MultiDiscrete",):
+    if kind == "MultiDiscrete":
         return int(space["nvec"].size)
     if kind == "MultiBinary":
         return math.prod(n) if isinstance(n := space["n"], tuple | list) else int(n)

@@ -35,7 +35,7 @@ from policybench.serve import event_loop
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig
 from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES
 from policybench.spec import Eval
-from policybench.suites import eval_named, registered_evals, suite_modules
+from policybench.suites import eval_in, eval_named, registered_evals, suite_modules
 
 READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
 MODEL_HUNG = 75  # the exit status once a model call ran past --call-timeout (EX_TEMPFAIL)
@@ -258,10 +258,7 @@ def client_eval(ref: str, paths: Sequence[Path]) -> Eval:
             f"this server imports Evals for clients from registered suites and the folders of "
             f"--eval-path ({folders}); {module_name!r} is in none of them"
         )
-    value = getattr(importlib.import_module(module_name), attribute, None)
-    if not isinstance(value, Eval):
-        raise LookupError(f"{ref} is not an Eval (got {type(value).__name__})")
-    return value
+    return eval_in(importlib.import_module(module_name), attribute, ref)
 
 
 def _found_in(top: str, paths: Sequence[Path]) -> bool:

@@ -54,7 +54,12 @@ def eval_named(text: str) -> Eval:
             raise LookupError(f"no registered eval {text!r}; known: {sorted(evals)}")
         return evals[text]
     module_name, _, attribute = text.partition(":")
-    value = getattr(module_beside_user(module_name, text), attribute, None)
+    return eval_in(module_beside_user(module_name, text), attribute, text)
+
+
+def eval_in(module: ModuleType, attribute: str, text: str) -> Eval:
+    """`module`'s `attribute`, an Eval (`text`: how the user named it); a LookupError if not."""
+    value = getattr(module, attribute, None)
     if not isinstance(value, Eval):
         raise LookupError(f"{text} is not an Eval (got {type(value).__name__})")
     return value
