@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
+
 from policybench.cli import main as policybench_main
+from policybench.report.html import histogram
 
 
 def record(outcome: str, steps: int, infer_ms_mean: float | None) -> dict:
@@ -42,3 +45,14 @@ def test_each_histogram_says_why_the_rollouts_it_leaves_out_have_no_value(tmp_pa
         "Wall time per step": "1 rollout not shown: no steps",
         "Model call wall time (rollout mean)": "2 rollouts not shown: no model calls",
     }
+
+
+def test_a_histogram_of_values_a_rounding_apart_is_one_bin():
+    """Two wall times that differ in the last bits of a float (as 0.1 * 3 and 0.3 do) are one
+    value to the eye; numpy cannot cut so narrow a range into two bins, and the report once
+    failed at the end of a run on it."""
+    records = [record("solved", 1, None), record("unsolved", 1, None)]
+    records[0]["ms"], records[1]["ms"] = 1.0, float(np.nextafter(1.0, 2.0))
+    chart = histogram("Wall time per step", "ms", "no steps", records, lambda r: r["ms"])
+    assert len(chart.edges) == 2
+    assert chart.counts["solved"] == (1,) and chart.counts["unsolved"] == (1,)

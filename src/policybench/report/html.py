@@ -246,7 +246,10 @@ def histogram(
     values = np.array([v for _, v in pairs if v is not None], dtype=np.float64)
     if not len(values):
         return Histogram(title, unit, (), {}, 0, len(pairs), missing_means)
-    edges = np.histogram_bin_edges(values, bins=min(BINS, max(1, len(np.unique(values)))))
+    # Values that differ only in a float's last bits are one value to the eye, and numpy cannot
+    # cut so narrow a range into bins: count them apart at float32's precision.
+    distinct = len(np.unique(values.astype(np.float32)))
+    edges = np.histogram_bin_edges(values, bins=min(BINS, distinct))
     counts = {
         outcome: tuple(
             int(n)
