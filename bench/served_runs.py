@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.report.results import LATEST, RESULTS, read_results
 from policybench.run.records import latest_per_rollout
+from policybench.run.results import LATEST, RESULTS, read_results
 from policybench.serve.command import READY
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from policybench import keys
-from policybench.report.verdicts import read_verdicts
+from policybench.run.verdicts import read_verdicts
 
 CHROMIUM = next(
     (

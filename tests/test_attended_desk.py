@@ -14,7 +14,7 @@ import pytest
 from policybench import keys
 from policybench.operator.base import Ask, OperatorError, Request
 from policybench.operator.desk import Desk, DeskClient, DeskServer
-from policybench.report.verdicts import Verdict, read_verdicts
+from policybench.run.verdicts import Verdict, read_verdicts
 from policybench.spec import Attended, Scene
 
 JUDGE = Request(Ask.JUDGE, "point", "test_point.py::test_point[reach/seed=0]", "reach", {})
@@ -89,7 +89,7 @@ def test_a_staged_field_the_scene_lacks_names_the_fields_it_has():
 
 
 def test_desk_verdicts_reach_verdicts_jsonl_through_the_report_module(tmp_path):
-    from policybench.report.verdicts import append_verdict
+    from policybench.run.verdicts import append_verdict
 
     desk = Desk("ann", lambda verdict: append_verdict(tmp_path, verdict))
     asked = desk.post(JUDGE)

@@ -3,7 +3,7 @@ names aside (`blinding.json`, `blinding-policies.jsonl`): the preflights' files 
 
 from __future__ import annotations
 
-from policybench.report.arms import BLINDING_FILE, SEALED_FILE
+from policybench.run.arms import BLINDING_FILE, SEALED_FILE
 from tests.test_arms import AB, NAMES, bench, run_dir  # noqa: F401 (bench is a fixture)
 
 
@@ -28,7 +28,7 @@ def test_a_sealed_records_messages_name_neither_its_policy_nor_its_server(tmp_pa
     """An error's reason (a policy's own exception) and a retry's message keep the arm's letter
     in place of its policy's name, checkpoint or server; run-wide fields stay readable."""
     from policybench import keys
-    from policybench.report.arms import Sealer
+    from policybench.run.arms import Sealer
 
     sealer = Sealer(tmp_path, servers=[("ws://gpu-7:8000", "B")])
     record = {

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from policybench.cli import main
-from policybench.report.verdicts import Verdict, append_verdict, rollout_id
+from policybench.run.records import rollout_id
+from policybench.run.verdicts import Verdict, append_verdict
 from tests.test_verdicts import point_run, records
 
 GATED = ("--rollouts", "1", "-p", "no:cacheprovider", "--outcome-source", "operator")

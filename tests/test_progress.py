@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from policybench.report.status import STATUS, RunState, Status, combined, read_status
+from policybench.run.status import STATUS, RunState, Status, combined, read_status
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 BENCHMARK = """

@@ -18,7 +18,7 @@ import pytest
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
-from policybench.report.results import LATEST, RESULTS, read_results
+from policybench.run.results import LATEST, RESULTS, read_results
 from policybench.serve.command import READY
 from policybench.serve.server import SERVED_MODEL
 

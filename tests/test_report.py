@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from policybench.cli import main as policybench_main
-from policybench.report.results import read_results
 from policybench.report.stats import Tally
 from policybench.report.summary import Summary
+from policybench.run.results import read_results
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from policybench import cli
-from policybench.report.verdicts import VERDICTS, rollout_id
+from policybench.run.records import rollout_id
+from policybench.run.verdicts import VERDICTS
 from policybench.scoring.app import ScoringApp
 from policybench.scoring.server import PageServer
 from tests.test_html_browser import CHROMIUM, NO_CHROMIUM, pytestmark  # noqa: F401

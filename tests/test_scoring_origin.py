@@ -13,8 +13,9 @@ import gymnasium as gym
 import pytest
 
 import policybench
-from policybench.report.results import RESULTS, read_results
-from policybench.report.verdicts import read_verdicts, rollout_id
+from policybench.run.records import rollout_id
+from policybench.run.results import RESULTS, read_results
+from policybench.run.verdicts import read_verdicts
 from policybench.scoring.app import ScoringApp
 
 

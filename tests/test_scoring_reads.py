@@ -14,7 +14,7 @@ import pytest
 
 import policybench
 from policybench import keys
-from policybench.report.results import RESULTS, read_results
+from policybench.run.results import RESULTS, read_results
 from policybench.scoring.app import ScoringApp
 
 # The files the interpreter opened whose path is being watched (an audit hook, which stays

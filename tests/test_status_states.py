@@ -18,7 +18,7 @@ from pathlib import Path
 import gymnasium as gym
 
 import policybench
-from policybench.report.status import STATUS, RunState, read_status
+from policybench.run.status import STATUS, RunState, read_status
 from tests.test_progress import ENVS, checkout, environment, on_a_terminal, pytest_command  # noqa: F401
 from tests.test_resume import bench_in, interrupted, run
 

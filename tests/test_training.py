@@ -18,7 +18,7 @@ pytest.importorskip("gym_pusht", reason="needs the pusht extra")
 
 import policybench
 from policybench import keys
-from policybench.report.summary import RunInfo
+from policybench.run.info import RunInfo
 from policybench.suites.pusht import PUSHT
 from policybench.training import Evaluation
 

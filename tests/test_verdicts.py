@@ -14,7 +14,7 @@ import pytest
 
 from policybench import keys
 from policybench.cli import main
-from policybench.report.verdicts import (
+from policybench.run.verdicts import (
     VERDICTS,
     Verdict,
     append_verdict,
@@ -148,7 +148,7 @@ def test_operator_outcomes_count_unscored_rollouts_apart_and_errors_stay_errors(
         Verdict("t[4]", "success", "ana", "5"),
         Verdict("t[4]", "failure", "ben", "6"),
     ]
-    from policybench.report.verdicts import Verdicts
+    from policybench.run.verdicts import Verdicts
 
     judged = operator_outcomes(runs, Verdicts(tuple(given)))
     assert [r[keys.OUTCOME] for r in judged.records] == ["unsolved", "solved", "error"]

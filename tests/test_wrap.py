@@ -25,12 +25,14 @@ import policybench
 from policybench import keys
 from policybench.cli import main as policybench_main
 from policybench.record.rollout_trace import read_trace
-from policybench.report.arms import BLINDED, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.report.html import Findings, write_html
-from policybench.report.results import LATEST, RESULTS, read_results
-from policybench.report.summary import RUN_INFO, SUMMARY, Summary
-from policybench.report.unfinished import UNFINISHED
-from policybench.report.verdicts import Verdict, append_verdict, read_verdicts
+from policybench.report.summary import Summary
+from policybench.run.arms import BLINDED, BLINDING_FILE, SEALED_FILE, Blinding
+from policybench.run.info import RUN_INFO
+from policybench.run.layout import SUMMARY
+from policybench.run.results import LATEST, RESULTS, read_results
+from policybench.run.unfinished import UNFINISHED
+from policybench.run.verdicts import Verdict, append_verdict, read_verdicts
 from policybench.scoring.app import PAGE, ScoringApp
 from policybench.scoring.server import Request
 

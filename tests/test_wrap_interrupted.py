@@ -17,7 +17,7 @@ import pytest
 
 import policybench
 from policybench.report.html import INDEX, ROLLOUTS
-from policybench.report.results import RESULTS, read_results
+from policybench.run.results import RESULTS, read_results
 
 CLI = Path(sys.executable).with_name("policybench")
 EPISODES = 40  # enough that the report's rollout pages take a second or so to write

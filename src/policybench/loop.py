@@ -18,7 +18,7 @@ from gymnasium.vector.utils import iterate
 from policybench import keys
 from policybench.record.loop_run import LoopRun, OpenEpisode, statics_of
 from policybench.report.cli import INTERRUPTED, interrupted_line, rebuild_report
-from policybench.report.results import new_run_dir
+from policybench.run.results import new_run_dir
 from policybench.world import SUCCESS_INFO_KEYS, success_of
 
 LOOP_RESET = "the loop reset the env"

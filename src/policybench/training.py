@@ -29,9 +29,10 @@ from policybench.evaluate_run import (
 from policybench.options import API_KEY_VARIABLE, ENV_URL
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.registry import PolicySettings, as_policy
-from policybench.report.arms import blinded_command
-from policybench.report.summary import OVERALL, SUMMARY, Summary
+from policybench.report.summary import OVERALL, Summary
+from policybench.run.arms import blinded_command
 from policybench.run.command_line import redacted_command
+from policybench.run.layout import SUMMARY
 from policybench.serve.client import HIDDEN, without_secrets
 from policybench.serve.command import action_space_of
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig, ServerThread

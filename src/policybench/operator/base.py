@@ -1,5 +1,5 @@
 """What a rollout asks a person: the Request (stage this scene, or judge this rollout), and the
-Operator a harness asks it through; a verdict is the one verdicts.jsonl holds (report.verdicts)."""
+Operator a harness asks it through; a verdict is the one verdicts.jsonl holds (run.verdicts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policybench import keys
-from policybench.report.verdicts import Verdict
+from policybench.run.verdicts import Verdict
 from policybench.spec import SceneValue
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.operator.base import Ask, OperatorError, Request
-from policybench.report.verdicts import BadVerdict, Verdict
+from policybench.run.verdicts import BadVerdict, Verdict
 from policybench.scoring.server import HttpError, Response
 from policybench.scoring.server import Request as PageRequest
 

@@ -11,7 +11,7 @@ from typing import IO
 from policybench import keys
 from policybench.operator.base import Ask, OperatorError, Request
 from policybench.operator.desk import Desk
-from policybench.report.verdicts import FAILURE, SUCCESS, UNSURE
+from policybench.run.verdicts import FAILURE, SUCCESS, UNSURE
 
 TERMINAL = "/dev/tty"
 CHOICES = {"s": SUCCESS, "f": FAILURE, "u": UNSURE}

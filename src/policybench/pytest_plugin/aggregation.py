@@ -33,15 +33,16 @@ from policybench.pytest_plugin.watchdog import HUNG
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
-from policybench.report.arms import Sealer
 from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
-from policybench.report.results import RESULTS, ResultsWriter, read_results, resolve_run
-from policybench.report.summary import OVERALL, Row, RunInfo, Summary
-from policybench.report.verdicts import read_verdicts
+from policybench.report.summary import OVERALL, Row, Summary
+from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
+from policybench.run.info import RunInfo
 from policybench.run.records import latest_per_rollout
+from policybench.run.results import RESULTS, ResultsWriter, read_results, resolve_run
+from policybench.run.verdicts import read_verdicts
 from policybench.text import listed
 
 

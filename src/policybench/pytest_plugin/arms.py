@@ -15,7 +15,7 @@ from typing import Any
 from policybench import keys
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.registry import LEROBOT_PREFIX, is_import_path
-from policybench.report.arms import (
+from policybench.run.arms import (
     ARM_IN_ID,
     ARMS,
     ASSIGN,

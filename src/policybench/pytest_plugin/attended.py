@@ -26,7 +26,7 @@ from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.watchdog import not_counted
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.episode import Episode
-from policybench.report.verdicts import append_verdict
+from policybench.run.verdicts import append_verdict
 from policybench.spec import Eval
 
 TTY, WEB = "tty", "web"

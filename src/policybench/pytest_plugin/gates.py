@@ -19,7 +19,7 @@ from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
 from policybench.report.summary import OVERALL, Row, Summary
-from policybench.report.verdicts import (
+from policybench.run.verdicts import (
     AUTOMATIC_SOURCE,
     SOURCE_HELP,
     judged_records,

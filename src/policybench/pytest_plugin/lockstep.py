@@ -16,7 +16,7 @@ import pytest
 
 from policybench.pytest_plugin.collection import Planned, planned_of
 from policybench.pytest_plugin.workers import is_worker
-from policybench.report.arms import ARM_IN_ID
+from policybench.run.arms import ARM_IN_ID
 
 OPTION = "envs_per_worker"
 

@@ -40,7 +40,7 @@ from policybench.registry import (
     PolicySettings,
     check_policy_name,
 )
-from policybench.report.arms import BLINDING_FILE, Blinding
+from policybench.run.arms import BLINDING_FILE, Blinding
 from policybench.serve.client import Endpoint
 
 DEFAULT_MAX_ENVS = 1  # a LIBERO env alone is ~1.5 GB; task-affine scheduling keeps reuse high

@@ -15,7 +15,7 @@ from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
-from policybench.report.status import RunState, Status, StatusFile
+from policybench.run.status import RunState, Status, StatusFile
 
 CLEAR_TO_END = "\x1b[K"  # the rest of the terminal's line: a shorter line leaves nothing behind
 

@@ -22,9 +22,10 @@ from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
-from policybench.report.results import RESULTS, read_results
-from policybench.report.summary import RunInfo
 from policybench.run.command_line import BLIND, redacted_command
+from policybench.run.info import RunInfo
+from policybench.run.records import latest_by_rollout
+from policybench.run.results import RESULTS, read_results
 from policybench.serve.client import HIDDEN
 
 FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
@@ -79,12 +80,10 @@ def resumed_of(config: pytest.Config) -> Resumed | None:
 
 
 def final_records(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last record with a final outcome of each node id."""
-    final: dict[str, dict[str, Any]] = {}
-    for record in records:
-        if OutcomeKind(record[keys.OUTCOME]) in FINAL and keys.NODEID in record:
-            final[record[keys.NODEID]] = record
-    return final
+    """What a resumed run carries: the latest record of each rollout among those with a final
+    outcome (one that ended in error is run again)."""
+    finals = (r for r in records if OutcomeKind(r[keys.OUTCOME]) in FINAL and keys.NODEID in r)
+    return latest_by_rollout(finals)
 
 
 @pytest.hookimpl(trylast=True)  # after -k, --suite and shards have selected

@@ -24,9 +24,9 @@ from policybench.pytest_plugin.options import (
     served_by_shared_server,
 )
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
-from policybench.report.arms import blinded_command
-from policybench.report.results import LATEST, RESULTS, new_run_dir, resolve_run
+from policybench.run.arms import blinded_command
 from policybench.run.command_line import redacted_command
+from policybench.run.results import LATEST, RESULTS, new_run_dir, resolve_run
 
 if TYPE_CHECKING:
     from policybench.pytest_plugin.resume import Resumed

@@ -16,7 +16,7 @@ from policybench.pytest_plugin import gates, rundir
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
-from policybench.report.results import RESULTS
+from policybench.run.results import RESULTS
 from policybench.spec import Eval, Rollout
 
 AUTO = "auto"

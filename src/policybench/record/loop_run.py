@@ -24,7 +24,8 @@ from policybench.policy.base import control_period_ns
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
-from policybench.report.arms import (
+from policybench.report.video import VideoRecorder
+from policybench.run.arms import (
     ARMS,
     BLINDED,
     BLINDING,
@@ -34,12 +35,11 @@ from policybench.report.arms import (
     telling_texts,
     whole_words,
 )
-from policybench.report.results import RESULTS, ResultsWriter, read_results
-from policybench.report.summary import RunInfo
-from policybench.report.unfinished import UNFINISHED, mark
-from policybench.report.video import VideoRecorder
+from policybench.run.info import RunInfo
 from policybench.run.layout import TRACES, VIDEOS, video_fields, video_name
 from policybench.run.records import crashed_record, rollout_record
+from policybench.run.results import RESULTS, ResultsWriter, read_results
+from policybench.run.unfinished import UNFINISHED, mark
 from policybench.world import as_observation
 
 INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops

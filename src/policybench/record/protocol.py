@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policybench import keys
-from policybench.report.arms import ARMS, ASSIGN, BLINDING
+from policybench.run.arms import ARMS, ASSIGN, BLINDING
 
 Record = Mapping[str, Any]
 Fields = Mapping[str, frozenset[str]]  # field -> the JSON texts of the values it took

@@ -12,16 +12,16 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
-from policybench.report.arms import arm_order
 from policybench.report.stats import group
-from policybench.report.verdicts import (
+from policybench.run.arms import arm_order
+from policybench.run.records import rollout_id
+from policybench.run.verdicts import (
     AUTOMATIC,
     CHOICES,
     FAILURE,
     SUCCESS,
     Verdicts,
     consensus,
-    rollout_id,
     unscored_reason,
 )
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report import status as status_command
-from policybench.report.arms import UNBLINDED, Unsealed, unblind_lines
 from policybench.report.compare import (
     ALPHA,
     compare_arms,
@@ -24,10 +23,12 @@ from policybench.report.compare import (
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
-from policybench.report.results import RESULTS, read_results, resolve_run
-from policybench.report.summary import RunInfo, Summary
-from policybench.report.unfinished import seal_named, seal_unfinished
-from policybench.report.verdicts import SOURCE_HELP, VERDICTS, judged_records
+from policybench.report.summary import Summary
+from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
+from policybench.run.info import RunInfo
+from policybench.run.results import RESULTS, read_results, resolve_run
+from policybench.run.unfinished import seal_named, seal_unfinished
+from policybench.run.verdicts import SOURCE_HELP, VERDICTS, judged_records
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -144,7 +145,7 @@ def run_html(args: argparse.Namespace) -> int:
 def rebuild_report(run_dir: Path) -> Path:
     """summary.json and the HTML report of `run_dir`, written anew from its results (and its
     operators' verdicts); says what it wrote. Returns the report's index page. Episodes a
-    wrapped loop died in (report.unfinished) become their error records first."""
+    wrapped loop died in (run.unfinished) become their error records first."""
     for line in seal_unfinished(run_dir):
         print(line)
     results = read_results(run_dir / RESULTS)

@@ -13,7 +13,6 @@ from typing import Any
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import Difference, Protocol
-from policybench.report.arms import BLINDING, UNBLINDED
 from policybench.report.paired import (
     CONFIDENCE,
     Adjustment,
@@ -26,6 +25,7 @@ from policybench.report.paired import (
 )
 from policybench.report.pairing import match
 from policybench.report.stats import Tally, group, tally_of
+from policybench.run.arms import BLINDING, UNBLINDED
 from policybench.text import listed
 
 ALPHA = 0.05

@@ -13,11 +13,12 @@ import numpy as np
 
 from policybench import keys
 from policybench.report.compare import Comparison
-from policybench.report.results import OUTCOMES
 from policybench.report.rollout_page import page_trace, write_plots_js
 from policybench.report.stats import infer_ms, step_wall_ms
-from policybench.report.summary import Row, RunInfo, Summary
+from policybench.report.summary import Row, Summary
 from policybench.report.sweep import sweep_of
+from policybench.run.info import RunInfo
+from policybench.run.results import OUTCOMES
 
 INDEX = "index.html"
 ROLLOUTS = "rollouts"

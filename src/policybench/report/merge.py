@@ -15,12 +15,13 @@ from typing import Any
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
-from policybench.report.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
-from policybench.report.results import RESULTS, read_results
-from policybench.report.summary import RUN_INFO, SUMMARY, RunInfo, Summary
-from policybench.report.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
-from policybench.run.layout import video_name
+from policybench.report.summary import Summary
+from policybench.run.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
+from policybench.run.info import RUN_INFO, RunInfo
+from policybench.run.layout import SUMMARY, video_name
+from policybench.run.results import RESULTS, read_results
+from policybench.run.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
 from policybench.text import listed
 
 Record = Mapping[str, Any]

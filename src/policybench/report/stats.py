@@ -10,51 +10,8 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
-from policybench.record.episode import OutcomeKind
 from policybench.record.realtime import Realtime
-
-CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class Tally:
-    rollouts: int = 0
-    solved: int = 0
-    unsolved: int = 0
-    errors: int = 0
-
-    def add(self, outcome: OutcomeKind) -> Tally:
-        return Tally(
-            self.rollouts + 1,
-            self.solved + (outcome is OutcomeKind.SOLVED),
-            self.unsolved + (outcome is OutcomeKind.UNSOLVED),
-            self.errors + (outcome is OutcomeKind.ERROR),
-        )
-
-    @property
-    def rate(self) -> float | None:
-        return self.solved / self.rollouts if self.rollouts else None
-
-    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-        """Wilson score interval of the success rate (errors count as attempts not solved)."""
-        if not self.rollouts:
-            return None
-        from scipy.stats import binomtest
-
-        ci = binomtest(self.solved, self.rollouts).proportion_ci(confidence, method="wilson")
-        return float(ci.low), float(ci.high)
-
-
-def tally_by(records: Iterable[Mapping[str, Any]], *fields: str) -> dict[tuple[str, ...], Tally]:
-    """A Tally per value of `fields`, in sorted order."""
-    return {key: tally_of(members) for key, members in group(records, *fields).items()}
-
-
-def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
-    total = Tally()
-    for record in records:
-        total = total.add(OutcomeKind(record[keys.OUTCOME]))
-    return total
+from policybench.run.records import Tally, tally_of
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from policybench import keys
 from policybench.policy.latency import NO_LATENCY as ZERO
-from policybench.report.arms import ARMS
 from policybench.report.compare import TaskComparison
 from policybench.report.paired import Pairs
+from policybench.run.arms import ARMS
 
 if TYPE_CHECKING:
-    from policybench.report.summary import RunInfo, Summary
+    from policybench.report.summary import Summary
+    from policybench.run.info import RunInfo
 
 NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is compared with it
 

@@ -1,5 +1,5 @@
-"""Where a run directory keeps a rollout's files: its trace and its video, each named for the
-rollout's id."""
+"""Where a run directory keeps its files: a rollout's trace and video, each named for the
+rollout's id, and the run's summary."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 TRACES = "traces"  # the folder of a run's rollout traces
 VIDEOS = "videos"  # the folder of a run's videos
+SUMMARY = "summary.json"  # the run's aggregates, written when it ends
 
 
 def video_name(nodeid: str) -> str:

@@ -4,6 +4,7 @@ the one rule for a rollout recorded more than once: its latest record."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from policybench import keys
@@ -49,10 +50,65 @@ def crashed_record(
     return {**rollout_record(planned, crash, added), **dict.fromkeys(NEVER_REPORTED_BY_A_CRASH)}
 
 
-def latest_per_rollout(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per rollout (node id): the last one written (records in the order of those)."""
+def rollout_id(record: Mapping[str, Any]) -> str:
+    """What names a rollout in a run: its item id (the same in resumed and merged runs), or where a
+    record has none, its Eval, task and index."""
+    nodeid = record.get(keys.NODEID)
+    if isinstance(nodeid, str) and nodeid:
+        return nodeid
+    return f"{record[keys.EVAL]}/{record[keys.TASK]}#{record.get(keys.ROLLOUT_INDEX)}"
+
+
+def latest_by_rollout(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One record per rollout (`rollout_id`): the last one written, in the order of those (a
+    rollout recorded again, as a resumed run's retried one, takes its new place)."""
     latest: dict[str, dict[str, Any]] = {}
     for record in records:
-        latest.pop(record[keys.NODEID], None)
-        latest[record[keys.NODEID]] = record
-    return list(latest.values())
+        named = rollout_id(record)
+        latest.pop(named, None)
+        latest[named] = record
+    return latest
+
+
+def latest_per_rollout(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per rollout: the last one written (records in the order of those)."""
+    return list(latest_by_rollout(records).values())
+
+
+CONFIDENCE = 0.95  # of every interval policybench states
+
+
+@dataclass(frozen=True)
+class Tally:
+    rollouts: int = 0
+    solved: int = 0
+    unsolved: int = 0
+    errors: int = 0
+
+    def add(self, outcome: OutcomeKind) -> Tally:
+        return Tally(
+            self.rollouts + 1,
+            self.solved + (outcome is OutcomeKind.SOLVED),
+            self.unsolved + (outcome is OutcomeKind.UNSOLVED),
+            self.errors + (outcome is OutcomeKind.ERROR),
+        )
+
+    @property
+    def rate(self) -> float | None:
+        return self.solved / self.rollouts if self.rollouts else None
+
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+        """Wilson score interval of the success rate (errors count as attempts not solved)."""
+        if not self.rollouts:
+            return None
+        from scipy.stats import binomtest
+
+        ci = binomtest(self.solved, self.rollouts).proportion_ci(confidence, method="wilson")
+        return float(ci.low), float(ci.high)
+
+
+def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
+    total = Tally()
+    for record in records:
+        total = total.add(OutcomeKind(record[keys.OUTCOME]))
+    return total

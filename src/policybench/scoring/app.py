@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.report.results import RESULTS, read_results
-from policybench.report.summary import RunInfo
-from policybench.report.verdicts import (
+from policybench.run.info import RunInfo
+from policybench.run.records import latest_by_rollout, rollout_id
+from policybench.run.results import RESULTS, read_results
+from policybench.run.verdicts import (
     CHOICES,
     BadVerdict,
     Verdict,
     append_verdict,
     read_verdicts,
-    rollout_id,
 )
 from policybench.scoring.server import (
     FILES,
@@ -127,7 +127,7 @@ class ScoringApp:
             stamp = _stamp(path)
             if stamp is None or stamp != self._read[0]:
                 records = read_results(path).records
-                self._read = (stamp, {rollout_id(record): record for record in records})
+                self._read = (stamp, latest_by_rollout(records))
             return self._read[1]
 
     def page(self, request: Request) -> Response:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from policybench.report.agreement import Agreement
 from policybench.report.cli import rebuild_report
-from policybench.report.results import RESULTS, read_results, resolve_run
-from policybench.report.verdicts import read_verdicts
+from policybench.run.results import RESULTS, read_results, resolve_run
+from policybench.run.verdicts import read_verdicts
 from policybench.scoring.app import ScoringApp, unfilmed_line
 from policybench.scoring.server import LOOPBACK
 

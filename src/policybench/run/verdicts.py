@@ -14,6 +14,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.run.records import rollout_id
 
 VERDICTS = "verdicts.jsonl"
 SUCCESS, FAILURE, UNSURE = "success", "failure", "unsure"
@@ -66,14 +67,6 @@ class Verdict:
             raise BadVerdict(f"verdict should be one of {', '.join(CHOICES)}")
         note = data.get(keys.VERDICT_NOTE) or ""
         return cls(*(data[f] for f in fields), note=str(note))
-
-
-def rollout_id(record: Mapping[str, Any]) -> str:
-    """What names a rollout in verdicts: its item id (the same in resumed and merged runs)."""
-    nodeid = record.get(keys.NODEID)
-    if isinstance(nodeid, str) and nodeid:
-        return nodeid
-    return f"{record[keys.EVAL]}/{record[keys.TASK]}#{record.get(keys.ROLLOUT_INDEX)}"
 
 
 def append_verdict(run_dir: Path, verdict: Verdict) -> None:

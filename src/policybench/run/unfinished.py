@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.report.results import RESULTS, ResultsWriter, read_results, write_whole
 from policybench.run.layout import VIDEOS
+from policybench.run.results import RESULTS, ResultsWriter, read_results, write_whole
 
 UNFINISHED = ".episodes-in-progress"  # a run directory's folder of markers, one per open episode
 PROCESS, HOST, RECORD = "pid", "host", "record"
