@@ -266,12 +266,11 @@ class Frames:
         """The next frame of `source` (a socket, or a pipe's file), header included, valid
         until the next read; Refused, before its body is read, when it holds over `limit` bytes."""
         self._fill(source, 0, protocol.HEADER.size)
-        body, raw = protocol.HEADER.unpack_from(self._buffer)
-        size = protocol.HEADER.size + protocol._aligned(body) + raw
-        if limit is not None and size > limit:
-            raise Refused(
-                EnvServerError, f"a frame of {size} bytes: this request holds at most {limit}"
-            )
+        try:
+            _, rest = protocol.frame_size(self._buffer, limit or protocol.FRAME_LIMIT)
+        except protocol.FrameTooLarge as large:
+            raise Refused(EnvServerError, str(large)) from None
+        size = protocol.HEADER.size + rest
         if size > len(self._buffer):
             grown = bytearray(size)
             grown[: protocol.HEADER.size] = self._buffer[: protocol.HEADER.size]

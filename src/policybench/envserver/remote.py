@@ -137,6 +137,9 @@ class RemoteEnvServer:
                 answer = self._codec.read(self._stream)
             except OSError:  # reset by the other side, or closed here already
                 answer = None
+            except protocol.FrameTooLarge as large:  # its bytes never read: the stream is lost
+                self._hang_up()
+                raise EnvServerError(f"env server at {url} answered {op} with {large}") from None
         if answer is None:
             raise EnvServerGone(
                 f"env server at {url} closed the connection at {op}: its `policybench env "

@@ -32,6 +32,26 @@ PROTOCOL = 2  # raise it on any change to the ops or the encoding
 PARENT_PID_VARIABLE = "POLICYBENCH_PARENT_PID"  # policybench.lifetime's, spelled here again:
 PR_SET_PDEATHSIG = 1  # this module imports nothing of policybench
 HEADER = struct.Struct(">II")  # a frame's msgpack bytes, then its raw bytes
+FRAME_LIMIT = 1 << 31  # the most bytes a frame holds, unless its reader says fewer (2 GiB)
+
+
+class FrameTooLarge(ValueError):
+    """A frame's header announces more bytes than its reader takes (refused before they come)."""
+
+
+def frame_size(header: bytes | memoryview, limit: int = FRAME_LIMIT) -> tuple[int, int]:
+    """From a frame's HEADER: its map's length and the bytes that follow the header; the one
+    check of a frame's size, made before its body is read (FrameTooLarge over `limit` bytes,
+    header included)."""
+    body, raw = HEADER.unpack_from(header)
+    size = _aligned(body) + raw
+    if HEADER.size + size > limit:
+        raise FrameTooLarge(
+            f"a frame of {HEADER.size + size} bytes, where at most {limit} are taken"
+        )
+    return body, size
+
+
 ALIGN = 16  # where each array's bytes start in a frame's raw bytes
 ARRAY, TUPLE = 1, 2  # msgpack ext type codes
 OPS = ("hello", "make", "spaces", "reset", "step", "render", "close")  # Server's methods
@@ -115,16 +135,16 @@ class Codec:
         """`message` as one frame, in one piece."""
         return b"".join(self.frame(message))
 
-    def read(self, stream: BinaryIO) -> dict[str, Any] | None:
-        """The next frame's message from `stream`, None at its end."""
+    def read(self, stream: BinaryIO, limit: int = FRAME_LIMIT) -> dict[str, Any] | None:
+        """The next frame's message from `stream`, None at its end; FrameTooLarge, before its
+        body is read, for a frame of over `limit` bytes."""
         header = stream.read(HEADER.size)
         while len(header) < HEADER.size:  # a raw stream (a socket's) may answer in parts
             more = stream.read(HEADER.size - len(header))
             if not more:
                 return None
             header += more
-        body_size, raw_size = HEADER.unpack(header)
-        size = _aligned(body_size) + raw_size
+        body_size, size = frame_size(header, limit)
         view = memoryview(bytearray(size))
         got = stream.readinto(view)  # all of it, unless the stream ends
         if got < size and got + _read_into(stream, view[got:]) < size:
