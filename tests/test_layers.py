@@ -1,7 +1,7 @@
 """The layers and the fronts, checked over the package's imports: no module outside the pytest
 plugin imports the plugin or pytest (but `policybench.parametrize`, loaded lazily, and
 `evaluate()`'s child run, which is a pytest plugin); the run layer (`policybench.run`) imports no
-front and no report; a wrapped loop imports no pytest."""
+front and no report; a wrapped loop imports no pytest; no function is longer than a screen."""
 
 from __future__ import annotations
 
@@ -137,3 +137,19 @@ def test_no_import_circles_at_module_level():
         if module not in done:
             visit(module, [module], done)
     assert circles == []
+
+
+LONGEST_FUNCTION = 60  # lines, its signature and docstring included
+
+
+def test_no_function_is_longer_than_a_screen():
+    """A function that does one thing fits on a screen; over LONGEST_FUNCTION lines it does
+    several, and its parts want names of their own."""
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.relative_to(SRC.parent)}:{node.lineno} {node.name} {lines}")
+    assert not long, "functions over a screen:\n" + "\n".join(long)

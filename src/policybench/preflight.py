@@ -107,33 +107,10 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         eval.control_hz,
         {name: rollout.scene.fields[name] for name in eval.policy_facing},
     )
-    sent: dict[str, str] = {}
-    shown: Observation = obs
-    received: str | None = None
+    asked = _Exchange(obs)
     started = time.perf_counter()
     try:
-        if isinstance(policy, ChunkPolicy):
-            shown = policy.codec.encode(obs, rollout.instruction)
-            sent = {name: describe_value(value) for name, value in shown.items()}
-            source = policy.model.open(context)
-            try:
-                chunk = source(shown)
-            finally:
-                release(source)
-            if not isinstance(chunk, Chunk):
-                raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
-            received = describe_value(chunk.actions)
-            actions = policy.codec.actions(chunk.actions)
-        else:
-            session = policy.new_session(context)
-            try:
-                answer = session(obs, 0)
-            finally:
-                release(session)
-            if isinstance(answer, EndEpisode) or not isinstance(answer, Step):
-                raise TypeError(f"a session's first answer must be a Step, got {answer!r}")
-            actions = np.empty((0, *space.shape)) if answer.commands is None else answer.commands
-            actions = np.atleast_2d(actions)
+        actions = _first_actions(policy, obs, rollout.instruction, context, space.shape, asked)
         latency_ms = (time.perf_counter() - started) * 1e3
         for action in actions:
             check_action(action, space.shape, policy.name)
@@ -141,21 +118,27 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         described = policy.describe()
     except (InfrastructureError, CallHung) as error:  # says nothing of the contract
         problem = f"{type(error).__name__}: {error}"
-        return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, sent), shown)
+        return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, asked.sent), asked.shown)
     except ActionError as error:
-        return Shown(_failed(eval.name, str(error), sent, policy, received=received), shown)
+        return Shown(
+            _failed(eval.name, str(error), asked.sent, policy, received=asked.received), asked.shown
+        )
     except Exception as error:
         problem = f"{type(error).__name__}: {error}"
         details = traceback.format_exc()
-        return Shown(_failed(eval.name, problem, sent, policy, details, received), shown)
+        return Shown(
+            _failed(eval.name, problem, asked.sent, policy, details, asked.received), asked.shown
+        )
     if unplayable is not None:
-        return Shown(_failed(eval.name, unplayable, sent, policy, received=received), shown)
+        return Shown(
+            _failed(eval.name, unplayable, asked.sent, policy, received=asked.received), asked.shown
+        )
     passed = Preflight(
         eval.name,
         Verdict.PASSED,
-        sent=sent,
+        sent=asked.sent,
         answered=describe_value(actions),
-        received=received,
+        received=asked.received,
         horizon=len(actions),
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
@@ -163,7 +146,50 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
     )
-    return Shown(passed, shown)
+    return Shown(passed, asked.shown)
+
+
+@dataclass
+class _Exchange:
+    """What a preflight has shown the policy and heard back so far (a failure reports it)."""
+
+    shown: Observation
+    sent: dict[str, str] = field(default_factory=dict)
+    received: str | None = None
+
+
+def _first_actions(
+    policy: Policy,
+    obs: Observation,
+    instruction: str,
+    context: SessionContext,
+    action_shape: tuple[int, ...],
+    asked: _Exchange,
+) -> np.ndarray:
+    """The policy's first answer to `obs` as a batch of actions: a chunk's, decoded by its
+    codec, or a session's first Step."""
+    if isinstance(policy, ChunkPolicy):
+        asked.shown = policy.codec.encode(obs, instruction)
+        asked.sent = {name: describe_value(value) for name, value in asked.shown.items()}
+        source = policy.model.open(context)
+        try:
+            chunk = source(asked.shown)
+        finally:
+            release(source)
+        if not isinstance(chunk, Chunk):
+            raise TypeError(f"a model must answer a Chunk, got {type(chunk).__name__}")
+        asked.received = describe_value(chunk.actions)
+        return policy.codec.actions(chunk.actions)
+    session = policy.new_session(context)
+    try:
+        answer = session(obs, 0)
+    finally:
+        release(session)
+    if isinstance(answer, EndEpisode) or not isinstance(answer, Step):
+        raise TypeError(f"a session's first answer must be a Step, got {answer!r}")
+    if answer.commands is None:
+        return np.empty((0, *action_shape))
+    return np.atleast_2d(answer.commands)
 
 
 # How the note on a latency profile's draws past the execution horizon goes on (after a share):

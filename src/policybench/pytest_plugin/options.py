@@ -52,6 +52,15 @@ SHARED_OPTIONS = (POLICY_URL, POLICY_API_KEY, INFER_TIMEOUT, SERVER_WAIT, SEED, 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("policybench", "policybench: evaluate robot policies")
+    _arm_options(group)
+    _timing_options(group)
+    _selection_options(group)
+    for option in SHARED_OPTIONS:  # checked with the others (see refusals)
+        option.declare(group.addoption, checked=False)
+
+
+def _arm_options(group: pytest.OptionGroup) -> None:
+    """Which policies a run evaluates, and how its arms are dealt and shown."""
     group.addoption(
         "--policy",
         action="append",
@@ -89,6 +98,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "reports (lettered in an order shuffled by KEY, default a random one) until "
         "`policybench report unblind RUN`; give every shard of one run the same KEY",
     )
+
+
+def _timing_options(group: pytest.OptionGroup) -> None:
+    """How many rollouts a task gets, and how a model call's time is charged in simulated time."""
     group.addoption("--rollouts", type=int, default=3, help="rollouts per task (default 3)")
     group.addoption(
         "--inference-latency",
@@ -128,6 +141,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="compute each rollout's first chunk before its clock starts (not charged), as the "
         "real-time chunking paper's simulated evaluation does; default: hold until it arrives",
     )
+
+
+def _selection_options(group: pytest.OptionGroup) -> None:
+    """Which Evals run, how errors are retried, what a worker keeps, where reports go."""
     group.addoption(
         "--suite",
         action="append",
@@ -156,8 +173,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="reports",
         help="where run reports are written, relative to the rootdir (default reports/)",
     )
-    for option in SHARED_OPTIONS:  # checked with the others (see refusals)
-        option.declare(group.addoption, checked=False)
 
 
 @dataclass(frozen=True)

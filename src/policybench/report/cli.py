@@ -41,6 +41,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     html.add_argument("--report-dir", type=Path, default=Path("reports"))
     html.set_defaults(func=run_html)
 
+    _add_compare(commands)
+
+    merge = commands.add_parser(
+        "merge",
+        help="one run (results, summary, run.json listing its parts, HTML) from shards or "
+        "resumed parts of a run",
+    )
+    merge.add_argument("runs", nargs="+", metavar="RUN", help="the parts (directories or run ids)")
+    merge.add_argument(
+        "--out", type=Path, required=True, help="the merged run's directory (new, or a merge's)"
+    )
+    merge.add_argument("--report-dir", type=Path, default=Path("reports"))
+    _allow_protocol_change(
+        merge, "merge parts whose protocol or policy differs; the report lists the differences"
+    )
+    merge.set_defaults(func=run_merge)
+
+    unblind = commands.add_parser(
+        "unblind",
+        help="name the arms of a run started with --blind: rewrite its results, summary and "
+        "report with the policies' names (for good: the run cannot be resumed blind after)",
+    )
+    unblind.add_argument("run", help="a run directory, its results.jsonl, or a run id")
+    unblind.add_argument("--report-dir", type=Path, default=Path("reports"))
+    unblind.set_defaults(func=run_unblind)
+    status_command.add_parser(commands)
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    """Registers `report compare`."""
     compare = commands.add_parser(
         "compare",
         help="per task: both success rates, the change with its interval and an exact p-value "
@@ -78,31 +108,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="exit 1 if any task is significantly worse in AFTER",
     )
     compare.set_defaults(func=run_compare)
-
-    merge = commands.add_parser(
-        "merge",
-        help="one run (results, summary, run.json listing its parts, HTML) from shards or "
-        "resumed parts of a run",
-    )
-    merge.add_argument("runs", nargs="+", metavar="RUN", help="the parts (directories or run ids)")
-    merge.add_argument(
-        "--out", type=Path, required=True, help="the merged run's directory (new, or a merge's)"
-    )
-    merge.add_argument("--report-dir", type=Path, default=Path("reports"))
-    _allow_protocol_change(
-        merge, "merge parts whose protocol or policy differs; the report lists the differences"
-    )
-    merge.set_defaults(func=run_merge)
-
-    unblind = commands.add_parser(
-        "unblind",
-        help="name the arms of a run started with --blind: rewrite its results, summary and "
-        "report with the policies' names (for good: the run cannot be resumed blind after)",
-    )
-    unblind.add_argument("run", help="a run directory, its results.jsonl, or a run id")
-    unblind.add_argument("--report-dir", type=Path, default=Path("reports"))
-    unblind.set_defaults(func=run_unblind)
-    status_command.add_parser(commands)
 
 
 def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:

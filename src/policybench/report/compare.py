@@ -280,60 +280,25 @@ def compare_arms(
     `still_blinded`), compare nothing: the comparison's `refusal` says so and how to pick an
     arm (pooling the arms would mix the policies compared; keeping one would depend on their
     order; letter A need not be the same policy in both)."""
-    sides = [list(before), list(after)]
-    shown = list(names)
-    for i, (arm, how) in enumerate(zip((pick.before, pick.after), pick.how, strict=True)):
-        if arm is None:
-            continue
-        arms = arms_of(sides[i])
-        if arm not in arms:
-            has = f"its arms are {', '.join(arms)}" if arms else "it is not an A/B run"
-            refusal = f"{names[i]} has no arm {arm} ({has}); give {how.split(' (')[0]} one of them"
-            return _refused(refusal, names, alpha, adjustment, confidence)
-        sides[i] = [r for r in sides[i] if str(r.get(keys.ARM)) == arm]
-        shown[i] = names[i] if names[i] == arm else f"{names[i]} [arm {arm}]"
-    picked = (pick.before is not None, pick.after is not None)
+    picked = _picked_arms(before, after, names, pick)
+    if isinstance(picked, str):
+        return _refused(picked, names, alpha, adjustment, confidence)
+    sides, named = picked
+    chosen = (pick.before is not None, pick.after is not None)
     # A run whose records all name one arm (a wrapped loop recorded as arm A) ran one policy.
     arms = [
-        () if chosen or len(arms_of(side)) < 2 else arms_of(side)
-        for chosen, side in zip(picked, sides, strict=True)
+        () if was_picked or len(arms_of(side)) < 2 else arms_of(side)
+        for was_picked, side in zip(chosen, sides, strict=True)
     ]
-    named = (shown[0], shown[1])
     if not arms[0] and not arms[1]:
+        groups = [(None, sides[0], sides[1])]
         return _compared_groups(
-            [(None, sides[0], sides[1])],
-            named,
-            alpha,
-            adjustment,
-            confidence,
-            protocols,
-            before,
-            after,
+            groups, named, alpha, adjustment, confidence, protocols, before, after
         )
-    if not arms[0] or not arms[1]:
-        i = 0 if arms[0] else 1
-        refusal = (
-            f"{names[i]} is an A/B run (arms {', '.join(arms[i])}) and {names[1 - i]} is not: "
-            f"comparing them would pool its arms or keep one; pick the arm to compare with "
-            f"{pick.how[i]}"
-        )
-        return _refused(refusal, names, alpha, adjustment, confidence)
-    if letters[0] != letters[1]:
-        refusal = (
-            f"{names[0]} and {names[1]} were not blinded alike, so a letter may stand for "
-            "another policy in each and their arms cannot be matched by name; unblind them "
-            f"(policybench report unblind), or pick one arm of each with {pick.how[0]} and "
-            f"{pick.how[1]}"
-        )
+    refusal = _unmatched_arms(names, (arms[0], arms[1]), letters, pick)
+    if refusal is not None:
         return _refused(refusal, names, alpha, adjustment, confidence)
     shared = [arm for arm in arms[0] if arm in arms[1]]
-    if not shared:
-        refusal = (
-            f"{names[0]} (arms {', '.join(arms[0])}) and {names[1]} (arms "
-            f"{', '.join(arms[1])}) are A/B runs whose arms share no name, so no arm can be "
-            f"compared with its own; pick one arm of each with {pick.how[0]} and {pick.how[1]}"
-        )
-        return _refused(refusal, names, alpha, adjustment, confidence)
     groups = [
         (
             arm,
@@ -352,6 +317,59 @@ def compare_arms(
         groups, named, alpha, adjustment, confidence, protocols, before, after
     )
     return replace(compared, notes=notes)
+
+
+def _picked_arms(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    names: tuple[str, str],
+    pick: ArmPick,
+) -> tuple[list[list[Mapping[str, Any]]], tuple[str, str]] | str:
+    """Each run's records, of its picked arm where one is picked, and the names they are shown
+    by; or why a picked arm cannot be compared (the run has no arm of that name)."""
+    sides = [list(before), list(after)]
+    shown = list(names)
+    for i, (arm, how) in enumerate(zip((pick.before, pick.after), pick.how, strict=True)):
+        if arm is None:
+            continue
+        arms = arms_of(sides[i])
+        if arm not in arms:
+            has = f"its arms are {', '.join(arms)}" if arms else "it is not an A/B run"
+            return f"{names[i]} has no arm {arm} ({has}); give {how.split(' (')[0]} one of them"
+        sides[i] = [r for r in sides[i] if str(r.get(keys.ARM)) == arm]
+        shown[i] = names[i] if names[i] == arm else f"{names[i]} [arm {arm}]"
+    return sides, (shown[0], shown[1])
+
+
+def _unmatched_arms(
+    names: tuple[str, str],
+    arms: tuple[Sequence[str], Sequence[str]],
+    letters: tuple[str | None, str | None],
+    pick: ArmPick,
+) -> str | None:
+    """Why two runs, one or both of them A/B runs, cannot be compared arm by arm; None when
+    they can."""
+    if not arms[0] or not arms[1]:
+        i = 0 if arms[0] else 1
+        return (
+            f"{names[i]} is an A/B run (arms {', '.join(arms[i])}) and {names[1 - i]} is not: "
+            f"comparing them would pool its arms or keep one; pick the arm to compare with "
+            f"{pick.how[i]}"
+        )
+    if letters[0] != letters[1]:
+        return (
+            f"{names[0]} and {names[1]} were not blinded alike, so a letter may stand for "
+            "another policy in each and their arms cannot be matched by name; unblind them "
+            f"(policybench report unblind), or pick one arm of each with {pick.how[0]} and "
+            f"{pick.how[1]}"
+        )
+    if not any(arm in arms[1] for arm in arms[0]):
+        return (
+            f"{names[0]} (arms {', '.join(arms[0])}) and {names[1]} (arms "
+            f"{', '.join(arms[1])}) are A/B runs whose arms share no name, so no arm can be "
+            f"compared with its own; pick one arm of each with {pick.how[0]} and {pick.how[1]}"
+        )
+    return None
 
 
 def _refused(

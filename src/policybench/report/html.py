@@ -39,53 +39,10 @@ class Findings:
 
 def write_html(run_dir: Path, findings: Findings) -> Path:
     """Writes index.html and rollouts/<n>.html into `run_dir`; returns index.html's path."""
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("policybench.report", "templates"),
-        autoescape=jinja2.select_autoescape(default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["pct"] = percent
-    env.filters["points"] = points
-    summary = findings.summary
+    env = _templates()
     rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
-    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if summary.arms else ()), keys.OUTCOME)
-    tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
-    histograms = [
-        histogram("Episode length", "steps", NO_STEPS, findings.records, episode_steps),
-        histogram("Wall time per step", "ms", NO_STEPS, findings.records, step_wall_ms),
-        histogram(
-            "Model call wall time (rollout mean)", "ms", NO_CALLS, findings.records, infer_ms
-        ),
-    ]
-    loop = loop_run(findings.records)
     index = run_dir / INDEX
-    index.write_text(
-        env.get_template("index.html.j2").render(
-            f=findings,
-            wrapped=loop,
-            title=findings.run.run_id if findings.run else run_dir.name,
-            overview=[*summary.evals, summary.overall],
-            chart=task_chart(tasks),
-            all_errored=[
-                row.label for row in tasks if row.stats.tally.errors == row.stats.tally.rollouts
-            ],
-            arms=arm_grid(summary.arms),
-            latency_sweep=sweep_of(summary, findings.run),
-            realtime=[
-                row
-                for row in (summary.arms or [*summary.evals, summary.overall])
-                if row.stats.realtime is not None
-            ],
-            histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
-            rollouts=rollouts,
-            choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
-        ),
-        encoding="utf-8",
-    )
+    index.write_text(_index_page(env, run_dir, findings, rollouts), encoding="utf-8")
     pages = run_dir / ROLLOUTS
     pages.mkdir(exist_ok=True)
     template = env.get_template("rollout.html.j2")
@@ -108,6 +65,58 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
             encoding="utf-8",
         )
     return index
+
+
+def _templates() -> Any:
+    """The report's Jinja2 templates, escaped, with its filters."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("policybench.report", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pct"] = percent
+    env.filters["points"] = points
+    return env
+
+
+def _index_page(
+    env: Any, run_dir: Path, findings: Findings, rollouts: Sequence[Mapping[str, Any]]
+) -> str:
+    """index.html: the overview, charts, histograms and the table of rollouts."""
+    summary = findings.summary
+    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if summary.arms else ()), keys.OUTCOME)
+    tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
+    histograms = [
+        histogram("Episode length", "steps", NO_STEPS, findings.records, episode_steps),
+        histogram("Wall time per step", "ms", NO_STEPS, findings.records, step_wall_ms),
+        histogram(
+            "Model call wall time (rollout mean)", "ms", NO_CALLS, findings.records, infer_ms
+        ),
+    ]
+    return env.get_template("index.html.j2").render(
+        f=findings,
+        wrapped=loop_run(findings.records),
+        title=findings.run.run_id if findings.run else run_dir.name,
+        overview=[*summary.evals, summary.overall],
+        chart=task_chart(tasks),
+        all_errored=[
+            row.label for row in tasks if row.stats.tally.errors == row.stats.tally.rollouts
+        ],
+        arms=arm_grid(summary.arms),
+        latency_sweep=sweep_of(summary, findings.run),
+        realtime=[
+            row
+            for row in (summary.arms or [*summary.evals, summary.overall])
+            if row.stats.realtime is not None
+        ],
+        histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
+        rollouts=rollouts,
+        choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
+    )
 
 
 def of_loop(record: Mapping[str, Any]) -> bool:

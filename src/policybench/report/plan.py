@@ -126,21 +126,7 @@ def plan_lines(
     paired = discordance is not None
 
     def requirements(level: float) -> list[Requirement]:
-        found, problems = [], []
-        for target in (baseline + detect, baseline - detect):
-            if not 0 <= target <= 1:
-                continue
-            try:
-                found.append(
-                    paired_requirement(baseline, target, discordance, level, power)
-                    if paired
-                    else unpaired_requirement(baseline, target, level, power)
-                )
-            except ValueError as error:
-                problems.append(str(error))
-        if not found:
-            raise ValueError("; ".join(problems) or f"no rate lies {detect:g} from {baseline:g}")
-        return found
+        return _requirements(baseline, detect, discordance, level, power)
 
     unit = "scenes" if paired else "rollouts"
     design = (
@@ -176,6 +162,28 @@ def plan_lines(
             f"{math.ceil(needed / tasks)} per task",
         ]
     return lines
+
+
+def _requirements(
+    baseline: float, detect: float, discordance: float | None, alpha: float, power: float
+) -> list[Requirement]:
+    """What each claim of a change of `detect` (up, down, where the rate stays a rate) needs;
+    ValueError when neither can be made."""
+    found, problems = [], []
+    for target in (baseline + detect, baseline - detect):
+        if not 0 <= target <= 1:
+            continue
+        try:
+            found.append(
+                unpaired_requirement(baseline, target, alpha, power)
+                if discordance is None
+                else paired_requirement(baseline, target, discordance, alpha, power)
+            )
+        except ValueError as error:
+            problems.append(str(error))
+    if not found:
+        raise ValueError("; ".join(problems) or f"no rate lies {detect:g} from {baseline:g}")
+    return found
 
 
 def _row(row: Requirement, unit: str, power: float) -> str:

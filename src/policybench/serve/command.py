@@ -70,6 +70,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a folder whose modules clients may name Evals from, with --evals-from-clients; "
         "repeatable (nothing else is imported for a client, the working directory neither)",
     )
+    _serving_options(parser)
+    SEED.declare(parser.add_argument)
+    POLICY_DEVICE.declare(parser.add_argument)
+    declare_env_url(parser.add_argument)  # where a policy that needs an action space reads it
+    parser.set_defaults(func=run)
+
+
+def _serving_options(parser: argparse.ArgumentParser) -> None:
+    """Where `serve` listens, how it batches, and what it allows its clients."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
     parser.add_argument("--max-batch", type=int, default=8, help="largest batch (default 8)")
@@ -107,10 +116,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="connections served at once; more are answered 503, which policybench's clients "
         "wait out (default 256)",
     )
-    SEED.declare(parser.add_argument)
-    POLICY_DEVICE.declare(parser.add_argument)
-    declare_env_url(parser.add_argument)  # where a policy that needs an action space reads it
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
