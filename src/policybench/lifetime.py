@@ -15,6 +15,8 @@ PARENT_PID_VARIABLE = "POLICYBENCH_PARENT_PID"  # set for a child that must die 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_PERIOD_S = 0.5  # how often the portable fallback looks at the parent
 
+INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (SIGINT), as shells say it
+
 
 def owned_env(env: Mapping[str, str]) -> dict[str, str]:
     """`env` for a child that must end with this process (it calls `die_with_starter`). On Linux

@@ -16,8 +16,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import iterate
 
 from policybench import keys
+from policybench.lifetime import INTERRUPTED
 from policybench.record.loop_run import LoopRun, OpenEpisode, statics_of
-from policybench.report.cli import INTERRUPTED, interrupted_line, rebuild_report
 from policybench.run.results import new_run_dir
 from policybench.world import SUCCESS_INFO_KEYS, success_of
 
@@ -131,6 +131,8 @@ class Closing:
             return True
         self._finished = True
         atexit.unregister(self._at_exit)
+        from policybench.report.cli import interrupted_line, rebuild_report  # at the end only
+
         try:
             try:
                 self._end_open(LOOP_ENDED, error)

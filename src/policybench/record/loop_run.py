@@ -12,7 +12,6 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,7 +39,7 @@ from policybench.run.layout import TRACES, VIDEOS, video_fields, video_name
 from policybench.run.records import crashed_record, rollout_record
 from policybench.run.results import RESULTS, ResultsWriter, read_results
 from policybench.run.unfinished import UNFINISHED, mark
-from policybench.world import as_observation
+from policybench.world import as_observation, installed_version
 
 INDEXES = ".episode-indexes.json"  # the next episode index of each Eval and arm, claimed by loops
 NOT_DESCRIBED = "(not described)"  # run.json's policy when the loop did not describe it
@@ -322,7 +321,7 @@ def statics_of(
         keys.TASK: task,
         keys.INSTRUCTION: instruction,
         keys.POLICY: None if policy is None else dict(policy),
-        keys.PACKAGES: {name: _version(name) for name in distributions},
+        keys.PACKAGES: {name: installed_version(name) for name in distributions},
     }
     return statics if arm is None else {**statics, keys.ARM: arm}
 
@@ -337,10 +336,3 @@ def nodeid(statics: Mapping[str, Any], run_id: str, index: int) -> str:
     arm = statics.get(keys.ARM)
     policy = "" if arm is None else f"/policy={arm}"
     return f"{statics[keys.EVAL]}::{statics[keys.TASK]}{fields}/episode={run_id}:{index}{policy}"
-
-
-def _version(distribution: str) -> str:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "not installed"

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from policybench.lifetime import INTERRUPTED
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
 from policybench.report import status as status_command
 from policybench.report.compare import (
@@ -120,9 +121,6 @@ def _allow_protocol_change(parser: argparse.ArgumentParser, help: str) -> None:
         action="store_true",
         help=argparse.SUPPRESS,
     )
-
-
-INTERRUPTED = 130  # the exit status of a command ended by Ctrl-C (SIGINT), as shells say it
 
 
 def interrupted_line(run_dir: Path, what: str) -> str:
