@@ -88,11 +88,6 @@ def append_verdicts(run_dir: Path, verdicts: Sequence[Verdict]) -> None:
         os.fsync(file.fileno())
 
 
-def gather_verdicts(run_dirs: Sequence[Path]) -> Verdicts:
-    """The verdicts of several runs (the parts of a merge) in order, each given once."""
-    return joined([(run_dir.name, read_verdicts(run_dir)) for run_dir in run_dirs])
-
-
 def joined(named: Sequence[tuple[str, Verdicts]]) -> Verdicts:
     """Several runs' verdicts (each with its run's name) in order, each given once; a problem
     names its run."""
