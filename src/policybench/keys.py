@@ -150,3 +150,5 @@ SELECTED = "selected"
 # The run setting a shard's run.json records (`K/N (where it came from)`); a shard's run id ends
 # with its label, e.g. 20261101-120000-shard2of4.
 SHARD = "shard"
+# The run setting of a run under --decide: its sequential test as given (`0.8:0.05,0.05,0.1`).
+DECIDE = "decide"

@@ -22,6 +22,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.rollout_trace",
     "policybench.pytest_plugin.gates",
+    "policybench.pytest_plugin.decide",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",
     "policybench.pytest_plugin.env_remote",

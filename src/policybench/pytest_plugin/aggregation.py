@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin import gates
+from policybench.pytest_plugin import decide, gates
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings
@@ -90,7 +90,7 @@ class Aggregator:
         no_policy = no_policy_of(report)
         if no_policy is not None:
             self.no_policy.add(no_policy[0])
-        missing = not_installed(report) or no_policy
+        missing = not_installed(report) or no_policy or decide.decided_skip(report)
         if missing is not None:
             self.not_run.setdefault(missing, 0)
             self.not_run[missing] += 1
@@ -132,12 +132,15 @@ class Aggregator:
             self.records = latest_per_rollout([*resumed.all_records, *self.records])
             compact(self.writer.path, self.records)
         arms = [arm.label for arm in self.settings.arms]
-        summary = Summary.of(self.records, arms=arms, verdicts=read_verdicts(self.run_dir))
+        test = decide.test_of(self.config)
+        verdicts = read_verdicts(self.run_dir)
+        summary = Summary.of(self.records, arms=arms, verdicts=verdicts, decide=test)
         declared = gates.declared_floors(self.config)
         judged, notes = gates.judged_summary(
             summary, self.records, self.run_dir, self.gate_settings
         )
         breaches, more = gates.floor_breaches(judged, self.gate_settings, declared, summary)
+        breaches += gates.decision_breaches(summary)
         notes += more
         if not self.records and self.no_policy:  # nothing ran for want of a policy
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -216,6 +219,8 @@ class Aggregator:
             rows = [*summary.evals, *([summary.overall] if len(summary.evals) > 1 else [])]
         for line in format_table(rows):
             write(line)
+        for side in summary.decisions:
+            write(f"decide: {side.line()}", bold=True)
         for versus in findings.summary.versus:
             write("")
             for line in versus.lines():
@@ -316,6 +321,7 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
         keys.SHARD: shard_setting(config),
         "record_video": bool(config.getoption("record_video", False)),
         "xdist_workers": config.getoption("numprocesses", None),
+        **({keys.DECIDE: decide_given} if (decide_given := config.getoption("decide")) else {}),
     }
 
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from policybench.decide import Verdict
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
-from policybench.report.summary import OVERALL, Row, Summary
+from policybench.report.summary import OVERALL, DecidedSide, Row, Summary
 from policybench.run.verdicts import (
     AUTOMATIC_SOURCE,
     SOURCE_HELP,
@@ -330,6 +331,23 @@ class Refusal:
 
     def line(self) -> str:
         return f"FAIL --fail-on-regression: {self.why}"
+
+
+@dataclass(frozen=True)
+class DecidedFail:
+    """An Eval (or an arm) whose sequential test (--decide) said FAIL."""
+
+    side: DecidedSide
+
+    def line(self) -> str:
+        return f"FAIL {self.side.label}: --decide {self.side.decision.line()}"
+
+
+def decision_breaches(summary: Summary) -> list[DecidedFail]:
+    """The run's --decide decisions that said FAIL: each fails the run as a floor does."""
+    return [
+        DecidedFail(side) for side in summary.decisions if side.decision.verdict == Verdict.FAIL
+    ]
 
 
 def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[Breach | Refusal]:

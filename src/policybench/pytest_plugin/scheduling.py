@@ -1,10 +1,10 @@
 """How `-n N` hands rollouts to workers. With one env per worker, task-affine: xdist's work
 stealing hands each worker a contiguous run of items (plan order keeps a task's rollouts
 together), so a worker reuses its few live envs, and an idle worker takes work from the busiest;
-`--dist` given by the user wins. With `--envs-per-worker K`, by group: each group of K rollouts
-goes to one worker whole. A worker that dies hands back what it was running (its group's
-unreported rollouts) for the crash handler to run again or record as errors, under every
-`--dist`."""
+`--dist` given by the user wins; under `--decide`, xdist's load, in decision order. With
+`--envs-per-worker K`, by group: each group of K rollouts goes to one worker whole. A worker
+that dies hands back what it was running (its group's unreported rollouts) for the crash
+handler to run again or record as errors, under every `--dist`."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ DEFAULT_DIST, TASK_AFFINE = "load", "worksteal"
 def pytest_configure(config: pytest.Config) -> None:
     # xdist turns `-n N` into `--dist load` before plugins configure; take its place unless the
     # user asked for a distribution mode.
+    # Under --decide, rollouts go out in decision order (load), so that a decision falls
+    # before the rollouts after it have started.
+    deciding = config.getoption("decide", None) is not None
     if getattr(config.option, "dist", "no") == DEFAULT_DIST and not _dist_given(config):
-        config.option.dist = TASK_AFFINE
+        config.option.dist = DEFAULT_DIST if deciding else TASK_AFFINE
 
 
 def _dist_given(config: pytest.Config) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.decide import Decision, SequentialTest, decided_records
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
@@ -123,6 +124,25 @@ class ArmComparison:
 
 
 @dataclass(frozen=True)
+class DecidedSide:
+    """Where an Eval's (in an A/B run, an arm's) sequential test (--decide) ended."""
+
+    eval: str
+    arm: str | None
+    decision: Decision
+
+    @property
+    def label(self) -> str:
+        return self.eval if self.arm is None else f"{self.eval} [{self.arm}]"
+
+    def line(self) -> str:
+        return f"{self.label}: {self.decision.line()}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {keys.EVAL: self.eval, keys.ARM: self.arm, **self.decision.as_json()}
+
+
+@dataclass(frozen=True)
 class Summary:
     """What a run found. In an A/B run, `evals`, `tasks` and `overall` pool every arm's
     rollouts; `arms` and `arm_tasks` hold each arm's own rows."""
@@ -135,6 +155,7 @@ class Summary:
     arm_tasks: tuple[Row, ...] = ()  # an A/B run's arms per task
     versus: tuple[ArmComparison, ...] = ()  # the pairs of arms compared (sweep.compared_arms)
     operator: Agreement | None = None  # what operators' verdicts say, in a run that has some
+    decisions: tuple[DecidedSide, ...] = ()  # a run under --decide: each Eval's (and arm's)
 
     @classmethod
     def of(
@@ -143,9 +164,11 @@ class Summary:
         problems: Sequence[str] = (),
         arms: Sequence[str] = (),
         verdicts: Verdicts | None = None,
+        decide: SequentialTest | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
-        the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes."""
+        the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes;
+        `decide`: the run's sequential test (--decide), decided over each Eval's rollouts."""
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
@@ -185,6 +208,12 @@ class Summary:
             operator=None
             if verdicts is None or not (verdicts.given or verdicts.problems)
             else Agreement.of(records, verdicts),
+            decisions=()
+            if decide is None
+            else tuple(
+                DecidedSide(eval, arm, decision)
+                for (eval, arm), decision in decided_records(decide, records).items()
+            ),
         )
 
     @classmethod
@@ -195,7 +224,9 @@ class Summary:
         results = read_results(run_dir / RESULTS)
         run = RunInfo.load(run_dir)
         arms = [] if run is None else list(run.settings.get(ARMS) or [])
-        return cls.of(results.records, results.problems, arms, read_verdicts(run_dir))
+        decide = None if run is None else run.settings.get(keys.DECIDE)
+        test = None if decide is None else SequentialTest.parse(decide)
+        return cls.of(results.records, results.problems, arms, read_verdicts(run_dir), test)
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
         """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in
@@ -220,6 +251,9 @@ class Summary:
             **found,
             **sweep_json(self, run),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
+            **(
+                {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}
+            ),
         }
 
     def _arm_json(self, arm: str | None) -> dict[str, Any]:

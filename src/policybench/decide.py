@@ -1,0 +1,245 @@
+"""Decisions that stop early (`--decide RATE`): Wald's sequential probability ratio test of "the
+success rate is at least RATE" over an Eval's rollouts in decision order, and an interval for the
+rate that stays valid however the sampling stopped.
+
+The test weighs the rollouts' outcomes one at a time, as the likelihood ratio of a rate of
+RATE + delta (the policy passes) against one of RATE - delta (it fails); between the two lies the
+indifference zone, where either answer is acceptable. It says PASS once the ratio reaches
+(1 - beta) / alpha, FAIL once it falls to beta / (1 - alpha), and is INCONCLUSIVE while neither:
+a policy whose rate is RATE - delta or less passes with probability at most alpha, one whose rate
+is RATE + delta or more fails with probability at most beta (Wald 1945). An error counts as a
+rollout not solved, as in every success rate policybench states.
+
+Decision order: an Eval's rollouts by their place within their task, then by task, so that a
+decision made early weighs every task's first scenes, not the first task's all; an A/B run's arms
+are decided each on its own. The decision is a function of the outcomes in that order alone, so it
+falls at the same rollout whichever worker ran what.
+
+The interval is the beta-binomial mixture confidence sequence (Robbins 1970; Howard et al. 2021):
+with a uniform prior on the rate, {p : B(s + 1, n - s + 1) / (p^s (1 - p)^(n - s)) < 1 / a} holds
+the true rate at every n at once with probability 1 - a, so it stays valid when the sampling
+stopped because of what it saw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from policybench import keys
+from policybench.record.episode import OutcomeKind
+
+ALPHA = BETA = 0.05  # the default error rates: a false PASS, a false FAIL
+DELTA = 0.1  # the default half-width of the indifference zone around RATE
+CONFIDENCE = 0.95  # of the interval stated with a decision
+SYNTAX = "RATE[:ALPHA,BETA,DELTA]"
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+@dataclass(frozen=True)
+class SequentialTest:
+    """Wald's test of "success rate >= rate", with its error rates and indifference zone."""
+
+    rate: float
+    alpha: float = ALPHA
+    beta: float = BETA
+    delta: float = DELTA
+
+    def __post_init__(self) -> None:
+        for name, value in (("RATE", self.rate), ("ALPHA", self.alpha), ("BETA", self.beta)):
+            if not 0 < value < 1:
+                raise ValueError(f"--decide {SYNTAX}: {name} must lie in (0, 1), got {value:g}")
+        if not 0 < self.low < self.rate < self.high < 1:
+            raise ValueError(
+                f"--decide {SYNTAX}: the indifference zone RATE +- DELTA = {self.rate:g} +- "
+                f"{self.delta:g} must lie inside (0, 1); give a smaller DELTA (under "
+                f"{min(self.rate, 1 - self.rate):.3g} for RATE {self.rate:g}), e.g. "
+                f"--decide {self.rate:g}:{self.alpha:g},{self.beta:g},"
+                f"{min(self.rate, 1 - self.rate) / 2:.3g}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> SequentialTest:
+        """`RATE` or `RATE:ALPHA,BETA,DELTA` (--decide's value); ValueError saying the syntax."""
+        rate, _, rest = text.partition(":")
+        parts = rest.split(",") if rest else []
+        if rest and len(parts) != 3:
+            raise ValueError(
+                f"--decide takes {SYNTAX} (e.g. 0.8 or 0.8:0.05,0.05,0.1), got {text!r}"
+            )
+        try:
+            numbers = [float(part) for part in (rate, *parts)]
+        except ValueError:
+            raise ValueError(
+                f"--decide takes {SYNTAX} (e.g. 0.8 or 0.8:0.05,0.05,0.1), got {text!r}"
+            ) from None
+        return cls(*numbers)
+
+    @property
+    def low(self) -> float:
+        """The rate at which the policy fails (RATE - delta)."""
+        return self.rate - self.delta
+
+    @property
+    def high(self) -> float:
+        """The rate at which the policy passes (RATE + delta)."""
+        return self.rate + self.delta
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The log likelihood ratio's FAIL and PASS boundaries."""
+        return math.log(self.beta / (1 - self.alpha)), math.log((1 - self.beta) / self.alpha)
+
+    @property
+    def steps(self) -> tuple[float, float]:
+        """What a solved and an unsolved rollout add to the log likelihood ratio."""
+        return (
+            math.log(self.high / self.low),
+            math.log((1 - self.high) / (1 - self.low)),
+        )
+
+    def fewest(self) -> tuple[int, int]:
+        """The fewest rollouts that can PASS (all solved) and that can FAIL (none solved)."""
+        fail_at, pass_at = self.bounds
+        solved, unsolved = self.steps
+        return math.ceil(pass_at / solved - 1e-9), math.ceil(fail_at / unsolved - 1e-9)
+
+    def walk(self, solved: Iterable[bool]) -> Decision:
+        """The decision over outcomes in decision order: where it fell, or INCONCLUSIVE after
+        them all."""
+        fail_at, pass_at = self.bounds
+        up, down = self.steps
+        ratio, n, wins = 0.0, 0, 0
+        for outcome in solved:
+            n += 1
+            wins += bool(outcome)
+            ratio += up if outcome else down
+            if ratio >= pass_at:
+                return Decision(self, Verdict.PASS, n, wins)
+            if ratio <= fail_at:
+                return Decision(self, Verdict.FAIL, n, wins)
+        return Decision(self, Verdict.INCONCLUSIVE, n, wins)
+
+    def __str__(self) -> str:
+        return (
+            f"success rate >= {self.rate:g} (alpha {self.alpha:g}, beta {self.beta:g}, "
+            f"indifference {self.low:g}-{self.high:g})"
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a sequential test stands after `rollouts` outcomes (`solved` of them solved)."""
+
+    test: SequentialTest
+    verdict: Verdict
+    rollouts: int
+    solved: int
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict is not Verdict.INCONCLUSIVE
+
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
+        """The success rate's interval, valid under optional stopping (the module's doc)."""
+        return confidence_sequence(self.solved, self.rollouts, 1 - confidence)
+
+    def line(self) -> str:
+        """`PASS at rollout 12: 12/12 solved, rate 0.63-1.00 (anytime 95%); success rate ...`"""
+        low, high = self.interval()
+        where = (
+            f"{self.verdict} at rollout {self.rollouts}"
+            if self.decided
+            else f"{self.verdict} after {self.rollouts} rollouts"
+        )
+        return (
+            f"{where}: {self.solved}/{self.rollouts} solved, rate {low:.2f}-{high:.2f} "
+            f"(anytime {CONFIDENCE:.0%}); {self.test}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        low, high = self.interval()
+        return {
+            "verdict": self.verdict.value,
+            "rollouts": self.rollouts,
+            "solved": self.solved,
+            "rate": self.test.rate,
+            "alpha": self.test.alpha,
+            "beta": self.test.beta,
+            "delta": self.test.delta,
+            "interval": [low, high],
+        }
+
+
+def confidence_sequence(solved: int, n: int, miss: float) -> tuple[float, float]:
+    """The rates p the beta-binomial mixture martingale has not ruled out at level `miss` after
+    `solved` of `n`: log B(s + 1, n - s + 1) - s log p - (n - s) log(1 - p) < log(1 / miss)."""
+    if n == 0:
+        return 0.0, 1.0
+    from scipy.optimize import brentq
+    from scipy.special import betaln
+
+    evidence = betaln(solved + 1, n - solved + 1)
+    threshold = math.log(1 / miss)
+
+    def excess(p: float) -> float:
+        return evidence - solved * math.log(p) - (n - solved) * math.log1p(-p) - threshold
+
+    centre = min(max(solved / n, 1e-12), 1 - 1e-12)
+    tiny = 1e-12
+    low = 0.0 if excess(tiny) < 0 else brentq(excess, tiny, centre)
+    high = 1.0 if excess(1 - tiny) < 0 else brentq(excess, centre, 1 - tiny)
+    return float(low), float(high)
+
+
+# --- an Eval's rollouts in decision order ---------------------------------------------------------
+
+
+def decision_order(rollouts: Sequence[tuple[str, int]]) -> list[int]:
+    """The places in decision order of rollouts given as (task, plan index): by their place
+    within their task (tasks' rollouts in plan order), then by task (tasks in the order they first
+    come in the plan). Returns, for each rollout given, its position."""
+    first: dict[str, int] = {}
+    for task, _ in sorted(rollouts, key=lambda pair: pair[1]):
+        first.setdefault(task, len(first))
+    within: dict[tuple[str, int], int] = {}
+    per_task: dict[str, int] = {}
+    for task, index in sorted(rollouts, key=lambda pair: pair[1]):
+        within[(task, index)] = per_task.get(task, 0)
+        per_task[task] = within[(task, index)] + 1
+    keys_ = [(within[pair], first[pair[0]]) for pair in rollouts]
+    ranked = sorted(range(len(rollouts)), key=keys_.__getitem__)
+    position = [0] * len(rollouts)
+    for place, i in enumerate(ranked):
+        position[i] = place
+    return position
+
+
+def side_of(record: Mapping[str, Any]) -> tuple[str, str | None]:
+    """What a record is decided with: its Eval and, in an A/B run, its arm."""
+    arm = record.get(keys.ARM)
+    return record[keys.EVAL], None if arm is None else str(arm)
+
+
+def decided_records(
+    test: SequentialTest, records: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str | None], Decision]:
+    """Each Eval's (and arm's) decision over its records (one per rollout), in decision order."""
+    sides: dict[tuple[str, str | None], list[Mapping[str, Any]]] = {}
+    for record in records:
+        sides.setdefault(side_of(record), []).append(record)
+    decisions = {}
+    for side, members in sides.items():
+        places = decision_order([(r[keys.TASK], r[keys.ROLLOUT_INDEX]) for r in members])
+        ordered = [members[i] for i in sorted(range(len(members)), key=places.__getitem__)]
+        solved = (r[keys.OUTCOME] == OutcomeKind.SOLVED for r in ordered)
+        decisions[side] = test.walk(solved)
+    return decisions

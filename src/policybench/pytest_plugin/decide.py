@@ -1,0 +1,206 @@
+"""`--decide RATE[:ALPHA,BETA,DELTA]`: each Eval's rollouts run as a sequential test of "success
+rate >= RATE" (policybench.decide); once it says PASS or FAIL, the Eval's later rollouts are
+skipped, saying so. A FAIL fails the run as a success gate does.
+
+The rollouts decided over are those the run selected (after -k, --suite and --shard, with those a
+resumed run carried over); they run in decision order (their place within their task, then task),
+and the decision is taken over the outcomes of that order's finished prefix: a process about to run a rollout reads
+the run's results (as the controller writes them) and skips it when the outcomes before it have
+decided. Under `-n` a few rollouts past the decision may be running when it falls: they finish
+and are recorded, and do not change it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policybench import keys
+from policybench.decide import SYNTAX, Decision, SequentialTest, decision_order
+from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.resume import resumed_of
+from policybench.pytest_plugin.rundir import run_dir_of, settings_of
+from policybench.record.episode import OutcomeKind
+from policybench.run.results import RESULTS, record_problem
+
+TEST = pytest.StashKey[SequentialTest | None]()
+ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()  # side -> index -> place
+READER = pytest.StashKey["Outcomes"]()
+# How a rollout skipped by a decision is reported: its Eval, the decision, the rollout it fell at.
+SKIPPED = "decided early (--decide {verdict} at rollout {at}{arm}): not needed"
+DECIDED_SKIP = re.compile(r"^(?:Skipped: )?([^:]+): (decided early \(--decide .+)$")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("policybench")
+    group.addoption(
+        "--decide",
+        default=None,
+        metavar=SYNTAX,
+        help="run each Eval's rollouts as a sequential test (Wald's SPRT) of 'success rate >= "
+        "RATE' and skip the rest once it says PASS or FAIL; ALPHA and BETA are its error rates "
+        "(a false PASS, a false FAIL; default 0.05 each), DELTA the half-width of the "
+        "indifference zone around RATE (default 0.1). A FAIL fails the run",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = config.getoption("decide", None)
+    try:
+        config.stash[TEST] = None if given is None else SequentialTest.parse(given)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def test_of(config: pytest.Config) -> SequentialTest | None:
+    return config.stash.get(TEST, None)
+
+
+Side = tuple[str, str | None]  # an Eval, and in an A/B run an arm
+
+
+def side_of_item(item: pytest.Item) -> Side | None:
+    planned = planned_of(item)
+    if planned is None:
+        return None
+    return planned.eval.name, None if planned.arm is None else planned.arm.label
+
+
+@pytest.hookimpl(trylast=True)  # after --suite, -k and shards have selected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    test = test_of(config)
+    if test is None:
+        return
+    selected: dict[Side, set[tuple[str, int]]] = {}
+    for item in items:
+        side, planned = side_of_item(item), planned_of(item)
+        if side is not None and planned is not None:
+            selected.setdefault(side, set()).add(
+                (planned.rollout.scene.task, planned.rollout.index)
+            )
+    resumed = resumed_of(config)
+    for record in resumed.carried.values() if resumed is not None else ():
+        side = (record[keys.EVAL], None if record.get(keys.ARM) is None else str(record[keys.ARM]))
+        if side in selected:  # a rollout the interrupted run finished is in the order too
+            selected[side].add((record[keys.TASK], record[keys.ROLLOUT_INDEX]))
+    order = config.stash[ORDER] = {}
+    for side, rollouts in selected.items():
+        ordered = sorted(rollouts, key=lambda pair: pair[1])
+        places = decision_order(ordered)
+        order[side] = {index: place for (_, index), place in zip(ordered, places, strict=True)}
+    _refuse_too_few(test, order, config)
+    # Each Eval's items take the slots its items held, in decision order (arms of a scene stay
+    # side by side), so that a run without -n meets them in that order.
+    slots: dict[str, list[int]] = {}
+    for at, item in enumerate(items):
+        side = side_of_item(item)
+        if side is not None:
+            slots.setdefault(side[0], []).append(at)
+    for at_list in slots.values():
+        members = [items[at] for at in at_list]
+        members.sort(key=lambda item: _place(order, item))
+        for at, item in zip(at_list, members, strict=True):
+            items[at] = item
+
+
+def _place(order: dict[Side, dict[int, int]], item: pytest.Item) -> int:
+    planned = planned_of(item)
+    side = side_of_item(item)
+    assert planned is not None and side is not None
+    return order[side][planned.rollout.index]
+
+
+def _refuse_too_few(test: SequentialTest, order: dict[Side, dict[int, int]], config: Any) -> None:
+    """A side whose plan is too short to reach PASS with every rollout solved, or FAIL with
+    none, could never decide both ways: refused before anything runs."""
+    need_pass, need_fail = test.fewest()
+    need = max(need_pass, need_fail)
+    short = {side: len(places) for side, places in order.items() if len(places) < need}
+    if not short:
+        return
+    rollouts = settings_of(config).rollouts
+    named = ", ".join(
+        f"{eval}{'' if arm is None else f' [{arm}]'} plans {count}"
+        for (eval, arm), count in sorted(short.items(), key=str)
+    )
+    per_task = max(-(-need * rollouts // count) for count in short.values())
+    raise pytest.UsageError(
+        f"--decide {test.rate:g}: a decision needs at least {need_pass} rollouts of an Eval to "
+        f"PASS (all solved) and {need_fail} to FAIL (none solved), and {named}: give "
+        f"--rollouts {per_task} or more, or a wider DELTA or larger error rates ({SYNTAX})"
+    )
+
+
+class Outcomes:
+    """The run's rollout outcomes as results.jsonl holds them, read on as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+        self.solved: dict[tuple[Side, int], bool] = {}  # (side, plan index) -> solved
+
+    def update(self) -> None:
+        try:
+            with self.path.open("rb") as file:
+                file.seek(self._offset)
+                data = file.read()
+        except FileNotFoundError:
+            return
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # a line not yet whole
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record_problem(record) is not None or keys.ROLLOUT_INDEX not in record:
+                continue
+            arm = record.get(keys.ARM)
+            side = (record[keys.EVAL], None if arm is None else str(arm))
+            solved = record[keys.OUTCOME] == OutcomeKind.SOLVED
+            self.solved[(side, record[keys.ROLLOUT_INDEX])] = solved
+
+
+def decision_before(config: pytest.Config, side: Side) -> Decision | None:
+    """The decision the side's finished prefix in decision order has reached, if any."""
+    test = test_of(config)
+    order = config.stash.get(ORDER, {}).get(side)
+    if test is None or order is None:
+        return None
+    reader = config.stash.get(READER, None)
+    if reader is None:
+        reader = config.stash[READER] = Outcomes(run_dir_of(config) / RESULTS)
+    reader.update()
+    prefix = []
+    for index in sorted(order, key=order.__getitem__):
+        solved = reader.solved.get((side, index))
+        if solved is None:
+            break
+        prefix.append(solved)
+    decision = test.walk(prefix)
+    return decision if decision.decided else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    side = side_of_item(item)
+    if side is None or test_of(item.config) is None:
+        return
+    decision = decision_before(item.config, side)
+    if decision is not None and _place(item.config.stash[ORDER], item) >= decision.rollouts:
+        arm = "" if side[1] is None else f" of arm {side[1]}"
+        why = SKIPPED.format(verdict=decision.verdict, at=decision.rollouts, arm=arm)
+        pytest.skip(f"{side[0]}: {why}")
+
+
+def decided_skip(report: pytest.TestReport) -> tuple[str, str] | None:
+    """(Eval name, why) when `report` skipped a rollout that a decision made unneeded."""
+    if not (report.skipped and report.when == "setup" and isinstance(report.longrepr, tuple)):
+        return None
+    found = DECIDED_SKIP.match(report.longrepr[2])
+    return None if found is None else (found[1], found[2])

@@ -1,0 +1,212 @@
+"""`--decide`: Wald's sequential test and its anytime-valid interval, checked on simulated
+Bernoulli draws; decision order; and the plugin on real runs (the point env of tests/envs.py, and
+real MetaWorld under its scripted expert and a random policy): the Eval's later rollouts skipped
+once the test decides, the same decision at -n 0 and -n 2, a FAIL failing the run, and bad input
+refused before anything runs."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench.cli import main as policybench_main
+from policybench.decide import (
+    SequentialTest,
+    Verdict,
+    confidence_sequence,
+    decision_order,
+)
+
+ENVS = (Path(__file__).parent / "envs.py").read_text()
+BENCHMARK = """
+import policybench
+from envs import GreedyPointModel, point_eval
+
+SOLVABLE = point_eval("solvable", scripted=GreedyPointModel)
+SLOW = point_eval("slow", tasks={"far": "reach slowly", "farther": "reach more slowly"},
+                  timeout_s=0.2, scripted=GreedyPointModel)
+
+
+@policybench.parametrize(SOLVABLE, SLOW)
+def test_point(rollout, harness):
+    harness(rollout)
+"""
+SIMULATED = 10_000
+
+
+def error_rate(test: SequentialTest, rate: float, wrong: Verdict, seed: int) -> float:
+    """The share of SIMULATED sequential tests on Bernoulli(rate) draws that end in `wrong`."""
+    rng = np.random.default_rng(seed)
+    draws = rng.random((SIMULATED, 400)) < rate  # far more than any of these tests takes
+    verdicts = [test.walk(row).verdict for row in draws]
+    assert Verdict.INCONCLUSIVE not in verdicts  # every test ended within its draws
+    return verdicts.count(wrong) / SIMULATED
+
+
+@pytest.mark.parametrize("given", ["0.8", "0.5:0.1,0.2,0.15", "0.3:0.01,0.05,0.1"])
+def test_the_error_rates_hold_over_ten_thousand_sequential_tests(given):
+    test = SequentialTest.parse(given)
+    false_pass = error_rate(test, test.low, Verdict.PASS, seed=1)
+    false_fail = error_rate(test, test.high, Verdict.FAIL, seed=2)
+    # Wald's bounds hold up to the simulation's own noise (three standard errors).
+    assert false_pass <= test.alpha + 3 * math.sqrt(test.alpha * (1 - test.alpha) / SIMULATED)
+    assert false_fail <= test.beta + 3 * math.sqrt(test.beta * (1 - test.beta) / SIMULATED)
+
+
+def test_the_fewest_rollouts_that_decide_are_where_a_run_of_one_outcome_decides():
+    test = SequentialTest(0.8)
+    assert test.fewest() == (12, 3)  # log(19) / log(0.9 / 0.7) = 11.7; log(19) / log(3) = 2.7
+    assert test.walk([True] * 11).verdict is Verdict.INCONCLUSIVE
+    assert (test.walk([True] * 12).verdict, test.walk([True] * 30).rollouts) == (Verdict.PASS, 12)
+    assert test.walk([False] * 2).verdict is Verdict.INCONCLUSIVE
+    assert (test.walk([False] * 3).verdict, test.walk([False] * 3).solved) == (Verdict.FAIL, 0)
+
+
+def test_the_interval_covers_the_rate_at_every_step_at_once():
+    """Ville's inequality: the chance that the interval misses the true rate at any step of a
+    sequence is at most 1 - confidence; checked over 300 sequences of 60 draws."""
+    rng = np.random.default_rng(3)
+    rate, missed = 0.3, 0
+    for _ in range(300):
+        solved = np.cumsum(rng.random(60) < rate)
+        intervals = [confidence_sequence(int(s), n, 0.05) for n, s in enumerate(solved, 1)]
+        missed += any(not low <= rate <= high for low, high in intervals)
+    assert missed / 300 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 300)
+
+
+def test_the_interval_is_where_the_mixture_reaches_its_level():
+    low, high = confidence_sequence(12, 12, 0.05)
+    assert high == 1.0 and 0.6 < low < 0.7
+    evidence = math.lgamma(13) + math.lgamma(1) - math.lgamma(14)  # log B(13, 1) = -log 13
+    assert evidence - 12 * math.log(low) == pytest.approx(math.log(20), abs=1e-6)
+    assert confidence_sequence(0, 0, 0.05) == (0.0, 1.0)
+    low, high = confidence_sequence(50, 100, 0.05)
+    assert low < 0.5 < high and high - 0.5 == pytest.approx(0.5 - low, abs=1e-9)
+
+
+def test_decision_order_takes_each_task_in_turn():
+    rollouts = [("a", 0), ("a", 1), ("a", 2), ("b", 3), ("b", 4), ("b", 5)]
+    assert decision_order(rollouts) == [0, 2, 4, 1, 3, 5]
+    # Given in any order, a rollout's place is the same.
+    assert decision_order([("b", 4), ("a", 0)]) == [1, 0]
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    return pytester
+
+
+def summary(pytester: pytest.Pytester) -> dict:
+    return json.loads((pytester.path / "reports" / "latest" / "summary.json").read_text())
+
+
+def ran(pytester: pytest.Pytester) -> list[tuple[str, str, int]]:
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted((r["eval"], r["task"], r["scene"]["seed"]) for r in records)
+
+
+def test_an_eval_that_has_decided_skips_its_later_rollouts_and_a_fail_fails_the_run(bench):
+    result = bench.runpytest("--decide", "0.8", "--rollouts", "20")
+    assert result.ret == 1  # the FAIL of `slow`
+    result.stdout.fnmatch_lines(
+        [
+            "slow: 37 items not run: decided early (--decide FAIL at rollout 3): not needed",
+            "solvable: 8 items not run: decided early (--decide PASS at rollout 12): not needed",
+            "decide: solvable: PASS at rollout 12: 12/12 solved, rate 0.63-1.00 (anytime 95%);*",
+            "decide: slow: FAIL at rollout 3: 0/3 solved, rate 0.00-0.77 (anytime 95%);*",
+            "FAIL slow: --decide FAIL at rollout 3*",
+            "*12 passed, 45 skipped, 3 unsolved*",
+        ]
+    )
+    # `slow` took its two tasks in turn: far's first scene, farther's, then far's second.
+    assert [r for r in ran(bench) if r[0] == "slow"] == [
+        ("slow", "far", 0),
+        ("slow", "far", 1),
+        ("slow", "farther", 0),
+    ]
+    decisions = {d["eval"]: d for d in summary(bench)["decisions"]}
+    assert (decisions["solvable"]["verdict"], decisions["solvable"]["rollouts"]) == ("PASS", 12)
+    assert decisions["slow"]["interval"][0] == 0.0
+    html = (bench.path / "reports" / "latest" / "index.html").read_text()
+    assert 'id="decisions"' in html and "FAIL at rollout 3" in html
+
+
+def test_the_decision_is_the_same_at_any_number_of_workers(bench):
+    alone = bench.runpytest("--decide", "0.8", "--rollouts", "20", "-k", "reach")
+    assert alone.ret == 0
+    one = summary(bench)["decisions"]
+    parallel = bench.runpytest("--decide", "0.8", "--rollouts", "20", "-n", "2", "-k", "reach")
+    assert parallel.ret == 0
+    assert summary(bench)["decisions"] == one
+    # Rollouts in flight when the decision fell finished and were recorded, but no more.
+    assert 12 <= summary(bench)["overall"]["rollouts"] <= 16
+
+
+def test_the_report_rebuilt_later_takes_the_same_decisions(bench):
+    bench.runpytest("--decide", "0.8", "--rollouts", "20")
+    before = summary(bench)["decisions"]
+    run_dir = (bench.path / "reports" / "latest").resolve()
+    (run_dir / "summary.json").unlink()
+    assert policybench_main(["report", "html", str(run_dir)]) == 0
+    assert summary(bench)["decisions"] == before
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("1.2", "--decide RATE[:ALPHA,BETA,DELTA]: RATE must lie in (0, 1), got 1.2"),
+        ("0", "*: RATE must lie in (0, 1), got 0"),
+        ("0.8:0.05", "--decide takes RATE[:ALPHA,BETA,DELTA] (e.g. 0.8 or 0.8:0.05,0.05,0.1)*"),
+        ("0.95", "*indifference zone RATE +- DELTA = 0.95 +- 0.1 must lie inside (0, 1)*"),
+        ("0.8:0.05,1.5,0.1", "*BETA must lie in (0, 1), got 1.5"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_runs(bench, given, said):
+    result = bench.runpytest("--decide", given, "--rollouts", "20")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.stderr.lines if line.strip()]
+    assert fnmatch.fnmatchcase(line, f"ERROR: {said}".replace("[", "[[]"))
+    assert not (bench.path / "reports").exists()
+
+
+def test_too_few_rollouts_to_ever_decide_both_ways_is_refused(bench):
+    result = bench.runpytest("--decide", "0.8", "--rollouts", "3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: --decide 0.8: a decision needs at least 12 rollouts of an Eval to PASS (all "
+            "solved) and 3 to FAIL (none solved), and slow plans 6, solvable plans 3: give "
+            "--rollouts 12 or more*"
+        ]
+    )
+
+
+METAWORLD = """
+import policybench
+from policybench.suites.metaworld import MT10_STATE
+
+
+@policybench.parametrize(MT10_STATE)
+def test_metaworld(rollout, harness):
+    harness(rollout)
+"""
+
+
+@pytest.mark.parametrize(
+    ("policy", "verdict", "at"), [("scripted", "PASS", 12), ("random", "FAIL", 3)]
+)
+def test_metaworld_decides_with_far_fewer_rollouts_than_planned(pytester, policy, verdict, at):
+    pytest.importorskip("metaworld")
+    pytester.makepyfile(test_metaworld=METAWORLD)
+    result = pytester.runpytest("--decide", "0.8", "--rollouts", "2", f"--policy={policy}")
+    assert result.ret == (0 if verdict == "PASS" else 1)
+    [decision] = summary(pytester)["decisions"]
+    assert (decision["verdict"], decision["rollouts"]) == (verdict, at)
+    assert summary(pytester)["overall"]["rollouts"] == at  # of the 20 planned
