@@ -2,12 +2,12 @@
 rate >= RATE" (policybench.decide); once it says PASS or FAIL, the Eval's later rollouts are
 skipped, saying so. A FAIL fails the run as a success gate does.
 
-The rollouts decided over are those the run selected (after -k, --suite and --shard, with those a
-resumed run carried over); they run in decision order (their place within their task, then task),
-and the decision is taken over the outcomes of that order's finished prefix: a process about to run a rollout reads
-the run's results (as the controller writes them) and skips it when the outcomes before it have
-decided. Under `-n` a few rollouts past the decision may be running when it falls: they finish
-and are recorded, and do not change it."""
+The rollouts decided over are those the run selected (after -k, --suite and --shard, with those
+a resumed run carried over); they run in decision order (their place within their task, then
+task), and the decision is taken over the outcomes of that order's finished prefix: a process
+about to run a rollout reads the run's results (as the controller writes them) and skips it
+when the outcomes before it have decided. Under `-n` a few rollouts past the decision may be
+running when it falls: they finish and are recorded, and do not change it."""
 
 from __future__ import annotations
 
