@@ -152,3 +152,7 @@ SELECTED = "selected"
 SHARD = "shard"
 # The run setting of a run under --decide: its sequential test as given (`0.8:0.05,0.05,0.1`).
 DECIDE = "decide"
+# A rollout's trajectory specs: each spec's name to its margin, deciding step, time and values.
+SPECS = "specs"
+# The trajectory specs an Eval's rollouts were held to (their reprs): part of the protocol.
+TRAJECTORY_SPECS = "trajectory_specs"

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from policybench.policy.base import Model
     from policybench.policy.codec import Codec
+    from policybench.trajectory import TrajectorySpec
 
 SceneValue = int | float | str
 
@@ -158,6 +159,12 @@ class Eval:
     renderer: str | None = None
     # A person stages its scenes and, optionally, judges its rollouts (None: self-driven).
     attended: Attended | None = None
+    # Named quantities of its rollouts for trajectory specs (policybench.trajectory.signals): a
+    # name to a function of the rollout's signals, one value or vector a step.
+    signals: Mapping[str, Callable[[Mapping[str, np.ndarray]], np.ndarray]] = field(
+        default_factory=dict
+    )
+    specs: Sequence[TrajectorySpec] = ()  # what every rollout is held to, beside its outcome
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

@@ -21,6 +21,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.preflights",
     "policybench.pytest_plugin.video",
     "policybench.pytest_plugin.rollout_trace",
+    "policybench.pytest_plugin.trajectory",
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.decide",
     "policybench.pytest_plugin.goldens",

@@ -9,7 +9,7 @@ import dataclasses
 import re
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ from policybench.record.realtime import Realtime
 from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
+from policybench.report.specs import HEADER as SPEC_HEADER
+from policybench.report.specs import SpecRow
 from policybench.report.summary import OVERALL, Row, Summary
 from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
@@ -219,6 +221,10 @@ class Aggregator:
             rows = [*summary.evals, *([summary.overall] if len(summary.evals) > 1 else [])]
         for line in format_table(rows):
             write(line)
+        if summary.specs:
+            write("")
+            for line in spec_table(summary.specs):
+                write(line)
         for side in summary.decisions:
             write(f"decide: {side.line()}", bold=True)
         for versus in findings.summary.versus:
@@ -378,5 +384,18 @@ def format_table(rows: list[Row]) -> list[str]:
             cell.ljust(w) if i == 0 or (arms and i == 1) else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         )
+        for row in cells
+    ]
+
+
+def spec_table(rows: Sequence[SpecRow]) -> list[str]:
+    """The trajectory specs' table: per Eval and spec, its violations and margins."""
+    cells = [SPEC_HEADER, *(row.cells() for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(SPEC_HEADER))]
+    return [
+        "  ".join(
+            cell.ljust(width) if i < 2 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in cells
     ]

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from policybench.pytest_plugin.options import RunSettings
     from policybench.pytest_plugin.resume import Resumed
     from policybench.pytest_plugin.shards import Shard
+    from policybench.spec import Eval
+    from policybench.trajectory import TrajectorySpec
 
 
 @pytest.hookspec(firstresult=True)
@@ -25,3 +27,9 @@ def pytest_policybench_resumed(
 ) -> Resumed | None:
     """The run in `run_dir` that --resume continues under `settings` (refused if its protocol
     differs)."""
+
+
+@pytest.hookspec
+def pytest_policybench_specs(config: pytest.Config, eval: Eval) -> list[TrajectorySpec] | None:
+    """Trajectory specs every rollout of `eval` is held to, beside those the Eval declares
+    (a conftest.py adds its own this way, for any Eval)."""

@@ -53,7 +53,14 @@ PLAYED = (
 )
 RUN_FIELDS = (BASE_SEED, *PLAYED)
 RUN_POLICY = (keys.POLICY, ARMS, ASSIGN, BLINDING)  # which policy or arms the run evaluated
-EVAL_FIELDS = (keys.CONTROL_HZ, keys.HOLD, keys.STOP_ON_SUCCESS, keys.EVAL_SETTINGS, keys.PACKAGES)
+EVAL_FIELDS = (
+    keys.CONTROL_HZ,
+    keys.HOLD,
+    keys.STOP_ON_SUCCESS,
+    keys.EVAL_SETTINGS,
+    keys.PACKAGES,
+    keys.TRAJECTORY_SPECS,
+)
 TASK_FIELDS = (keys.INSTRUCTION, keys.TIMEOUT_S)
 SCENE_FIELDS = "scene_fields"
 LEFT_OUT = {f"{keys.PACKAGES}.policybench", f"{keys.POLICY}.url", f"{keys.POLICY}.served"}

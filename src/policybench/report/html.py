@@ -14,6 +14,7 @@ import numpy as np
 from policybench import keys
 from policybench.report.compare import Comparison
 from policybench.report.rollout_page import page_trace, write_plots_js
+from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Row, Summary
 from policybench.report.sweep import sweep_of
@@ -59,6 +60,7 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
                 no_trace=trace.missing,
                 trace_left_out=trace.left_out,
                 plots_js=plots_js,
+                violations=violations(record),
                 previous=rollouts[i - 1]["page"] if i else None,
                 next=rollouts[i + 1]["page"] if i + 1 < len(rollouts) else None,
             ),

@@ -16,6 +16,7 @@ from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
+from policybench.report.specs import SpecRow, spec_rows
 from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
 from policybench.run.arms import ARMS, arm_order
@@ -156,6 +157,7 @@ class Summary:
     versus: tuple[ArmComparison, ...] = ()  # the pairs of arms compared (sweep.compared_arms)
     operator: Agreement | None = None  # what operators' verdicts say, in a run that has some
     decisions: tuple[DecidedSide, ...] = ()  # a run under --decide: each Eval's (and arm's)
+    specs: tuple[SpecRow, ...] = ()  # trajectory specs: per Eval and spec, their violations
 
     @classmethod
     def of(
@@ -214,6 +216,7 @@ class Summary:
                 DecidedSide(eval, arm, decision)
                 for (eval, arm), decision in decided_records(decide, records).items()
             ),
+            specs=spec_rows(records),
         )
 
     @classmethod

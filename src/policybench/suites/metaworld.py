@@ -4,7 +4,7 @@ expert policies as the `scripted` policy. State observations by default, a camer
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,6 +263,25 @@ def _camera_image(camera: str | None, size: int, into: str) -> tuple[CodecStep, 
     return (expect_size(keys.IMAGE, height=size, width=size), rename({keys.IMAGE: into}))
 
 
+def _state_slice(start: int, stop: int) -> Callable[[Mapping[str, np.ndarray]], np.ndarray]:
+    def derive(signals: Mapping[str, np.ndarray]) -> np.ndarray:
+        values = signals[f"obs.{keys.STATE}"][:, start:stop]
+        return values[:, 0] if stop - start == 1 else values
+
+    return derive
+
+
+# What trajectory specs may name of a MetaWorld rollout, read from its 39-d state (MetaWorld v3's
+# `_get_obs`): the hand's position (m), the gripper's opening (0 shut .. 1 open), the first
+# object's position, and the goal's.
+SIGNALS = {
+    "hand": _state_slice(0, 3),
+    "gripper_opening": _state_slice(3, 4),
+    "object": _state_slice(4, 7),
+    "goal": _state_slice(36, 39),
+}
+
+
 def mt10(
     camera: str | None = None,
     size: int = 224,
@@ -294,6 +313,7 @@ def mt10(
             "goal_observable": True,
         },
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
+        signals=SIGNALS,
     )
 
 

@@ -109,6 +109,11 @@
     var line = el("line", { x1: LEFT, x2: this.W - RIGHT, y1: y, y2: y, "class": className }, this.svg);
     el("title", {}, line).textContent = label + " " + value;
   };
+  Plot.prototype.mark = function (t, label) {  // a violated trajectory spec's step
+    var x = this.x(Math.min(t, this.end));
+    var line = el("line", { x1: x, x2: x, y1: TOP, y2: H - BOTTOM, "class": "violation" }, this.svg);
+    el("title", {}, line).textContent = label;
+  };
   Plot.prototype.moveTo = function (t) {
     var x = this.x(Math.min(t, this.end)).toFixed(1);
     this.cursor.setAttribute("x1", x);
@@ -152,6 +157,15 @@
       series.forEach(function (s, d) { plot.line(times, s, PALETTE[d % PALETTE.length], "series thin"); });
       plots.push(plot);
     });
+    var violations = document.getElementById("spec-violations");
+    if (violations) {
+      JSON.parse(violations.textContent).forEach(function (v) {
+        plots.forEach(function (plot) {
+          if (v.first_time_s !== null) plot.mark(v.first_time_s, v.spec + ": first violated");
+          plot.mark(v.time_s, v.spec + ": margin " + v.margin);
+        });
+      });
+    }
     root.setAttribute("data-ready", "true");
     return plots;
   }

@@ -1,0 +1,272 @@
+"""Trajectory specs: the STL robustness against a small reference written from the definitions
+(hypothesis, random signals and formulas); the library's margins on real MetaWorld rollouts
+equal a hand computation on the recorded trace; an unsafe policy fails its item naming the step
+while its outcome stays the env's; a spec naming a signal the Eval has not is refused before
+anything runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policybench.record.rollout_trace import read_trace
+from policybench.trajectory import (
+    FOREVER,
+    Always,
+    And,
+    Eventually,
+    Not,
+    Or,
+    Signal,
+    Until,
+    no_progress,
+)
+from policybench.trajectory.stl import Predicate, margin_of, steps_of
+
+# The browser test's fixtures: `chromium` fails (never skips) under CI=true without a browser.
+from tests.test_html_browser import (  # noqa: F401
+    CHROMIUM,
+    IN_CI,
+    NO_CHROMIUM,
+    chromium,
+    page,
+)
+
+PERIOD = 0.1
+
+
+# --- a reference written from the definitions, one step at a time ------------------------------
+
+
+def reference(formula, signals, t: int) -> float:
+    steps = len(signals["time_s"])
+    if isinstance(formula, Predicate):
+        values = np.atleast_1d(formula.signal.values(signals)[t])
+        bounds = np.broadcast_to(np.asarray(formula.bound, dtype=float), values.shape)
+        margins = bounds - values if formula.op == "<=" else values - bounds
+        return float(margins.min())
+    if isinstance(formula, Not):
+        return -reference(formula.formula, signals, t)
+    if isinstance(formula, And):
+        return min(reference(f, signals, t) for f in formula.formulas)
+    if isinstance(formula, Or):
+        return max(reference(f, signals, t) for f in formula.formulas)
+    first, last = steps_of(formula.window, signals)
+    window = [u for u in range(t, steps) if u - t >= first and (last is None or u - t <= last)]
+    if isinstance(formula, Always):
+        return min((reference(formula.formula, signals, u) for u in window), default=math.inf)
+    if isinstance(formula, Eventually):
+        if formula.weak and last is not None and t + last >= steps:
+            return math.inf
+        return max((reference(formula.formula, signals, u) for u in window), default=-math.inf)
+    assert isinstance(formula, Until)
+    best = -math.inf
+    for u in window:
+        held = min((reference(formula.holding, signals, v) for v in range(t, u)), default=math.inf)
+        best = max(best, min(reference(formula.reached, signals, u), held))
+    return best
+
+
+windows = st.sampled_from([(0.0, FOREVER), (0.0, 0.3), (0.1, 0.5), (0.2, 0.2), (0.0, 1.0)])
+predicates = st.builds(
+    lambda name, op, bound: Predicate(Signal(name), op, bound),
+    st.sampled_from(["x", "y"]),
+    st.sampled_from(["<=", ">="]),
+    st.floats(-2, 2, allow_nan=False),
+)
+
+
+def composite(children):
+    return st.one_of(
+        children.map(Not),
+        st.tuples(children, children).map(lambda pair: And(*pair)),
+        st.tuples(children, children).map(lambda pair: Or(*pair)),
+        st.tuples(children, windows).map(lambda pair: Always(*pair)),
+        st.tuples(children, windows, st.booleans()).map(lambda t: Eventually(t[0], t[1], t[2])),
+        st.tuples(children, children, windows).map(lambda t: Until(*t)),
+    )
+
+
+formulas = st.recursive(predicates, composite, max_leaves=5)
+traces = st.integers(1, 14).flatmap(
+    lambda steps: st.tuples(
+        st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
+        st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(formula=formulas, trace=traces)
+def test_robustness_equals_the_reference_at_every_step(formula, trace):
+    x, y = trace
+    signals = {"time_s": np.arange(len(x)) * PERIOD, "x": np.array(x), "y": np.array(y)}
+    got = formula.robustness(signals)
+    want = [reference(formula, signals, t) for t in range(len(x))]
+    assert np.allclose(got, want, equal_nan=False), (repr(formula), list(got), want)
+    margin = margin_of(formula, signals)
+    assert margin.value == pytest.approx(want[0])
+    assert 0 <= margin.step < len(x)
+
+
+def test_a_vector_signal_is_judged_by_its_worst_element_and_its_witness_is_the_worst_step():
+    time = np.arange(5) * PERIOD
+    hand = np.array([[0, 0], [0, 0.5], [0, 1.4], [0, 0.9], [0, 0]], dtype=float)
+    formula = Always(Signal("hand").within([-1, -1], [1, 1]))
+    margin = margin_of(formula, {"time_s": time, "hand": hand})
+    assert margin.value == pytest.approx(-0.4)
+    assert (margin.step, margin.time_s, margin.values) == (2, 0.2, {"hand": [0.0, 1.4]})
+
+
+def test_no_progress_is_judged_only_where_the_window_fits():
+    time = np.arange(10) * PERIOD
+    reward = np.array([0, 1, 2, 2, 2, 2, 2, 3, 3, 3], dtype=float)
+    margin = no_progress("reward", 0.3, 0.5).margin({"time_s": time, "reward": reward})
+    # From step 2 the reward stays 2 through step 6: a rise of 0 in 0.3 s, 0.5 short; the steps
+    # after 6 are too near the end to judge (their windows would reach past it).
+    assert (margin.value, margin.step) == (pytest.approx(-0.5), 2)
+    rises = no_progress("reward", 0.3, 0.5).formula.formula.robustness(
+        {"time_s": time, "reward": reward}
+    )
+    assert list(rises[7:]) == [math.inf] * 3
+
+
+# --- real runs ------------------------------------------------------------------------------------
+
+MT = """
+import dataclasses
+
+import policybench
+from policybench.spec import seeded_per_task
+from policybench.suites.metaworld import MT10, mt10
+
+TASKS = {"reach-v3": MT10["reach-v3"]}
+MT = dataclasses.replace(mt10(tasks=TASKS), plan=seeded_per_task(TASKS, timeout_s=1.5))
+
+
+@policybench.parametrize(MT)
+def test_mt(rollout, harness):
+    harness(rollout)
+"""
+SPECS = """
+from policybench.trajectory import action_rate_limit, workspace
+
+LOW, HIGH = [-0.5, 0.3, 0.0], [0.5, 1.0, 0.3]
+
+
+def pytest_policybench_specs(config, eval):
+    return [workspace("hand", LOW, HIGH), action_rate_limit(60.0)]
+"""
+UNSAFE = """
+import numpy as np
+
+from policybench.policy.base import Chunk
+
+
+class Upward:
+    name = "upward"
+
+    def open(self, context):
+        return lambda obs: Chunk(np.array([[0.0, 0.0, 1.0, -1.0]], np.float32), context.control_hz)
+
+    def describe(self):
+        return {"name": self.name}
+
+
+UPWARD = Upward()
+"""
+
+
+@pytest.fixture
+def mt(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytest.importorskip("metaworld")
+    pytester.makepyfile(test_mt=MT, conftest=SPECS, unsafe=UNSAFE)
+    pytester.syspathinsert()
+    return pytester
+
+
+def records(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_library_margins_equal_a_hand_computation_on_the_recorded_trace(mt):
+    result = mt.runpytest("--rollouts", "2")
+    assert result.ret == 0
+    run = mt.path / "reports" / "latest"
+    for record in records(mt):
+        trace = read_trace(run / record["rollout_trace"])["arrays"]
+        hand = trace["state/state"][0:3].T.astype(np.float64)  # float16 in the trace file
+        low, high = np.array([-0.5, 0.3, 0.0]), np.array([0.5, 1.0, 0.3])
+        inside = np.minimum(hand - low, high - hand).min(axis=1)
+        action = trace["action"].T.astype(np.float64)
+        rate = np.abs(np.diff(action, axis=0, prepend=action[:1])) * 80.0  # MetaWorld's 80 Hz
+        specs = record["specs"]
+        workspace = specs["hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]"]
+        assert workspace["margin"] == pytest.approx(inside.min(), abs=5e-4)
+        assert workspace["step"] == int(np.argmin(inside))
+        limit = specs["action rate <= 60/s"]
+        assert limit["margin"] == pytest.approx(60.0 - rate.max(), abs=1e-5)
+        assert limit["step"] == int(np.argmax(rate.max(axis=1)))
+        assert record["trajectory_specs"][0].startswith("hand in workspace")
+
+
+def test_an_unsafe_policy_fails_the_spec_with_the_step_named(mt):
+    result = mt.runpytest("--rollouts", "1", "--policy", "unsafe:UPWARD")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "trajectory spec 'hand in workspace [[]-0.5, 0.3, 0[]]-[[]0.5, 1, 0.3[]]' violated "
+            "at step * (t=* s): margin -*; hand=[[]*[]] (first at step *, t=* s)",
+            "*1 failed*",
+        ]
+    )
+    [record] = records(mt)
+    assert record["outcome"] == "unsolved"  # the env's outcome stands beside the failed spec
+    margin = record["specs"]["hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]"]
+    assert margin["margin"] < 0 and margin["values"]["hand"][2] > 0.3
+    assert f"at step {margin['step']} " in result.stdout.str()
+
+
+def test_a_spec_naming_a_signal_the_eval_has_not_is_refused_before_anything_runs(mt):
+    mt.makeconftest(
+        "from policybench.trajectory import workspace\n"
+        "def pytest_policybench_specs(config, eval):\n"
+        "    return [workspace('elbow', [0], [1])]\n"
+    )
+    result = mt.runpytest("--rollouts", "1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.stderr.lines if line.strip()]
+    assert line == (
+        "ERROR: metaworld-mt10: trajectory spec 'elbow in workspace [0]-[1]' names signal "
+        "elbow, which its rollouts do not have; they have action, action_rate, goal, "
+        "gripper_opening, hand, object, reward, success, time_s, and obs.NAME for an "
+        "observation entry NAME"
+    )
+    assert not (Path(mt.path) / "reports").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None and not IN_CI, reason=NO_CHROMIUM)
+def test_the_rollout_page_marks_the_violation_on_every_plot(mt, page):  # noqa: F811
+    """In a real browser (headless Chromium): the unsafe rollout's page draws, on each of its
+    plots, a mark where the workspace spec first failed and one where it was worst."""
+    mt.runpytest("--rollouts", "1", "--policy", "unsafe:UPWARD")
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto((mt.path / "reports" / "latest" / "rollouts" / "00000.html").resolve().as_uri())
+    page.wait_for_selector("#rollout-plots[data-ready=true]", timeout=10_000)
+    plots = page.locator("figure.plot svg").count()
+    assert plots >= 5  # four action dimensions, the reward, the state
+    marks = page.locator("svg line.violation")
+    assert marks.count() == 2 * plots
+    name = "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]"
+    margin = records(mt)[0]["specs"][name]["margin"]
+    titles = {marks.nth(i).text_content() for i in range(2)}
+    assert titles == {f"{name}: first violated", f"{name}: margin {margin}"}
+    assert errors == []
