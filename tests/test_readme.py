@@ -27,6 +27,7 @@ README = REPO / "README.md"
 EXAMPLE_MARKER = "<!-- readme-example: my_policy.py -->"
 EXAMPLE_MODULE = "my_policy"
 LOOP_MARKER = "<!-- readme-example: my_loop.py -->"
+SPECS_MARKER = "<!-- readme-example: my_specs.py -->"
 GUIDES = REPO / "docs" / "guides"
 README_MOST_LINES = 250
 SERVER_START_TIMEOUT_S = 60.0
@@ -114,6 +115,22 @@ def test_readme_example_policy_runs_in_process_on_metaworld_reach(example, tmp_p
     records = run_reach(tmp_path, f"--policy={EXAMPLE_MODULE}:MODEL")
     assert_ran_without_error(records)
     assert {record[keys.POLICY][keys.POLICY_NAME] for record in records} == {example.MODEL.name}
+
+
+def test_readme_trajectory_specs_hold_metaworlds_experts_to_them(tmp_path):
+    """The README's specs, as a plugin module given with -p, on MetaWorld reach: each record
+    keeps both specs' margins, and the experts keep them."""
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    (tmp_path / "my_specs.py").write_text(example_source(SPECS_MARKER))
+    records = run_reach(tmp_path, "-p", "my_specs")
+    assert_ran_without_error(records)
+    for record in records:
+        margins = {name: judged["margin"] for name, judged in record[keys.SPECS].items()}
+        assert set(margins) == {
+            "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]",
+            "action rate <= 60/s",
+        }
+        assert all(margin > 0 for margin in margins.values()), margins
 
 
 def test_readme_example_policy_served_by_policybench_serve_runs_as_openpi(example, tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +271,30 @@ def test_the_rollout_page_marks_the_violation_on_every_plot(mt, page):  # noqa: 
     titles = {marks.nth(i).text_content() for i in range(2)}
     assert titles == {f"{name}: first violated", f"{name}: margin {margin}"}
     assert errors == []
+
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "trajectory-specs.md"
+
+
+def test_the_guides_formula_reads_as_it_says():
+    """The guide's Until example, run as written, on a drawer opened before and after the cup."""
+    blocks = re.findall(r"```python\n(.*?)\n```", GUIDE.read_text(), re.S)
+    found: dict = {}
+    exec(blocks[1], found)
+    spec = found["spec"]
+    time = np.arange(30) * PERIOD
+    drawer = np.clip(time - 0.5, 0, 1)  # open (>= 0.9) from t = 1.4 s
+    assert spec.margin(
+        {"time_s": time, "drawer_opening": drawer, "cup_height": (time > 2.0) * 0.3}
+    ).held
+    early = {"time_s": time, "drawer_opening": drawer, "cup_height": (time > 1.0) * 0.3}
+    assert not spec.margin(early).held
+    hook = {}
+    exec(blocks[0], hook)
+    assert [
+        s.name
+        for s in hook["pytest_policybench_specs"](None, type("E", (), {"name": "metaworld-mt10"}))
+    ] == [
+        "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]",
+        "action rate <= 60/s",
+    ]
