@@ -28,8 +28,11 @@ from policybench.policy.base import (
     release,
 )
 from policybench.policy.chunk_player import ChunkPolicy, late_share, play_problem
-from policybench.spec import Rollout
+from policybench.policy.contract import actions_only, contract_of, mismatches
+from policybench.spec import Eval, Rollout
 from policybench.world import World
+
+REFUSE, WARN = "refuse", "warn"  # what a preflight does with contracts that disagree
 
 
 class Verdict(StrEnum):
@@ -88,12 +91,18 @@ class Shown(NamedTuple):
     observation: Observation
 
 
-def preflight(world: World, rollout: Rollout, policy: Policy) -> Preflight:
-    """Stages `rollout`'s scene on `world` and asks `policy` once about its first observation."""
-    return shown_preflight(world, rollout, policy).preflight
+def preflight(
+    world: World, rollout: Rollout, policy: Policy, contract_mismatch: str = REFUSE
+) -> Preflight:
+    """Stages `rollout`'s scene on `world` and asks `policy` once about its first observation;
+    a model whose contract disagrees with its codec's fails it (`contract_mismatch` REFUSE) or
+    is noted (WARN)."""
+    return shown_preflight(world, rollout, policy, contract_mismatch).preflight
 
 
-def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
+def shown_preflight(
+    world: World, rollout: Rollout, policy: Policy, contract_mismatch: str = REFUSE
+) -> Shown:
     """`preflight`, with the observation the policy was shown."""
     eval = world.eval
     try:
@@ -116,6 +125,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
             check_action(action, space.shape, policy.name)
         unplayable, played_notes = _played(policy, eval.control_hz, len(actions))
         described = policy.describe()
+        disagree, contract_notes = _contracts(policy, eval)
     except (InfrastructureError, CallHung) as error:  # says nothing of the contract
         problem = f"{type(error).__name__}: {error}"
         return Shown(Preflight(eval.name, Verdict.INCONCLUSIVE, problem, asked.sent), asked.shown)
@@ -129,10 +139,12 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         return Shown(
             _failed(eval.name, problem, asked.sent, policy, details, asked.received), asked.shown
         )
-    if unplayable is not None:
+    refused = unplayable or (disagree if contract_mismatch == REFUSE else None)
+    if refused is not None:
         return Shown(
-            _failed(eval.name, unplayable, asked.sent, policy, received=asked.received), asked.shown
+            _failed(eval.name, refused, asked.sent, policy, received=asked.received), asked.shown
         )
+    contract_notes = contract_notes if disagree is None else (disagree,)
     passed = Preflight(
         eval.name,
         Verdict.PASSED,
@@ -142,7 +154,7 @@ def shown_preflight(world: World, rollout: Rollout, policy: Policy) -> Shown:
         horizon=len(actions),
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
-        notes=(*_out_of_bounds(actions, space.low, space.high), *played_notes),
+        notes=(*_out_of_bounds(actions, space.low, space.high), *played_notes, *contract_notes),
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
     )
@@ -278,3 +290,25 @@ def _out_of_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> tu
     dims = sorted({int(d) for d in np.nonzero(outside)[1]})
     worst = float(np.max(np.maximum(low - actions, actions - high)))
     return (f"actions leave the action space on dims {dims}, by up to {worst:.3g}",)
+
+
+def _contracts(policy: Policy, eval: Eval) -> tuple[str | None, tuple[str, ...]]:
+    """Whether a model's contract (policy.contract) and its codec's agree: the mismatches in one
+    line (None when they agree), and the notes a passed preflight adds."""
+    if not isinstance(policy, ChunkPolicy):
+        return None, ()
+    codec = policy.codec
+    # A model that sees the env as it is (a codec without steps) follows the env's own contract.
+    expected = codec.contract if codec.contract or codec.steps else actions_only(eval.contract)
+    model = contract_of(policy.model)
+    if model is None or expected is None:
+        return None, ()
+    whose = f"codec {codec.name}" if codec.steps else f"{eval.name}'s env"
+    found = mismatches(model, expected)
+    if not found:
+        return None, (f"action contract: agrees with {whose}",)
+    return (
+        f"action contract: {policy.name} and {whose} disagree on "
+        f"{len(found)} point{'s' * (len(found) > 1)}: {'; '.join(found)} "
+        "(--contract-mismatch warn runs the rollouts anyway)"
+    ), ()

@@ -31,6 +31,7 @@ from policybench.options import (
 )
 from policybench.policy.base import Observation, Policy
 from policybench.policy.chunk_player import ChunkPolicy
+from policybench.policy.contract import contract_of
 from policybench.preflight import (
     Preflight,
     Verdict,
@@ -211,6 +212,7 @@ def report(
         rows.append(("env", "action space", describe_space(space)))
     lines.append("contract:")
     lines.extend(_table(rows, indent="  "))
+    lines.extend(_declared_contracts(policy))
     if found.latency_ms is not None:
         lines.append(f"latency: {found.latency_ms:.1f} ms")
     verdict = found.verdict.value
@@ -224,6 +226,22 @@ def report(
         lines.append(f"chunk ({' x '.join(map(str, actions.shape))}, as the env plays it):")
         lines.extend(f"  {line}" for line in numbers.splitlines())
     return "\n".join(lines)
+
+
+def _declared_contracts(policy: Policy) -> list[str]:
+    """The action contracts declared on each side: the model's and its codec's."""
+    if not isinstance(policy, ChunkPolicy):
+        return []
+    lines = []
+    for whose, contract in (
+        (f"model {policy.name}", contract_of(policy.model)),
+        (f"codec {policy.codec.name}", policy.codec.contract),
+    ):
+        if contract is None:
+            lines.append(f"action contract of the {whose}: none declared")
+        else:
+            lines.append(f"action contract of the {whose}: {'; '.join(contract.lines())}")
+    return lines
 
 
 def _server_metadata(policy: Policy) -> dict[str, Any]:

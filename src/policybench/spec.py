@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from policybench.policy.base import Model
     from policybench.policy.codec import Codec
+    from policybench.policy.contract import Contract
     from policybench.trajectory import TrajectorySpec
 
 SceneValue = int | float | str
@@ -165,6 +166,9 @@ class Eval:
         default_factory=dict
     )
     specs: Sequence[TrajectorySpec] = ()  # what every rollout is held to, beside its outcome
+    # The env's own conventions (its actions' meaning, rotation, gripper, rate): what a model that
+    # sees the env as it is (no codec) must follow; a codec declares its own.
+    contract: Contract | None = None
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

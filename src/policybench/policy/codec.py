@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.policy.contract import Contract
 
 PROMPT = "prompt"  # the openpi protocol's instruction key
 Data = dict[str, Any]
@@ -48,6 +49,8 @@ class Codec:
 
     name: str
     steps: tuple[CodecStep, ...] = ()
+    # The conventions a model seen through it must follow (checked by the preflight).
+    contract: Contract | None = None
 
     def encode(self, obs: Mapping[str, Any], instruction: str) -> Data:
         """What the model is handed for `obs` under `instruction`."""

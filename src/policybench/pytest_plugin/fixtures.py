@@ -175,7 +175,7 @@ class Runner:
         unrenderable = render_problem(eval.renderer)
         if unrenderable is not None:
             return Preflight(eval.name, Verdict.FAILED, unrenderable)
-        return preflight(world, rollout, policy)
+        return preflight(world, rollout, policy, self._settings.contract_mismatch)
 
     def _policy_for(self, planned: Planned, arm: Arm, world: World) -> Policy:
         eval = planned.eval

@@ -23,6 +23,7 @@ from policybench.options import (
 )
 from policybench.policy.chunk_player import ChunkAnchor, check_execute_steps
 from policybench.policy.latency import InferenceLatency, LatencyMode
+from policybench.preflight import REFUSE, WARN
 from policybench.pytest_plugin.arms import (
     BALANCED,
     SWEEP_OPTION,
@@ -169,6 +170,15 @@ def _selection_options(group: pytest.OptionGroup) -> None:
         f"(default {DEFAULT_MAX_ENVS})",
     )
     group.addoption(
+        "--contract-mismatch",
+        choices=[REFUSE, WARN],
+        default=REFUSE,
+        help="when a model's action contract (its conventions: action space, rotation format, "
+        "gripper sign, control rate, images, state) disagrees with its Eval's codec: refuse "
+        "(default: the Eval's preflight fails, naming each mismatch, and none of its rollouts "
+        "runs) or warn (the preflight notes them, and the rollouts run)",
+    )
+    group.addoption(
         "--report-dir",
         default="reports",
         help="where run reports are written, relative to the rootdir (default reports/)",
@@ -189,6 +199,7 @@ class RunSettings:
     arms: tuple[Arm, ...] = ()  # two or more in an A/B run
     assignment: Assignment | None = None  # scenes given one arm each (--assign)
     blinding: Blinding | None = None  # what the letters of a --blind run stand for
+    contract_mismatch: str = REFUSE  # what a preflight does when contracts disagree
 
     @property
     def ab(self) -> bool:
@@ -320,6 +331,7 @@ def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSett
         arms=arms,
         assignment=assignment,
         blinding=blinding,
+        contract_mismatch=config.getoption("contract_mismatch"),
     )
 
 

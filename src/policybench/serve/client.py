@@ -15,7 +15,7 @@ import re
 import socket
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -34,6 +34,7 @@ from policybench.policy.base import (
     SessionContext,
 )
 from policybench.policy.codec import NATIVE
+from policybench.policy.contract import CONTRACT
 from policybench.serve.batcher import CALL_HUNG
 from policybench.serve.server import (
     CODEC_HEADER,
@@ -203,6 +204,12 @@ class RemoteModel:
             websockets.ConnectionClosed,  # a server going away mid-handshake
         ) as error:
             raise _Unreachable(f"{type(error).__name__}: {error}") from None
+
+    @property
+    def contract(self) -> Mapping[str, Any] | None:
+        """The action contract the server's metadata declares (read once connected), if any."""
+        declared = (self.metadata or {}).get(CONTRACT)
+        return declared if isinstance(declared, Mapping) else None
 
     def describe(self) -> dict[str, Any]:
         """Name and where it is served; once connected to a policybench server, also the served

@@ -32,6 +32,7 @@ from websockets.http11 import Response
 from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
+from policybench.policy.contract import CONTRACT, contract_of
 from policybench.serve import event_loop
 from policybench.serve.batcher import (
     BatchCounters,
@@ -183,6 +184,9 @@ class PolicyServer:
             served, codec, context = await self._bind(connection)
             # The model's own description (checkpoint, weights) goes into each record.
             metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
+            declared = contract_of(served.model)
+            if declared is not None:  # what the model follows, for a client to check
+                metadata[CONTRACT] = declared.as_json()
         except Exception as error:
             await _fail(connection, f"cannot serve this connection: {error}", 1008)
             return

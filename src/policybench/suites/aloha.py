@@ -25,6 +25,7 @@ from policybench.policy.codec import (
     resize_with_pad_to,
     take_first,
 )
+from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, seeded_per_task
 
@@ -127,6 +128,7 @@ OPENPI_CODEC = Codec(
         action_dims(14),
         take_first(ACTION_HORIZON),
     ),
+    Contract(action="joint-absolute", rotation="none", control_hz=CONTROL_HZ, state=("joints:14",)),
 )
 
 
@@ -145,6 +147,13 @@ def lerobot_codec(rendering: Rendering = Rendering()) -> Codec:
             keep(image, "observation.state"),
             prompt("task"),
             action_dims(14),
+        ),
+        Contract(
+            action="joint-absolute",
+            rotation="none",
+            control_hz=CONTROL_HZ,
+            images={image: Image(height, width)},
+            state=("joints:14",),
         ),
     )
 
@@ -184,6 +193,7 @@ def aloha(
             "success_check": "gym-aloha is_success (full reward)",
         },
         codecs={"openpi": OPENPI_CODEC, "lerobot": lerobot_codec(rendering)},
+        contract=actions_only(OPENPI_CODEC.contract),
     )
 
 

@@ -25,6 +25,7 @@ from policybench.policy.codec import (
     prompt,
     rename,
 )
+from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, Rollout, Scene, numbered, seeded_per_task
 
@@ -201,6 +202,7 @@ def lerobot_codec(camera: str | None = None, size: int = 224) -> Codec:
             prompt("task"),
             action_dims(4),
         ),
+        _contract(camera, size, "observation.image", LEROBOT_STATE),
     )
 
 
@@ -252,6 +254,27 @@ def openpi_codec(camera: str | None = None, size: int = 224) -> Codec:
             prompt(),
             action_dims(4),
         ),
+        _contract(camera, size, "observation/image", STATE_LAYOUT),
+    )
+
+
+# MetaWorld v3's 39-d state: the hand, the gripper's opening, two objects' positions and
+# quaternions, the same 18 of the frame before, and the goal.
+STATE_LAYOUT = ("hand_pos:3", "gripper_opening:1", "objects:14", "previous_frame:18", "goal_pos:3")
+LEROBOT_STATE = STATE_LAYOUT[:2]
+
+
+def _contract(camera: str | None, size: int, image: str, state: tuple[str, ...]) -> Contract:
+    """What a MetaWorld model follows: end-effector position deltas and a gripper command that
+    +1 closes, at 80 Hz; the camera (if any) as rendered, and the state as `state` lays it out."""
+    return Contract(
+        action="eef-delta",
+        rotation="none",
+        gripper="positive-closes",
+        gripper_range=(-1.0, 1.0),
+        control_hz=CONTROL_HZ,
+        images={image: Image(size, size)} if camera else {},
+        state=state,
     )
 
 
@@ -313,6 +336,7 @@ def mt10(
             "goal_observable": True,
         },
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
+        contract=actions_only(openpi_codec(camera, size).contract),
         signals=SIGNALS,
     )
 
@@ -347,6 +371,8 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
             "goal_observable": True,  # MT1's train tasks show the goal in state[36:39]
         },
         codecs={"lerobot": lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE)},
+        contract=actions_only(lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE).contract),
+        signals=SIGNALS,
     )
 
 

@@ -24,6 +24,7 @@ from policybench.policy.codec import (
     prompt,
     rename,
 )
+from policybench.policy.contract import Contract, Image, actions_only
 from policybench.spec import Eval, seeded_per_task
 
 ENV_ID = "gym_pusht/PushT-v0"
@@ -382,6 +383,13 @@ OPENPI = Codec(
         prompt(),
         action_dims(2),
     ),
+    Contract(
+        action="eef-absolute",
+        rotation="none",
+        control_hz=CONTROL_HZ,
+        images={"observation/image": Image(96, 96)},
+        state=("agent_pos:2",),
+    ),
 )
 
 # LeRobot's PushT conventions (lerobot.envs: `pixels` -> `observation.image`, `agent_pos` ->
@@ -396,6 +404,13 @@ LEROBOT = Codec(
         keep("observation.image", "observation.state"),
         prompt("task"),
         action_dims(2),
+    ),
+    Contract(
+        action="eef-absolute",
+        rotation="none",
+        control_hz=CONTROL_HZ,
+        images={"observation.image": Image(96, 96)},
+        state=("agent_pos:2",),
     ),
 )
 
@@ -414,6 +429,7 @@ def pusht(scripted: Any = None) -> Eval:
         scripted=scripted,
         metadata={"observation": "image 96x96 + agent_pos"},
         codecs={"openpi": OPENPI, "lerobot": LEROBOT},
+        contract=actions_only(OPENPI.contract),
     )
 
 

@@ -25,6 +25,7 @@ from policybench.policy.codec import (
     rotate_180,
     take_first,
 )
+from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, Rollout, numbered
 from policybench.suites.libero.env import HOW_TO_INSTALL
@@ -160,6 +161,11 @@ def openpi_codec(protocol: LiberoProtocol = OPENPI) -> Codec:
             action_dims(7),
             take_first(protocol.action_horizon),
         ),
+        libero_contract(
+            protocol,
+            {"observation/image": size, "observation/wrist_image": size},
+            "both" if protocol.rotate_180 else "none",
+        ),
     )
 
 
@@ -182,6 +188,23 @@ def lerobot_codec(protocol: LiberoProtocol = OPENPI) -> Codec:
             prompt("task"),
             action_dims(7),
         ),
+        libero_contract(protocol, dict.fromkeys(names.values(), size), "both"),
+    )
+
+
+def libero_contract(protocol: LiberoProtocol, cameras: Mapping[str, int], flip: str) -> Contract:
+    """What a LIBERO model follows: robosuite's OSC_POSE deltas (end-effector position and
+    axis-angle), a gripper that +1 closes and -1 opens, LIBERO's control rate, the two cameras
+    (`cameras`: the model's key to its square size) flipped as `flip` from their render (both
+    ways: turned by 180 degrees), and the 8-d state (openpi's and LeRobot's)."""
+    return Contract(
+        action="eef-delta",
+        rotation="axis-angle",
+        gripper="positive-closes",
+        gripper_range=(-1.0, 1.0),
+        control_hz=protocol.control_hz,
+        images={key: Image(size, size, flip) for key, size in cameras.items()},
+        state=("eef_pos:3", "eef_axis_angle:3", "gripper_qpos:2"),
     )
 
 
@@ -227,6 +250,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         renderer=MUJOCO,
         metadata=protocol.settings(suite),
         codecs={"openpi": openpi_codec(protocol), "lerobot": lerobot_codec(protocol)},
+        contract=actions_only(openpi_codec(protocol).contract),
     )
 
 

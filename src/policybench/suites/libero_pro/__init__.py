@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policybench.envserver import Interpreter, Isolated
+from policybench.policy.contract import actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval
 from policybench.suites.libero import OPENPI, InitStatePerTask, hold, openpi_codec, task_id
@@ -105,6 +106,7 @@ def libero_pro(suite: str) -> Eval:
             "evaluator prompts",
         },
         codecs={"openpi": openpi_codec(PROTOCOL)},
+        contract=actions_only(openpi_codec(PROTOCOL).contract),
     )
 
 
