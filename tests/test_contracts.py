@@ -230,3 +230,34 @@ def test_the_guides_model_disagrees_with_libero_as_the_guide_shows():
     lines = mismatches(contract_of(found["MyModel"]), actions_only(LIBERO_SPATIAL.contract))
     shown = guide.split("disagree on 3 points: ")[1].split(" (--contract-mismatch")[0]
     assert "; ".join(lines) == shown
+
+
+def test_a_models_contract_with_an_unknown_value_is_refused_before_anything_runs(pytester):
+    pytester.makepyfile(
+        models="""
+from policybench.policy.base import Chunk
+
+
+class Odd:
+    name = "odd"
+    contract = {"rotation": "quat"}
+
+    def open(self, context):
+        return lambda obs: None
+
+    def describe(self):
+        return {"name": self.name}
+
+
+ODD = Odd()
+""",
+        test_nothing="def test_nothing():\n    pass\n",
+    )
+    pytester.syspathinsert()
+    result = pytester.runpytest("--policy=models:ODD")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in result.stderr.lines if line.strip()]
+    assert line == (
+        f"ERROR: policy 'models:ODD': contract rotation: 'quat' is not one of "
+        f"{', '.join(ROTATIONS)}"
+    )

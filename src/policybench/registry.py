@@ -24,6 +24,7 @@ import numpy as np
 from policybench.policy.base import Model, Policy
 from policybench.policy.chunk_player import ChunkAnchor, ChunkPolicy
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
+from policybench.policy.contract import contract_of
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.policy.random import RandomModel
 from policybench.serve.client import Endpoint, RemoteModel
@@ -84,6 +85,11 @@ def check_policy_name(name: str, search_dir: Path | None = None) -> None:
         target = imported(name, search_dir)
         if not (_is_model(target) or _is_policy(target) or callable(target)):
             raise ValueError(_not_a_policy(name, target))
+        if _is_model(target):
+            try:  # a contract it declares is checked now, before anything runs
+                contract_of(target)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"policy {name!r}: {error}") from None
         return
     raise ValueError(
         f"unknown policy {name!r}; known policies: {', '.join(known_policies())}, "
