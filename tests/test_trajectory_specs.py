@@ -298,3 +298,21 @@ def test_the_guides_formula_reads_as_it_says():
         "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]",
         "action rate <= 60/s",
     ]
+
+
+def test_specs_on_observations_are_refused_under_envs_per_worker_and_action_specs_run(mt):
+    refused = mt.runpytest("--rollouts", "2", "--envs-per-worker", "2")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    [line] = [line for line in refused.stderr.lines if line.strip()]
+    assert line.startswith(
+        "ERROR: metaworld-mt10: trajectory spec 'hand in workspace [-0.5, 0.3, 0]-[0.5, 1, "
+        "0.3]' reads observations, which --envs-per-worker 2 does not record"
+    )
+    mt.makeconftest(
+        "from policybench.trajectory import action_rate_limit\n"
+        "def pytest_policybench_specs(config, eval):\n"
+        "    return [action_rate_limit(60.0)]\n"
+    )
+    side_by_side = mt.runpytest("--rollouts", "2", "--envs-per-worker", "2")
+    assert side_by_side.ret == 0
+    assert all(r["specs"]["action rate <= 60/s"]["margin"] > 0 for r in records(mt))

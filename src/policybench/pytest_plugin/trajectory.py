@@ -4,7 +4,8 @@ keeps each spec's margin (`specs`) and the Eval's specs (`trajectory_specs`, par
 protocol); a violated spec fails the item with an assertion naming the spec, the step, the
 signals' values there and the margin, while the rollout's outcome stays what the env said.
 
-A spec that names a signal no rollout of its Eval can have is refused before anything runs."""
+A spec that names a signal no rollout of its Eval can have is refused before anything runs, as
+is one that reads observations under --envs-per-worker K (side by side rollouts record none)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record
+from policybench.pytest_plugin.lockstep import slots_of
 from policybench.record.rollout_trace import StateRecorder
 from policybench.spec import Eval
 from policybench.trajectory import TrajectorySpec
@@ -58,7 +60,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         eval = planned.eval
         checked.add(eval.name)
         known = {*BASE, *eval.signals}
+        slots = slots_of(config)
         for spec in specs_of(config, eval):
+            if slots > 1 and spec.signal_names() - set(BASE):
+                raise pytest.UsageError(
+                    f"{eval.name}: trajectory spec {spec.name!r} reads observations, which "
+                    f"--envs-per-worker {slots} does not record (rollouts run side by side); "
+                    "run it with --envs-per-worker 1, or hold it to action, reward and success "
+                    "signals alone"
+                )
             unknown = unknown_names(spec.signal_names(), known)
             if unknown:
                 raise pytest.UsageError(

@@ -44,7 +44,10 @@ def signals_of(
         if len(rows) >= steps:
             signals[OBSERVATION + name] = np.stack(rows[:steps]).astype(np.float64)
     for name, derive in derived.items():
-        values = np.asarray(derive(signals), dtype=np.float64)
+        try:
+            values = np.asarray(derive(signals), dtype=np.float64)
+        except KeyError:  # what it derives from was not recorded: it is not a signal here
+            continue
         if len(values) != steps:
             raise ValueError(
                 f"signal {name!r} has {len(values)} values for a rollout of {steps} steps: "
