@@ -62,7 +62,12 @@ def test_probe_of_a_served_policy_prints_the_contract_and_plots_the_chunk(
         "horizon 1",
         "env action space (2,) in [0, 512]",
     ]
-    assert re.fullmatch(r"latency: \d+\.\d ms", lines[start + 6])
+    assert lines[start + 6 : start + 8] == [
+        "action contract of the model openpi: none declared",
+        "action contract of the codec openpi: action: eef-absolute; rotation: none; control_hz: "
+        "10.0; images: observation/image 96x96; state: agent_pos:2",
+    ]
+    assert re.fullmatch(r"latency: \d+\.\d ms", lines[start + 8])
     assert "preflight: passed" in lines
     assert any(line.startswith('server metadata: {"server": "policybench"') for line in lines)
     assert any('"model": {"name": "scripted"' in line for line in lines)

@@ -31,7 +31,7 @@ from policybench.options import (
 )
 from policybench.policy.base import Observation, Policy
 from policybench.policy.chunk_player import ChunkPolicy
-from policybench.policy.contract import contract_of
+from policybench.policy.contract import actions_only, contract_of
 from policybench.preflight import (
     Preflight,
     Verdict,
@@ -137,7 +137,7 @@ def _probe(args: argparse.Namespace, eval: Eval, endpoint: Endpoint | None) -> i
             raise SystemExit(f"policybench probe: {error}") from None
         found, shown = shown_preflight(world, rollout, policy)
         space = world.action_space if shown else None  # None: the env could not be reset
-        print(report(found, shown, policy, space))
+        print(report(found, shown, policy, space, eval))
         for path in write_files(found, shown, space, eval.control_hz, out):
             print(f"wrote {path}")
     finally:
@@ -187,7 +187,11 @@ def _first_rollout(eval: Eval, task: str | None, seed: int) -> Rollout:
 
 
 def report(
-    found: Preflight, shown: Observation, policy: Policy, space: gym.spaces.Box | None
+    found: Preflight,
+    shown: Observation,
+    policy: Policy,
+    space: gym.spaces.Box | None,
+    eval: Eval | None = None,
 ) -> str:
     """What a probe prints of its preflight: the policy, the contract each way, the latency,
     the verdict and the answered chunk."""
@@ -212,7 +216,7 @@ def report(
         rows.append(("env", "action space", describe_space(space)))
     lines.append("contract:")
     lines.extend(_table(rows, indent="  "))
-    lines.extend(_declared_contracts(policy))
+    lines.extend(_declared_contracts(policy, eval))
     if found.latency_ms is not None:
         lines.append(f"latency: {found.latency_ms:.1f} ms")
     verdict = found.verdict.value
@@ -228,19 +232,22 @@ def report(
     return "\n".join(lines)
 
 
-def _declared_contracts(policy: Policy) -> list[str]:
-    """The action contracts declared on each side: the model's and its codec's."""
+def _declared_contracts(policy: Policy, eval: Eval | None) -> list[str]:
+    """The action contracts declared on each side: the model's, and its codec's (or, for a
+    model that sees the env as it is, the env's own)."""
     if not isinstance(policy, ChunkPolicy):
         return []
+    codec = policy.codec
+    if codec.steps or eval is None:
+        other = (f"the codec {codec.name}", codec.contract)
+    else:
+        other = (f"{eval.name}'s env", actions_only(eval.contract))
     lines = []
-    for whose, contract in (
-        (f"model {policy.name}", contract_of(policy.model)),
-        (f"codec {policy.codec.name}", policy.codec.contract),
-    ):
+    for whose, contract in ((f"the model {policy.name}", contract_of(policy.model)), other):
         if contract is None:
-            lines.append(f"action contract of the {whose}: none declared")
+            lines.append(f"action contract of {whose}: none declared")
         else:
-            lines.append(f"action contract of the {whose}: {'; '.join(contract.lines())}")
+            lines.append(f"action contract of {whose}: {'; '.join(contract.lines())}")
     return lines
 
 
