@@ -370,6 +370,18 @@ class PushTHeuristic:
         }
 
 
+def _contract(image: str) -> Contract:
+    """What a PushT model follows: the agent's target position (absolute, in pixels) at 10 Hz,
+    the 96x96 image upright under the key `image`, the agent's position as the state."""
+    return Contract(
+        action="eef-absolute",
+        rotation="none",
+        control_hz=CONTROL_HZ,
+        images={image: Image(96, 96)},
+        state=("agent_pos:2",),
+    )
+
+
 # openpi's keys in the style of its LIBERO example: the 96x96 image, upright as gym-pusht renders
 # it, as `observation/image`; the agent position as `observation/state`; the instruction as the
 # prompt; the first 2 action dimensions (the target position) are played.
@@ -383,13 +395,7 @@ OPENPI = Codec(
         prompt(),
         action_dims(2),
     ),
-    Contract(
-        action="eef-absolute",
-        rotation="none",
-        control_hz=CONTROL_HZ,
-        images={"observation/image": Image(96, 96)},
-        state=("agent_pos:2",),
-    ),
+    _contract("observation/image"),
 )
 
 # LeRobot's PushT conventions (lerobot.envs: `pixels` -> `observation.image`, `agent_pos` ->
@@ -405,13 +411,7 @@ LEROBOT = Codec(
         prompt("task"),
         action_dims(2),
     ),
-    Contract(
-        action="eef-absolute",
-        rotation="none",
-        control_hz=CONTROL_HZ,
-        images={"observation.image": Image(96, 96)},
-        state=("agent_pos:2",),
-    ),
+    _contract("observation.image"),
 )
 
 
