@@ -145,7 +145,9 @@ def records(pytester: pytest.Pytester) -> list[dict]:
     ],
 )
 def test_a_model_breaking_liberos_contract_is_refused_before_any_rollout(bench, model, named):
-    result = bench.runpytest("-k", "task0", "--rollouts", "2", f"--policy=models:{model}")
+    result = bench.runpytest_subprocess(
+        "-k", "task0", "--rollouts", "2", f"--policy=models:{model}"
+    )
     assert result.ret == 1
     line = next(line for line in result.stdout.lines if line.startswith("preflight libero"))
     # A model given as module:attr sees the env as it is: it is held to the env's own contract.
@@ -161,8 +163,10 @@ def test_a_model_breaking_liberos_contract_is_refused_before_any_rollout(bench, 
 
 
 def test_with_warn_the_mismatch_is_noted_and_the_rollouts_run(bench):
-    result = bench.runpytest("-k", "task0", "--rollouts", "1", "--policy=models:FLIPPED_GRIPPER",
-                             "--contract-mismatch", "warn")  # fmt: skip
+    result = bench.runpytest_subprocess(
+        "-k", "task0", "--rollouts", "1", "--policy=models:FLIPPED_GRIPPER",
+        "--contract-mismatch", "warn",
+    )  # fmt: skip
     line = next(line for line in result.stdout.lines if line.startswith("preflight libero"))
     assert line.startswith("preflight libero_spatial: passed")
     assert "action contract: still and libero_spatial's env disagree on 1 point: gripper" in line
@@ -171,7 +175,7 @@ def test_with_warn_the_mismatch_is_noted_and_the_rollouts_run(bench):
 
 
 def test_a_model_following_the_codecs_contract_passes(bench):
-    result = bench.runpytest("-k", "task0", "--rollouts", "1", "--policy=models:FOLLOWS")
+    result = bench.runpytest_subprocess("-k", "task0", "--rollouts", "1", "--policy=models:FOLLOWS")
     line = next(line for line in result.stdout.lines if line.startswith("preflight libero"))
     assert "passed" in line and "action contract: agrees with libero_spatial's env" in line
 

@@ -205,7 +205,9 @@ def test_metaworld(rollout, harness):
 def test_metaworld_decides_with_far_fewer_rollouts_than_planned(pytester, policy, verdict, at):
     pytest.importorskip("metaworld")
     pytester.makepyfile(test_metaworld=METAWORLD)
-    result = pytester.runpytest("--decide", "0.8", "--rollouts", "2", f"--policy={policy}")
+    result = pytester.runpytest_subprocess(
+        "--decide", "0.8", "--rollouts", "2", f"--policy={policy}"
+    )
     assert result.ret == (0 if verdict == "PASS" else 1)
     [decision] = summary(pytester)["decisions"]
     assert (decision["verdict"], decision["rollouts"]) == (verdict, at)

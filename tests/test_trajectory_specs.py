@@ -198,7 +198,7 @@ def records(pytester: pytest.Pytester) -> list[dict]:
 
 
 def test_library_margins_equal_a_hand_computation_on_the_recorded_trace(mt):
-    result = mt.runpytest("--rollouts", "2")
+    result = mt.runpytest_subprocess("--rollouts", "2")
     assert result.ret == 0
     run = mt.path / "reports" / "latest"
     for record in records(mt):
@@ -219,7 +219,7 @@ def test_library_margins_equal_a_hand_computation_on_the_recorded_trace(mt):
 
 
 def test_an_unsafe_policy_fails_the_spec_with_the_step_named(mt):
-    result = mt.runpytest("--rollouts", "1", "--policy", "unsafe:UPWARD")
+    result = mt.runpytest_subprocess("--rollouts", "1", "--policy", "unsafe:UPWARD")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -241,7 +241,7 @@ def test_a_spec_naming_a_signal_the_eval_has_not_is_refused_before_anything_runs
         "def pytest_policybench_specs(config, eval):\n"
         "    return [workspace('elbow', [0], [1])]\n"
     )
-    result = mt.runpytest("--rollouts", "1")
+    result = mt.runpytest_subprocess("--rollouts", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     [line] = [line for line in result.stderr.lines if line.strip()]
     assert line == (
@@ -257,7 +257,7 @@ def test_a_spec_naming_a_signal_the_eval_has_not_is_refused_before_anything_runs
 def test_the_rollout_page_marks_the_violation_on_every_plot(mt, page):  # noqa: F811
     """In a real browser (headless Chromium): the unsafe rollout's page draws, on each of its
     plots, a mark where the workspace spec first failed and one where it was worst."""
-    mt.runpytest("--rollouts", "1", "--policy", "unsafe:UPWARD")
+    mt.runpytest_subprocess("--rollouts", "1", "--policy", "unsafe:UPWARD")
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto((mt.path / "reports" / "latest" / "rollouts" / "00000.html").resolve().as_uri())
@@ -301,7 +301,7 @@ def test_the_guides_formula_reads_as_it_says():
 
 
 def test_specs_on_observations_are_refused_under_envs_per_worker_and_action_specs_run(mt):
-    refused = mt.runpytest("--rollouts", "2", "--envs-per-worker", "2")
+    refused = mt.runpytest_subprocess("--rollouts", "2", "--envs-per-worker", "2")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     [line] = [line for line in refused.stderr.lines if line.strip()]
     assert line.startswith(
@@ -313,6 +313,6 @@ def test_specs_on_observations_are_refused_under_envs_per_worker_and_action_spec
         "def pytest_policybench_specs(config, eval):\n"
         "    return [action_rate_limit(60.0)]\n"
     )
-    side_by_side = mt.runpytest("--rollouts", "2", "--envs-per-worker", "2")
+    side_by_side = mt.runpytest_subprocess("--rollouts", "2", "--envs-per-worker", "2")
     assert side_by_side.ret == 0
     assert all(r["specs"]["action rate <= 60/s"]["margin"] > 0 for r in records(mt))

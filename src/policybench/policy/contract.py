@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from policybench import keys
+
 ACTIONS = ("eef-delta", "eef-absolute", "joint-delta", "joint-absolute")
 ROTATIONS = (
     "axis-angle",
@@ -109,8 +111,8 @@ class Contract:
                 f"{', '.join(sorted(known))}"
             )
         given = dict(data)
-        if "state" in given:
-            given["state"] = tuple(given["state"])
+        if keys.STATE in given:  # the field `state`: a list in JSON
+            given[keys.STATE] = tuple(given[keys.STATE])
         return cls(**given)
 
     @property
@@ -121,7 +123,7 @@ class Contract:
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["images"] = {key: asdict(image) for key, image in self.cameras.items()}
-        data["state"] = list(self.state)
+        data[keys.STATE] = list(self.state)
         return {name: value for name, value in data.items() if value not in (None, [], {})}
 
     def lines(self) -> list[str]:
@@ -130,7 +132,7 @@ class Contract:
         for name, value in self.as_json().items():
             if name == "images":
                 value = ", ".join(f"{key} {Image(**image)}" for key, image in value.items())
-            elif name == "state":
+            elif name == keys.STATE:
                 value = ", ".join(value)
             shown.append(f"{name}: {value}")
         return shown
