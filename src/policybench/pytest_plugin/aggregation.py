@@ -378,24 +378,21 @@ def format_table(rows: list[Row]) -> list[str]:
                 *(realtime_cells(row.stats.realtime) if timed else ()),
             )
         )
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return [
-        "  ".join(
-            cell.ljust(w) if i == 0 or (arms and i == 1) else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in cells
-    ]
+    return aligned(cells, left=2 if arms else 1)
 
 
 def spec_table(rows: Sequence[SpecRow]) -> list[str]:
     """The trajectory specs' table: per Eval and spec, its violations and margins."""
-    cells = [SPEC_HEADER, *(row.cells() for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(SPEC_HEADER))]
+    return aligned([SPEC_HEADER, *(row.cells() for row in rows)], left=2)
+
+
+def aligned(cells: Sequence[Sequence[str]], left: int) -> list[str]:
+    """Rows of cells as lines of columns: the first `left` columns flush left, the rest right."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
     return [
         "  ".join(
-            cell.ljust(width) if i < 2 else cell.rjust(width)
+            cell.ljust(width) if i < left else cell.rjust(width)
             for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
+        )
         for row in cells
     ]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.decide import SYNTAX, Decision, SequentialTest, decision_order
+from policybench.decide import SYNTAX, Decision, SequentialTest, decision_order, side_of
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
     resumed = resumed_of(config)
     for record in resumed.carried.values() if resumed is not None else ():
-        side = (record[keys.EVAL], None if record.get(keys.ARM) is None else str(record[keys.ARM]))
+        side = side_of(record)
         if side in selected:  # a rollout the interrupted run finished is in the order too
             selected[side].add((record[keys.TASK], record[keys.ROLLOUT_INDEX]))
     order = config.stash[ORDER] = {}
@@ -160,10 +160,8 @@ class Outcomes:
                 continue
             if record_problem(record) is not None or keys.ROLLOUT_INDEX not in record:
                 continue
-            arm = record.get(keys.ARM)
-            side = (record[keys.EVAL], None if arm is None else str(arm))
             solved = record[keys.OUTCOME] == OutcomeKind.SOLVED
-            self.solved[(side, record[keys.ROLLOUT_INDEX])] = solved
+            self.solved[(side_of(record), record[keys.ROLLOUT_INDEX])] = solved
 
 
 def decision_before(config: pytest.Config, side: Side) -> Decision | None:

@@ -160,23 +160,21 @@ class Not(Formula):
 class _Junction(Formula):
     formulas: tuple[Formula, ...]
     word = ""
+    reduce = staticmethod(np.min)  # how the formulas' values combine (`and`: the least)
+    choose = staticmethod(np.argmin)  # which formula decides that value
 
     def __init__(self, *formulas: Formula) -> None:
         if not formulas:
             raise ValueError(f"{type(self).__name__} needs at least one formula")
         object.__setattr__(self, "formulas", formulas)
 
-    def _pick(self, values: np.ndarray, axis: int) -> np.ndarray:
-        raise NotImplementedError
-
     def _robustness(self, signals: Signals, memo: dict[int, np.ndarray]) -> np.ndarray:
         each = np.stack([formula.robustness(signals, memo) for formula in self.formulas])
-        return self._pick(each, 0)
+        return self.reduce(each, axis=0)
 
     def witness(self, signals: Signals, memo: dict[int, np.ndarray], at: int) -> int:
         values = np.array([formula.robustness(signals, memo)[at] for formula in self.formulas])
-        chosen = int(np.argmin(values) if isinstance(self, And) else np.argmax(values))
-        return self.formulas[chosen].witness(signals, memo, at)
+        return self.formulas[int(self.choose(values))].witness(signals, memo, at)
 
     def signal_names(self) -> set[str]:
         return set().union(*(formula.signal_names() for formula in self.formulas))
@@ -188,15 +186,11 @@ class _Junction(Formula):
 class And(_Junction):
     word = "and"
 
-    def _pick(self, values: np.ndarray, axis: int) -> np.ndarray:
-        return values.min(axis=axis)
-
 
 class Or(_Junction):
     word = "or"
-
-    def _pick(self, values: np.ndarray, axis: int) -> np.ndarray:
-        return values.max(axis=axis)
+    reduce = staticmethod(np.max)
+    choose = staticmethod(np.argmax)
 
 
 def steps_of(window: Window, signals: Signals) -> tuple[int, int | None]:
@@ -227,11 +221,23 @@ class _Temporal(Formula):
     formula: Formula
     window: Window = (0.0, FOREVER)
     word = ""
-    fill = 0.0  # the value of a window with no step in it
+    fill = math.inf  # the value of a window with no step in it
+    reduce = staticmethod(np.min)  # how a window's values combine (`always`: the least)
+    choose = staticmethod(np.argmin)  # which step of a window decides that value
 
     def _windows(self, signals: Signals, memo: dict[int, np.ndarray]) -> np.ndarray:
         first, last = steps_of(self.window, signals)
         return _window_values(self.formula.robustness(signals, memo), first, last, self.fill)
+
+    def _robustness(self, signals: Signals, memo: dict[int, np.ndarray]) -> np.ndarray:
+        return self.reduce(self._windows(signals, memo), axis=1, initial=self.fill)
+
+    def witness(self, signals: Signals, memo: dict[int, np.ndarray], at: int) -> int:
+        first, _ = steps_of(self.window, signals)
+        row = self._windows(signals, memo)[at]
+        if math.isinf(self.reduce(row, initial=self.fill)):  # no step, or none decides
+            return at
+        return self.formula.witness(signals, memo, at + first + int(self.choose(row)))
 
     def signal_names(self) -> set[str]:
         return self.formula.signal_names()
@@ -245,18 +251,6 @@ class _Temporal(Formula):
 @dataclass(frozen=True, eq=False, repr=False)
 class Always(_Temporal):
     word = "always"
-    fill = math.inf
-
-    def _robustness(self, signals: Signals, memo: dict[int, np.ndarray]) -> np.ndarray:
-        windows = self._windows(signals, memo)
-        return windows.min(axis=1, initial=math.inf)
-
-    def witness(self, signals: Signals, memo: dict[int, np.ndarray], at: int) -> int:
-        first, _ = steps_of(self.window, signals)
-        windows = self._windows(signals, memo)
-        if windows.shape[1] == 0 or math.isinf(windows[at].min()):
-            return at
-        return self.formula.witness(signals, memo, at + first + int(np.argmin(windows[at])))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -267,10 +261,11 @@ class Eventually(_Temporal):
     weak: bool = False
     word = "eventually"
     fill = -math.inf
+    reduce = staticmethod(np.max)
+    choose = staticmethod(np.argmax)
 
     def _robustness(self, signals: Signals, memo: dict[int, np.ndarray]) -> np.ndarray:
-        windows = self._windows(signals, memo)
-        found = windows.max(axis=1, initial=-math.inf)
+        found = super()._robustness(signals, memo)
         if self.weak:
             _, last = steps_of(self.window, signals)
             if last is not None:
@@ -279,13 +274,6 @@ class Eventually(_Temporal):
 
     def __repr__(self) -> str:
         return super().__repr__() + (" (weak: not judged past the end)" if self.weak else "")
-
-    def witness(self, signals: Signals, memo: dict[int, np.ndarray], at: int) -> int:
-        first, _ = steps_of(self.window, signals)
-        windows = self._windows(signals, memo)
-        if windows.shape[1] == 0 or math.isinf(windows[at].max()):
-            return at
-        return self.formula.witness(signals, memo, at + first + int(np.argmax(windows[at])))
 
 
 @dataclass(frozen=True, eq=False)
