@@ -27,7 +27,8 @@ from policybench.record.episode import OutcomeKind
 from policybench.run.results import RESULTS, record_problem
 
 TEST = pytest.StashKey[SequentialTest | None]()
-ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()  # side -> index -> place
+# Each side's rollouts: plan index -> place in decision order, kept in that order.
+ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()
 READER = pytest.StashKey["Outcomes"]()
 # How a rollout skipped by a decision is reported: its Eval, the decision, the rollout it fell at.
 SKIPPED = "decided early (--decide {verdict} at rollout {at}{arm}): not needed"
@@ -90,7 +91,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for side, rollouts in selected.items():
         ordered = sorted(rollouts, key=lambda pair: pair[1])
         places = decision_order(ordered)
-        order[side] = {index: place for (_, index), place in zip(ordered, places, strict=True)}
+        placed = sorted(zip(places, (index for _, index in ordered), strict=True))
+        order[side] = {index: place for place, index in placed}  # in decision order
     _refuse_too_few(test, order, config)
     # Each Eval's items take the slots its items held, in decision order (arms of a scene stay
     # side by side), so that a run without -n meets them in that order.
@@ -175,7 +177,7 @@ def decision_before(config: pytest.Config, side: Side) -> Decision | None:
         reader = config.stash[READER] = Outcomes(run_dir_of(config) / RESULTS)
     reader.update()
     prefix = []
-    for index in sorted(order, key=order.__getitem__):
+    for index in order:  # kept in decision order: no sort on each item's setup
         solved = reader.solved.get((side, index))
         if solved is None:
             break
