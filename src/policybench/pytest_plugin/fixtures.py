@@ -25,6 +25,7 @@ from policybench.pytest_plugin.preflights import PreflightStore, store_of
 from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
+from policybench.record.rollout_trace import StateRecorder
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.rendering import render_problem
 from policybench.spec import Rollout
@@ -40,6 +41,18 @@ RECORD_FIELDS = pytest.StashKey[dict[str, Any]]()
 def add_observer(item: pytest.Item, observer: Observer) -> None:
     """Lets a recorder see every observation of the rollout `item` runs."""
     item.stash.setdefault(OBSERVERS, []).append(observer)
+
+
+STATES = pytest.StashKey[StateRecorder]()
+
+
+def state_recorder(item: pytest.Item) -> StateRecorder:
+    """The one recorder of the small observation entries of the rollout `item` runs, made and
+    added as an observer by whichever plugin asks first (its trace and its specs read it)."""
+    if STATES not in item.stash:
+        item.stash[STATES] = StateRecorder()
+        add_observer(item, item.stash[STATES])
+    return item.stash[STATES]
 
 
 def add_to_record(item: pytest.Item, fields: dict[str, Any]) -> None:

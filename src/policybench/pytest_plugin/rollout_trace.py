@@ -9,9 +9,9 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record
+from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_recorder
 from policybench.pytest_plugin.rundir import run_dir_of
-from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
+from policybench.record.rollout_trace import rollout_trace, write_trace
 from policybench.run.layout import TRACES, video_name
 
 
@@ -29,8 +29,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     planned = planned_of(item)
     if item.config.getoption("no_rollout_traces", False) or planned is None:
         return (yield)
-    states = StateRecorder()
-    add_observer(item, states)
+    states = state_recorder(item)
     try:
         return (yield)
     finally:

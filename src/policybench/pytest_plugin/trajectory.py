@@ -15,7 +15,7 @@ import pytest
 
 from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record
+from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_recorder
 from policybench.pytest_plugin.lockstep import slots_of
 from policybench.record.rollout_trace import StateRecorder
 from policybench.spec import Eval
@@ -85,8 +85,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if not specs:
         return (yield)
     assert planned is not None
-    states = StateRecorder()
-    add_observer(item, states)
+    states = state_recorder(item)
     add_to_record(item, {keys.TRAJECTORY_SPECS: [repr(spec) for spec in specs]})
     result = yield  # a rollout that broke (an error) raises here: it has nothing to judge
     episode = item.stash.get(EPISODE, None)
