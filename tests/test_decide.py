@@ -16,6 +16,7 @@ import pytest
 
 from policybench.cli import main as policybench_main
 from policybench.decide import (
+    Baseline,
     SequentialTest,
     Verdict,
     confidence_sequence,
@@ -163,7 +164,8 @@ def test_the_report_rebuilt_later_takes_the_same_decisions(bench):
     [
         ("1.2", "--decide RATE[:ALPHA,BETA,DELTA]: RATE must lie in (0, 1), got 1.2"),
         ("0", "*: RATE must lie in (0, 1), got 0"),
-        ("0.8:0.05", "--decide takes RATE[:ALPHA,BETA,DELTA] (e.g. 0.8 or 0.8:0.05,0.05,0.1)*"),
+        ("0.8:0.05", "--decide takes RATE[:ALPHA,BETA,DELTA] (e.g. 0.8, 0.8:0.05,0.05,0.1 or *"),
+        ("basline", "--decide takes * or baseline:0.05,0.05,0.1), got 'basline'"),
         ("0.95", "*indifference zone RATE +- DELTA = 0.95 +- 0.1 must lie inside (0, 1)*"),
         ("0.8:0.05,1.5,0.1", "*BETA must lie in (0, 1), got 1.5"),
     ],
@@ -186,6 +188,68 @@ def test_too_few_rollouts_to_ever_decide_both_ways_is_refused(bench):
             "--rollouts 12 or more*"
         ]
     )
+
+
+def test_a_baseline_pairs_each_rollout_with_its_scenes_twin():
+    baseline = Baseline(
+        [
+            {"eval": "e", "task": "t", "scene": {"seed": seed}, "rollout_index": seed,
+             "outcome": outcome}
+            for seed, outcome in enumerate(["solved", "unsolved", "solved"])
+        ]
+    )  # fmt: skip
+    key = '["e", "t", {"seed": %d}]'
+    # Alike (seed 0 both solved), won (seed 1), lost (seed 2), no twin (seed 7, a second seed 0).
+    ordered = [
+        (key % 0, True),
+        (key % 1, True),
+        (key % 2, False),
+        (key % 7, True),
+        (key % 0, False),
+    ]
+    assert baseline.outcomes(ordered) == [None, True, False, None, None]
+    test = SequentialTest.parse("baseline:0.05,0.05,0.1")
+    assert (test.paired, test.rate, test.fewest()) == (True, 0.5, (8, 8))
+    decision = test.walk([None, True] * 8)
+    assert (decision.verdict, decision.rollouts, decision.weighed) == (Verdict.PASS, 16, 8)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "said", "ret"),
+    [
+        ("random", "scripted", "PASS at rollout 8: won 8 of the 8 scenes where it and the *", 0),
+        ("scripted", "random", "FAIL at rollout 8: won 0 of the 8 scenes where it and the *", 1),
+        ("scripted", "scripted", "INCONCLUSIVE after 12 rollouts: won 0 of the 0 scenes *", 0),
+    ],
+)
+def test_decide_against_a_baseline_weighs_the_scenes_the_two_differ_on(
+    bench, before, after, said, ret
+):
+    run = ("--rollouts", "12", "-k", "reach")
+    assert bench.runpytest("--policy", before, *run, "--report-dir", "base").ret == 0
+    result = bench.runpytest(
+        "--policy", after, *run, "--decide", "baseline", "--baseline", "base/latest"
+    )
+    assert result.ret == ret
+    result.stdout.fnmatch_lines([f"decide: solvable: {said}"])
+    [decision] = summary(bench)["decisions"]
+    assert decision["paired"] and decision["rollouts"] == (12 if before == after else 8)
+    # The report rebuilt later finds the baseline where the run recorded it.
+    run_dir = (bench.path / "reports" / "latest").resolve()
+    (run_dir / "summary.json").unlink()
+    assert policybench_main(["report", "html", str(run_dir)]) == 0
+    assert summary(bench)["decisions"] == [decision]
+
+
+def test_decide_against_a_baseline_needs_one(bench):
+    result = bench.runpytest("--decide", "baseline", "--rollouts", "12")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --decide baseline decides against a baseline run: give*"])
+    assert bench.runpytest("--policy", "random", "--policy", "scripted", "--rollouts", "1",
+                           "-k", "reach", "--report-dir", "ab").ret == 0  # fmt: skip
+    result = bench.runpytest("--decide", "baseline", "--baseline", "ab/latest", "--rollouts", "12")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --decide baseline: the baseline * is an A/B run: pick*"])
 
 
 METAWORLD = """

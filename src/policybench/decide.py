@@ -19,6 +19,12 @@ The interval is the beta-binomial mixture confidence sequence (Robbins 1970; How
 with a uniform prior on the rate, {p : B(s + 1, n - s + 1) / (p^s (1 - p)^(n - s)) < 1 / a} holds
 the true rate at every n at once with probability 1 - a, so it stays valid when the sampling
 stopped because of what it saw.
+
+Against a baseline run (`--decide baseline` with `--baseline RUN`), the test is paired, scene by
+scene (McNemar's question asked sequentially): the scenes both runs solved, or both failed, say
+nothing of which policy is better; of the others, the test weighs the share this run solved, as
+"success rate >= 0.5" above: PASS once this run wins enough more of them than it loses, FAIL once
+it loses enough more. A rollout whose scene the baseline did not run weighs nothing either.
 """
 
 from __future__ import annotations
@@ -27,15 +33,21 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.run.arms import arm_order
+from policybench.run.records import latest_per_rollout, scene_key
+from policybench.run.results import RESULTS, read_results
 
 ALPHA = BETA = 0.05  # the default error rates: a false PASS, a false FAIL
 DELTA = 0.1  # the default half-width of the indifference zone around RATE
 CONFIDENCE = 0.95  # of the interval stated with a decision
 SYNTAX = "RATE[:ALPHA,BETA,DELTA]"
+PAIRED = "baseline"  # --decide's RATE that asks for the paired test against --baseline
+EXAMPLES = "e.g. 0.8, 0.8:0.05,0.05,0.1 or baseline:0.05,0.05,0.1"
 
 
 class Verdict(StrEnum):
@@ -46,12 +58,14 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class SequentialTest:
-    """Wald's test of "success rate >= rate", with its error rates and indifference zone."""
+    """Wald's test of "success rate >= rate", with its error rates and indifference zone; or,
+    `paired`, of "wins at least half of the scenes where it and the baseline differ"."""
 
     rate: float
     alpha: float = ALPHA
     beta: float = BETA
     delta: float = DELTA
+    paired: bool = False
 
     def __post_init__(self) -> None:
         for name, value in (("RATE", self.rate), ("ALPHA", self.alpha), ("BETA", self.beta)):
@@ -68,20 +82,18 @@ class SequentialTest:
 
     @classmethod
     def parse(cls, text: str) -> SequentialTest:
-        """`RATE` or `RATE:ALPHA,BETA,DELTA` (--decide's value); ValueError saying the syntax."""
+        """`RATE` or `RATE:ALPHA,BETA,DELTA` (--decide's value), RATE `baseline` for the paired
+        test; ValueError saying the syntax."""
         rate, _, rest = text.partition(":")
         parts = rest.split(",") if rest else []
-        if rest and len(parts) != 3:
-            raise ValueError(
-                f"--decide takes {SYNTAX} (e.g. 0.8 or 0.8:0.05,0.05,0.1), got {text!r}"
-            )
+        paired = rate.strip() == PAIRED
         try:
-            numbers = [float(part) for part in (rate, *parts)]
+            if rest and len(parts) != 3:
+                raise ValueError
+            numbers = [0.5 if paired else float(rate), *(float(part) for part in parts)]
         except ValueError:
-            raise ValueError(
-                f"--decide takes {SYNTAX} (e.g. 0.8 or 0.8:0.05,0.05,0.1), got {text!r}"
-            ) from None
-        return cls(*numbers)
+            raise ValueError(f"--decide takes {SYNTAX} ({EXAMPLES}), got {text!r}") from None
+        return cls(*numbers, paired=paired)
 
     @property
     def low(self) -> float:
@@ -112,37 +124,45 @@ class SequentialTest:
         solved, unsolved = self.steps
         return math.ceil(pass_at / solved - 1e-9), math.ceil(fail_at / unsolved - 1e-9)
 
-    def walk(self, solved: Iterable[bool]) -> Decision:
-        """The decision over outcomes in decision order: where it fell, or INCONCLUSIVE after
-        them all."""
+    def walk(self, solved: Iterable[bool | None]) -> Decision:
+        """The decision over outcomes in decision order (None: a rollout that weighs nothing,
+        as a paired scene both runs solved): where it fell, or INCONCLUSIVE after them all."""
         fail_at, pass_at = self.bounds
         up, down = self.steps
-        ratio, n, wins = 0.0, 0, 0
+        ratio, n, weighed, wins = 0.0, 0, 0, 0
         for outcome in solved:
             n += 1
+            if outcome is None:
+                continue
+            weighed += 1
             wins += bool(outcome)
             ratio += up if outcome else down
             if ratio >= pass_at:
-                return Decision(self, Verdict.PASS, n, wins)
+                return Decision(self, Verdict.PASS, n, wins, weighed)
             if ratio <= fail_at:
-                return Decision(self, Verdict.FAIL, n, wins)
-        return Decision(self, Verdict.INCONCLUSIVE, n, wins)
+                return Decision(self, Verdict.FAIL, n, wins, weighed)
+        return Decision(self, Verdict.INCONCLUSIVE, n, wins, weighed)
 
     def __str__(self) -> str:
-        return (
-            f"success rate >= {self.rate:g} (alpha {self.alpha:g}, beta {self.beta:g}, "
-            f"indifference {self.low:g}-{self.high:g})"
-        )
+        errors = f"alpha {self.alpha:g}, beta {self.beta:g}"
+        if self.paired:
+            return (
+                f"wins >= half of the scenes where it and the baseline differ ({errors}, "
+                f"indifference {self.low:g}-{self.high:g} of them)"
+            )
+        return f"success rate >= {self.rate:g} ({errors}, indifference {self.low:g}-{self.high:g})"
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a sequential test stands after `rollouts` outcomes (`solved` of them solved)."""
+    """Where a sequential test stands after `rollouts` outcomes, `weighed` of them counted
+    (all but a paired test's scenes without a difference) and `solved` of those solved."""
 
     test: SequentialTest
     verdict: Verdict
     rollouts: int
     solved: int
+    weighed: int
 
     @property
     def decided(self) -> bool:
@@ -150,7 +170,7 @@ class Decision:
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
         """The success rate's interval, valid under optional stopping (the module's doc)."""
-        return confidence_sequence(self.solved, self.rollouts, 1 - confidence)
+        return confidence_sequence(self.solved, self.weighed, 1 - confidence)
 
     def line(self) -> str:
         """`PASS at rollout 12: 12/12 solved, rate 0.63-1.00 (anytime 95%); success rate ...`"""
@@ -160,10 +180,13 @@ class Decision:
             if self.decided
             else f"{self.verdict} after {self.rollouts} rollouts"
         )
-        return (
-            f"{where}: {self.solved}/{self.rollouts} solved, rate {low:.2f}-{high:.2f} "
-            f"(anytime {CONFIDENCE:.0%}); {self.test}"
-        )
+        found = f"{self.solved}/{self.rollouts} solved, rate"
+        if self.test.paired:
+            found = (
+                f"won {self.solved} of the {self.weighed} scenes where it and the baseline "
+                f"differ ({self.rollouts - self.weighed} alike or not in the baseline), share"
+            )
+        return f"{where}: {found} {low:.2f}-{high:.2f} (anytime {CONFIDENCE:.0%}); {self.test}"
 
     def as_json(self) -> dict[str, Any]:
         low, high = self.interval()
@@ -171,6 +194,8 @@ class Decision:
             "verdict": self.verdict.value,
             "rollouts": self.rollouts,
             "solved": self.solved,
+            "weighed": self.weighed,
+            "paired": self.test.paired,
             "rate": self.test.rate,
             "alpha": self.test.alpha,
             "beta": self.test.beta,
@@ -229,10 +254,60 @@ def side_of(record: Mapping[str, Any]) -> tuple[str, str | None]:
     return record[keys.EVAL], None if arm is None else str(arm)
 
 
+def read_baseline(run_dir: Path, arm: str | None = None) -> Baseline:
+    """The paired test's baseline: the run in `run_dir` (of an A/B run, its `arm`, which must
+    then be given). ValueError saying what to give when the run cannot serve."""
+    try:
+        records = latest_per_rollout(read_results(run_dir / RESULTS).records)
+    except OSError as error:
+        raise ValueError(f"the baseline run {run_dir} cannot be read: {error}") from None
+    arms = arm_order(records)
+    if arm is not None and not arms:
+        raise ValueError(f"--baseline-arm {arm}: the baseline {run_dir} is not an A/B run")
+    if arms and arm not in arms:
+        got = "" if arm is None else f" (got {arm!r})"
+        raise ValueError(
+            f"the baseline {run_dir} is an A/B run: pick the arm to decide against with "
+            f"--baseline-arm NAME, one of {', '.join(arms)}{got}"
+        )
+    return Baseline([r for r in records if arm is None or str(r.get(keys.ARM)) == arm])
+
+
+class Baseline:
+    """What a baseline run found of each scene, for the paired test: per scene (`scene_key`),
+    whether each of its rollouts was solved, in the baseline's plan order."""
+
+    def __init__(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self.solved: dict[str, list[bool]] = {}
+        for record in sorted(records, key=lambda r: r.get(keys.ROLLOUT_INDEX) or 0):
+            key = scene_key(record)
+            if key is not None:
+                self.solved.setdefault(key, []).append(_solved(record))
+
+    def outcomes(self, ordered: Iterable[tuple[str | None, bool]]) -> list[bool | None]:
+        """What a side's rollouts, given in decision order as (scene key, solved), weigh in the
+        paired test: whether it solved a scene the baseline's twin of did not (a scene's k-th
+        rollout pairs with the baseline's k-th); None where the two agree or no twin ran."""
+        seen: dict[str | None, int] = {}
+        weighed: list[bool | None] = []
+        for key, solved in ordered:
+            k = seen[key] = seen.get(key, -1) + 1
+            twins = self.solved.get(key, []) if key is not None else []
+            weighed.append(None if k >= len(twins) or twins[k] == solved else solved)
+        return weighed
+
+
+def _solved(record: Mapping[str, Any]) -> bool:
+    return record[keys.OUTCOME] == OutcomeKind.SOLVED
+
+
 def decided_records(
-    test: SequentialTest, records: Iterable[Mapping[str, Any]]
+    test: SequentialTest,
+    records: Iterable[Mapping[str, Any]],
+    baseline: Baseline | None = None,
 ) -> dict[tuple[str, str | None], Decision]:
-    """Each Eval's (and arm's) decision over its records (one per rollout), in decision order."""
+    """Each Eval's (and arm's) decision over its records (one per rollout), in decision order;
+    a paired test's against `baseline`."""
     sides: dict[tuple[str, str | None], list[Mapping[str, Any]]] = {}
     for record in records:
         sides.setdefault(side_of(record), []).append(record)
@@ -240,6 +315,10 @@ def decided_records(
     for side, members in sides.items():
         places = decision_order([(r[keys.TASK], r[keys.ROLLOUT_INDEX]) for r in members])
         ordered = [members[i] for i in sorted(range(len(members)), key=places.__getitem__)]
-        solved = (r[keys.OUTCOME] == OutcomeKind.SOLVED for r in ordered)
-        decisions[side] = test.walk(solved)
+        outcomes: list[bool | None] = [_solved(r) for r in ordered]
+        if test.paired:
+            assert baseline is not None, "a paired test needs its baseline"
+            pairs = zip(map(scene_key, ordered), outcomes, strict=True)
+            outcomes = baseline.outcomes((key, bool(solved)) for key, solved in pairs)
+        decisions[side] = test.walk(outcomes)
     return decisions

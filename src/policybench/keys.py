@@ -152,6 +152,9 @@ SELECTED = "selected"
 SHARD = "shard"
 # The run setting of a run under --decide: its sequential test as given (`0.8:0.05,0.05,0.1`).
 DECIDE = "decide"
+# The run setting of a run under `--decide baseline`: the baseline run it was decided against
+# (`run`, its directory) and, of an A/B baseline, the arm (`arm`).
+DECIDE_BASELINE = "decide_baseline"
 # A rollout's trajectory specs: each spec's name to its margin, deciding step, time and values.
 SPECS = "specs"
 # The trajectory specs an Eval's rollouts were held to (their reprs): part of the protocol.

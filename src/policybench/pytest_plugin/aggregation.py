@@ -136,7 +136,13 @@ class Aggregator:
         arms = [arm.label for arm in self.settings.arms]
         test = decide.test_of(self.config)
         verdicts = read_verdicts(self.run_dir)
-        summary = Summary.of(self.records, arms=arms, verdicts=verdicts, decide=test)
+        summary = Summary.of(
+            self.records,
+            arms=arms,
+            verdicts=verdicts,
+            decide=test,
+            baseline=decide.baseline_of(self.config),
+        )
         declared = gates.declared_floors(self.config)
         judged, notes = gates.judged_summary(
             summary, self.records, self.run_dir, self.gate_settings
@@ -328,6 +334,7 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
         "record_video": bool(config.getoption("record_video", False)),
         "xdist_workers": config.getoption("numprocesses", None),
         **({keys.DECIDE: decide_given} if (decide_given := config.getoption("decide")) else {}),
+        **decide.baseline_dir_setting(config),
     }
 
 

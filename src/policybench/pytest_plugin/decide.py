@@ -7,7 +7,11 @@ a resumed run carried over); they run in decision order (their place within thei
 task), and the decision is taken over the outcomes of that order's finished prefix: a process
 about to run a rollout reads the run's results (as the controller writes them) and skips it
 when the outcomes before it have decided. Under `-n` a few rollouts past the decision may be
-running when it falls: they finish and are recorded, and do not change it."""
+running when it falls: they finish and are recorded, and do not change it.
+
+`--decide baseline[:ALPHA,BETA,DELTA]` with `--baseline RUN` decides each Eval against that run,
+paired scene by scene (policybench.decide): PASS when this run wins clearly more of the scenes
+where the two differ, FAIL when it loses clearly more."""
 
 from __future__ import annotations
 
@@ -19,17 +23,31 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.decide import SYNTAX, Decision, SequentialTest, decision_order, side_of
+from policybench.decide import (
+    PAIRED,
+    SYNTAX,
+    Baseline,
+    Decision,
+    SequentialTest,
+    decision_order,
+    read_baseline,
+    side_of,
+)
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers
 from policybench.record.episode import OutcomeKind
-from policybench.run.results import RESULTS, record_problem
+from policybench.run.records import scene_key
+from policybench.run.results import RESULTS, record_problem, resolve_run
 
 TEST = pytest.StashKey[SequentialTest | None]()
 # Each side's rollouts: plan index -> place in decision order, kept in that order.
 ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()
 READER = pytest.StashKey["Outcomes"]()
+BASELINE = pytest.StashKey[Baseline | None]()
+BASELINE_AT = pytest.StashKey[dict[str, str | None]]()  # the paired test's baseline: run, arm
+BASELINE_DIR = "decide_baseline"  # the paired test's baseline run, handed to the workers
 # How a rollout skipped by a decision is reported: its Eval, the decision, the rollout it fell at.
 SKIPPED = "decided early (--decide {verdict} at rollout {at}{arm}): not needed"
 DECIDED_SKIP = re.compile(r"^(?:Skipped: )?([^:]+): (decided early \(--decide .+)$")
@@ -44,16 +62,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run each Eval's rollouts as a sequential test (Wald's SPRT) of 'success rate >= "
         "RATE' and skip the rest once it says PASS or FAIL; ALPHA and BETA are its error rates "
         "(a false PASS, a false FAIL; default 0.05 each), DELTA the half-width of the "
-        "indifference zone around RATE (default 0.1). A FAIL fails the run",
+        f"indifference zone around RATE (default 0.1). RATE '{PAIRED}', with --baseline RUN: "
+        "test against that run, paired per scene, whether this run wins the scenes where the "
+        "two differ (PASS) or loses them (FAIL). A FAIL fails the run",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     given = config.getoption("decide", None)
     try:
-        config.stash[TEST] = None if given is None else SequentialTest.parse(given)
+        test = config.stash[TEST] = None if given is None else SequentialTest.parse(given)
     except ValueError as error:
         raise pytest.UsageError(str(error)) from None
+    config.stash[BASELINE] = None
+    if test is not None and test.paired:
+        config.stash[BASELINE] = _read_baseline(config)
+
+
+def _read_baseline(config: pytest.Config) -> Baseline:
+    """The paired test's baseline: --baseline's run (its arm --baseline-arm in an A/B run),
+    resolved by the controller before this run is `latest`, read by every process."""
+    where = from_controller(config, BASELINE_DIR)
+    if where is None:
+        given = config.getoption("baseline", None)
+        if given is None:
+            raise pytest.UsageError(
+                f"--decide {PAIRED} decides against a baseline run: give --baseline RUN "
+                "(a run directory, its results.jsonl or a run id under the reports directory)"
+            )
+        try:
+            where = str(resolve_run(given, settings_of(config).report_dir).resolve())
+        except FileNotFoundError as error:
+            raise pytest.UsageError(f"--baseline: {error}") from None
+        hand_to_workers(config, BASELINE_DIR, where)
+    arm = config.getoption("baseline_arm", None)
+    config.stash[BASELINE_AT] = {"run": where, keys.ARM: arm}
+    try:
+        return read_baseline(Path(where), arm)
+    except ValueError as error:
+        raise pytest.UsageError(f"--decide {PAIRED}: {error}") from None
+
+
+def baseline_of(config: pytest.Config) -> Baseline | None:
+    """The paired test's baseline (None without one)."""
+    return config.stash.get(BASELINE, None)
+
+
+def baseline_dir_setting(config: pytest.Config) -> dict[str, Any]:
+    """The run setting naming a paired test's baseline, for the report rebuilt later."""
+    where = config.stash.get(BASELINE_AT, None)
+    return {} if where is None else {keys.DECIDE_BASELINE: where}
 
 
 def test_of(config: pytest.Config) -> SequentialTest | None:
@@ -129,8 +187,9 @@ def _refuse_too_few(test: SequentialTest, order: dict[Side, dict[int, int]], con
         for (eval, arm), count in sorted(short.items(), key=str)
     )
     per_task = max(-(-need * rollouts // count) for count in short.values())
+    given = PAIRED if test.paired else f"{test.rate:g}"
     raise pytest.UsageError(
-        f"--decide {test.rate:g}: a decision needs at least {need_pass} rollouts of an Eval to "
+        f"--decide {given}: a decision needs at least {need_pass} rollouts of an Eval to "
         f"PASS (all solved) and {need_fail} to FAIL (none solved), and {named}: give "
         f"--rollouts {per_task} or more, or a wider DELTA or larger error rates ({SYNTAX})"
     )
@@ -143,7 +202,8 @@ class Outcomes:
         self.path = path
         self._offset = 0
         self._partial = b""
-        self.solved: dict[tuple[Side, int], bool] = {}  # (side, plan index) -> solved
+        # (side, plan index) -> (its scene, solved)
+        self.solved: dict[tuple[Side, int], tuple[str | None, bool]] = {}
 
     def update(self) -> None:
         try:
@@ -163,7 +223,7 @@ class Outcomes:
             if record_problem(record) is not None or keys.ROLLOUT_INDEX not in record:
                 continue
             solved = record[keys.OUTCOME] == OutcomeKind.SOLVED
-            self.solved[(side_of(record), record[keys.ROLLOUT_INDEX])] = solved
+            self.solved[(side_of(record), record[keys.ROLLOUT_INDEX])] = scene_key(record), solved
 
 
 def decision_before(config: pytest.Config, side: Side) -> Decision | None:
@@ -178,11 +238,13 @@ def decision_before(config: pytest.Config, side: Side) -> Decision | None:
     reader.update()
     prefix = []
     for index in order:  # kept in decision order: no sort on each item's setup
-        solved = reader.solved.get((side, index))
-        if solved is None:
+        found = reader.solved.get((side, index))
+        if found is None:
             break
-        prefix.append(solved)
-    decision = test.walk(prefix)
+        prefix.append(found)
+    baseline = baseline_of(config)
+    outcomes = [solved for _, solved in prefix] if baseline is None else baseline.outcomes(prefix)
+    decision = test.walk(outcomes)
     return decision if decision.decided else None
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policybench import keys
+from policybench.run.records import scene_key
 
 Record = Mapping[str, Any]
 
@@ -19,14 +18,6 @@ class Matched:
     pairs: tuple[tuple[Record, Record], ...]  # (before, after)
     only_before: tuple[Record, ...]
     only_after: tuple[Record, ...]
-
-
-def scene_key(record: Record) -> str | None:
-    """What identifies a rollout's scene across runs, or None when it recorded none."""
-    scene = record.get(keys.SCENE)
-    if not isinstance(scene, Mapping) or not scene:
-        return None
-    return json.dumps([record[keys.EVAL], record[keys.TASK], scene], sort_keys=True)
 
 
 def match(before: Sequence[Record], after: Sequence[Record]) -> Matched:

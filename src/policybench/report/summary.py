@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.decide import Decision, SequentialTest, decided_records
+from policybench.decide import Baseline, Decision, SequentialTest, decided_records, read_baseline
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
@@ -167,10 +167,12 @@ class Summary:
         arms: Sequence[str] = (),
         verdicts: Verdicts | None = None,
         decide: SequentialTest | None = None,
+        baseline: Baseline | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
         the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes;
-        `decide`: the run's sequential test (--decide), decided over each Eval's rollouts."""
+        `decide`: the run's sequential test (--decide), decided over each Eval's rollouts
+        (a paired one against `baseline`)."""
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
@@ -211,10 +213,10 @@ class Summary:
             if verdicts is None or not (verdicts.given or verdicts.problems)
             else Agreement.of(records, verdicts),
             decisions=()
-            if decide is None
+            if decide is None or (decide.paired and baseline is None)
             else tuple(
                 DecidedSide(eval, arm, decision)
-                for (eval, arm), decision in decided_records(decide, records).items()
+                for (eval, arm), decision in decided_records(decide, records, baseline).items()
             ),
             specs=spec_rows(records),
         )
@@ -229,7 +231,16 @@ class Summary:
         arms = [] if run is None else list(run.settings.get(ARMS) or [])
         decide = None if run is None else run.settings.get(keys.DECIDE)
         test = None if decide is None else SequentialTest.parse(decide)
-        return cls.of(results.records, results.problems, arms, read_verdicts(run_dir), test)
+        problems, baseline = list(results.problems), None
+        if run is not None and test is not None and test.paired:
+            against = run.settings.get(keys.DECIDE_BASELINE) or {}
+            try:
+                where = Path(against.get("run") or "(not recorded)")
+                baseline = read_baseline(where, against.get(keys.ARM))
+            except ValueError as error:
+                problems.append(f"--decide {decide}: no decisions: {error}")
+        verdicts = read_verdicts(run_dir)
+        return cls.of(results.records, problems, arms, verdicts, test, baseline)
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
         """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in

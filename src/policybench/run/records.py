@@ -3,6 +3,7 @@ the one rule for a rollout recorded more than once: its latest record."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,14 @@ def rollout_id(record: Mapping[str, Any]) -> str:
     if isinstance(nodeid, str) and nodeid:
         return nodeid
     return f"{record[keys.EVAL]}/{record[keys.TASK]}#{record.get(keys.ROLLOUT_INDEX)}"
+
+
+def scene_key(record: Mapping[str, Any]) -> str | None:
+    """What identifies a rollout's scene across runs, or None when it recorded none."""
+    scene = record.get(keys.SCENE)
+    if not isinstance(scene, Mapping) or not scene:
+        return None
+    return json.dumps([record[keys.EVAL], record[keys.TASK], scene], sort_keys=True)
 
 
 def latest_by_rollout(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
