@@ -12,6 +12,7 @@ pytest.importorskip("lerobot", reason="needs LeRobot: pip install 'policybench[l
 
 from policybench import keys
 from policybench.policy.lerobot import TASK, FeatureMismatch, LeRobotModel, as_lerobot_inputs
+from policybench.policy.lerobot_checkpoints import save_random_checkpoint
 from policybench.suites.aloha import ALOHA
 from policybench.suites.libero import LIBERO_SPATIAL, LIBERO_SPATIAL_LEROBOT
 from policybench.suites.metaworld import DRAW, MT10_LEROBOT, MT10_STATE, LeRobotPlacement
@@ -157,3 +158,51 @@ def test_metaworlds_lerobot_plan_draws_in_lerobot_evals_order():
     assert [r.scene.seed - r.scene.fields[DRAW] for r in rollouts] == [100] * len(rollouts)
     assert rollouts[3].scene.task == "push-v3"
     assert MT10_LEROBOT.metadata["max_steps"] == 500
+
+
+def test_a_checkpoints_contract_is_what_its_config_train_config_and_contract_json_say(tmp_path):
+    """A PushT checkpoint made for 64x64 images, trained with an env at 20 Hz (train_config.json),
+    declaring joint targets (contract.json): the preflight refuses it before any rollout, naming
+    the three points; its config alone (no train_config.json, no contract.json) declares its
+    cameras, and flips are not judged where it does not say them."""
+    import json
+
+    from policybench.policy.chunk_player import ChunkPolicy
+    from policybench.policy.contract import Contract, Image, mismatches
+    from policybench.policy.lerobot import checkpoint_contract
+    from policybench.preflight import Verdict, preflight
+    from policybench.world import World
+
+    stats = {
+        "observation.image": {"mean": [[[0.5]]] * 3, "std": [[[0.25]]] * 3},
+        "observation.state": {"mean": [0.0] * 2, "std": [1.0] * 2},
+        "action": {"mean": [0.0] * 2, "std": [1.0] * 2},
+    }
+    checkpoint = save_random_checkpoint(tmp_path, {"observation.image": (3, 64, 64)}, 2, 2, stats)
+    model = LeRobotModel(checkpoint)
+    assert model.contract == Contract(images={"observation.image": Image(64, 64, flip=None)})
+    assert not mismatches(
+        model.contract, Contract(images={"observation.image": Image(64, 64, "both")})
+    )
+    assert mismatches(model.contract, Contract(images={"observation.image": Image(96, 96)}))
+    (checkpoint / "train_config.json").write_text(json.dumps({"env": {"type": "pusht", "fps": 20}}))
+    (checkpoint / "contract.json").write_text(json.dumps({"action": "joint-absolute"}))
+    model = LeRobotModel(checkpoint)
+    world = World(PUSHT)
+    try:
+        refused = preflight(
+            world, PUSHT.rollouts(1, 0)[0], ChunkPolicy(model, PUSHT.codecs["lerobot"])
+        )
+    finally:
+        world.close()
+    assert refused.verdict is Verdict.FAILED
+    assert (
+        "disagree on 3 points: action: the model answers joint-absolute actions" in refused.problem
+    )
+    assert "control rate: the model acts at 20 Hz, the Eval steps at 10 Hz" in refused.problem
+    assert (
+        "image observation.image: the model takes 64x64, the codec sends 96x96" in refused.problem
+    )
+    (checkpoint / "contract.json").write_text(json.dumps({"rotation": "quat"}))
+    with pytest.raises(ValueError, match=r"contract\.json: contract rotation: 'quat' is not"):
+        checkpoint_contract(model._policy.config, checkpoint)

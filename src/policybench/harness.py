@@ -129,7 +129,7 @@ def _play(
     eval = world.eval
     period_ns, timeout_ns = eval.control_period_ns, round(rollout.timeout_s * 1e9)
     hold, stop_on_success = eval.hold, eval.stop_on_success
-    obs = world.reset(rollout.scene)
+    obs = world.reset(rollout.scene, rollout.perturbation)
     played.phase = POLICY
     context = SessionContext(
         instruction=rollout.instruction,

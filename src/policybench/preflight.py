@@ -106,17 +106,17 @@ def shown_preflight(
     """`preflight`, with the observation the policy was shown."""
     eval = world.eval
     try:
-        obs = world.reset(rollout.scene)
+        obs = world.reset(rollout.scene, rollout.perturbation)
     except Exception as error:
         world.discard()
         return Shown(_failed(eval.name, f"env reset raised {type(error).__name__}: {error}"), {})
     space = world.action_space
-    context = SessionContext(
-        rollout.instruction,
-        eval.control_hz,
-        {name: rollout.scene.fields[name] for name in eval.policy_facing},
-    )
+    facing = {name: rollout.scene.fields[name] for name in eval.policy_facing}
+    context = SessionContext(rollout.instruction, eval.control_hz, facing)
     asked = _Exchange(obs)
+    known = _known_disagreement(policy, eval) if contract_mismatch == REFUSE else None
+    if known is not None:  # a contract known already is judged before any call
+        return Shown(_failed(eval.name, known, policy=policy), {})
     started = time.perf_counter()
     try:
         actions = _first_actions(policy, obs, rollout.instruction, context, space.shape, asked)
@@ -231,6 +231,15 @@ def _played(policy: Policy, control_hz: float, horizon: int) -> tuple[str | None
         f"waits for such a call, so that cycle's horizon is its delay "
         f"({keys.CALLS_PAST_HORIZON} in each record)",
     )
+
+
+def _known_disagreement(policy: Policy, eval: Eval) -> str | None:
+    """How a model's contract, known before any call, disagrees with its Eval's; None when it
+    agrees or is not known yet (a served model's comes with its first answer)."""
+    try:
+        return _contracts(policy, eval)[0]
+    except Exception:  # a contract that cannot be read is told after the call
+        return None
 
 
 def _failed(

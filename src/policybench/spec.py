@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import gymnasium as gym
     import numpy as np
 
+    from policybench.perturbation import Axis, Perturbation
     from policybench.policy.base import Model
     from policybench.policy.codec import Codec
     from policybench.policy.contract import Contract
@@ -48,6 +49,9 @@ class Rollout:
     instruction: str
     timeout_s: float
     scene: Scene
+    # An axis and level the scene is perturbed along (policybench.perturbation); the scene, and
+    # so the id, stays the same: a perturbed rollout pairs with its scene unperturbed.
+    perturbation: Perturbation | None = None
 
     @property
     def id(self) -> str:
@@ -169,6 +173,9 @@ class Eval:
     # The env's own conventions (its actions' meaning, rotation, gripper, rate): what a model that
     # sees the env as it is (no codec) must follow; a codec declares its own.
     contract: Contract | None = None
+    # The perturbation axes its env stages itself when a reset's options ask (`perturbation`;
+    # policybench.perturbation), beside the noise axes every Eval has.
+    perturbations: Mapping[str, Axis] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

@@ -14,6 +14,7 @@ import numpy as np
 
 from policybench import heap, keys
 from policybench.envserver import NOT_INSTALLED, Isolated
+from policybench.perturbation import Noise, Perturbation, reset_options, staged_by_env
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -104,6 +105,7 @@ class World:
         self._task: str | None = None
         self._packages: dict[str, str] | None = None
         self._bounds: tuple[np.ndarray, np.ndarray] | None = None
+        self._noise: Noise | None = None  # the noise axes of the rollout last reset
         # Whether the env's step info has carried a success key since the last reset: an env
         # that never reports one reads as never solved, which the report points out.
         self.success_reported = False
@@ -112,21 +114,32 @@ class World:
         """The live env of `task`, built on first use (or after the cache closed it)."""
         return self.envs.get((self.eval.name, task, self.slot), lambda: self.eval.make_env(task))
 
-    def reset(self, scene: Scene) -> Observation:
-        """Stages `scene` on its task's env: resets it with the scene's seed and fields."""
+    def reset(self, scene: Scene, perturbation: Perturbation | None = None) -> Observation:
+        """Stages `scene` on its task's env: resets it with the scene's seed and fields, and
+        `perturbation` (policybench.perturbation) on top: staged by the env, or as noise on
+        every action and observation until the next reset."""
         env = self._env = self.env_for(scene.task)
         self._task = scene.task
         space = env.action_space
         low, high = getattr(space, "low", None), getattr(space, "high", None)
         self._bounds = None if low is None or high is None else (low, high)
         self.success_reported = False
-        obs, _ = env.reset(seed=scene.seed, options=dict(scene.fields) or None)
+        options = reset_options(scene.fields, perturbation, scene.seed, self.eval)
+        obs, _ = env.reset(seed=scene.seed, options=options)
+        noisy = perturbation is not None and not staged_by_env(self.eval, perturbation)
+        self._noise = Noise(perturbation, scene.seed) if noisy else None
+        if self._noise is not None:
+            return self._noise.observation(as_observation(obs))
         return as_observation(obs)
 
     def step(self, action: np.ndarray) -> Transition:
         assert self._env is not None, "World.step before World.reset"
+        if self._noise is not None:
+            action = self._noise.action(action, self._bounds)
         obs, reward, terminated, truncated, info = self._env.step(action)
         obs = {keys.STATE: obs} if type(obs) is np.ndarray else as_observation(obs)
+        if self._noise is not None:
+            obs = self._noise.observation(obs)
         success = success_of(info)
         self.success_reported = self.success_reported or success is not None
         return Transition(obs, float(reward), bool(success), terminated, truncated)

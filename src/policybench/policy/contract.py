@@ -50,19 +50,25 @@ _TO = {
 
 @dataclass(frozen=True)
 class Image:
-    """A camera as the model takes it: its key, size and flip (from the camera's own view)."""
+    """A camera as the model takes it: its key, size and flip (from the camera's own view;
+    None where the model does not say, as a LeRobot checkpoint's config)."""
 
     height: int
     width: int
-    flip: str = "none"
+    flip: str | None = "none"
 
     def __post_init__(self) -> None:
         _check("image flip", self.flip, FLIPS)
 
     def __str__(self) -> str:
         return f"{self.height}x{self.width}" + (
-            "" if self.flip == "none" else f" flipped {self.flip}"
+            "" if self.flip in ("none", None) else f" flipped {self.flip}"
         )
+
+    def differs(self, other: Image) -> bool:
+        """Whether the two disagree on what both declare."""
+        flips = self.flip is not None and other.flip is not None and self.flip != other.flip
+        return (self.height, self.width) != (other.height, other.width) or flips
 
 
 @dataclass(frozen=True)
@@ -182,7 +188,7 @@ def mismatches(model: Contract, expected: Contract) -> list[str]:
     mine_all, shown_all = model.cameras, expected.cameras
     for key in sorted(set(mine_all) & set(shown_all)):
         mine, shown = mine_all[key], shown_all[key]
-        if mine != shown:
+        if mine.differs(shown):
             found.append(
                 f"image {key}: the model takes {mine}, the codec sends {shown}; resize or flip "
                 "it in the codec"

@@ -7,11 +7,18 @@ A chunking policy (ACT, SmolVLA, pi0 style: one observation per chunk) answers c
 `n_action_steps`. A policy that remembers its rollout between steps (`n_obs_steps > 1`: Diffusion
 Policy, VQ-BeT; ACT with temporal ensembling) sees every observation and answers one action a
 step, as its `select_action` does, from a RolloutMemory kept per rollout: per session in
-process, per connection when served (the server's context object of that connection)."""
+process, per connection when served (the server's context object of that connection).
+
+Its action contract (policybench.policy.contract) is what the checkpoint says of itself: its
+cameras and their sizes (the config's visual input features), its control rate (the env's fps in
+train_config.json, for a policy trained with an env), and what a `contract.json` beside
+config.json declares beyond that (action kind, rotation, gripper: LeRobot's config does not say
+them), which wins."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import weakref
 from collections import deque
@@ -27,6 +34,7 @@ import numpy as np
 from policybench import keys
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 from policybench.policy.codec import Codec
+from policybench.policy.contract import Contract, Image
 
 PREFIX = "lerobot:"  # the policy name's prefix: `lerobot:PATH`
 TASK = "task"  # LeRobot's key for the instruction in a batch (a `lerobot` codec's prompt key)
@@ -188,6 +196,7 @@ class LeRobotModel:
         rtc = getattr(config, "rtc_config", None)
         self.rtc = bool(rtc is not None and getattr(rtc, "enabled", False))
         self._answered: dict[int, Any] = {}
+        self.contract = checkpoint_contract(config, self.checkpoint)
 
     def open(self, context: SessionContext) -> ChunkSource:
         self._memories.pop(id(context), None)  # a session starts its rollout afresh
@@ -372,6 +381,35 @@ class LeRobotModel:
             else "as the evaluating process set them",
             "lerobot": self.lerobot_version,
         }
+
+
+CONTRACT_FILE = "contract.json"  # beside config.json: what a checkpoint declares of itself
+
+
+def checkpoint_contract(config: Any, checkpoint: Path | None) -> Contract:
+    """A checkpoint's action contract (see the module's doc); ValueError naming a contract.json
+    that does not parse or names an unknown field or value."""
+    images = {
+        name: Image(int(feature.shape[-2]), int(feature.shape[-1]), flip=None)
+        for name, feature in config.input_features.items()
+        if feature.type.name == "VISUAL" and len(feature.shape) == 3
+    }
+    declared: dict[str, Any] = {"images": images}
+    train_config = None if checkpoint is None else checkpoint / "train_config.json"
+    if train_config is not None and train_config.is_file():
+        env = (json.loads(train_config.read_text()) or {}).get("env") or {}
+        if env.get("fps"):
+            declared[keys.CONTROL_HZ] = float(env["fps"])
+    own = None if checkpoint is None else checkpoint / CONTRACT_FILE
+    if own is not None and own.is_file():
+        try:
+            data = json.loads(own.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"expected a JSON object of contract fields, got {data!r}")
+            return Contract.of({**declared, **data})
+        except ValueError as error:
+            raise ValueError(f"{own}: {error}") from None
+    return Contract(**declared)
 
 
 def load_model(policy_name: str, device: str = "cpu", seed: int = 0) -> LeRobotModel:

@@ -13,6 +13,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.envserver import isolable
+from policybench.perturbation import MUJOCO_AXES, MujocoStaging
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 from policybench.policy.codec import (
     Codec,
@@ -75,12 +76,14 @@ class SeededPlacement(gym.Wrapper):
             env.model.light_castshadow[:] = 0
         super().__init__(env)
         self._camera = camera
+        self._staging = MujocoStaging(env.model)  # the perturbation axes: cameras, lights
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         env = self.env.unwrapped
         env._freeze_rand_vec = False
         env.seeded_rand_vec = True
         env.seed(0 if seed is None else seed)
+        self._staging.stage(options)
         obs, info = env.reset()
         return self._observe(obs), info
 
@@ -338,6 +341,7 @@ def mt10(
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
         contract=actions_only(openpi_codec(camera, size).contract),
         signals=SIGNALS,
+        perturbations={} if camera is None else MUJOCO_AXES,  # only what renders moves
     )
 
 

@@ -1,0 +1,222 @@
+"""Perturbation axes: seeded transformations of a scene, each with a level (0: the scene as it
+is), that a run sweeps (`--perturb AXIS=LEVELS`) to find where a policy's success breaks.
+
+Two kinds of axis. Every Eval has the noise axes, applied between the env and the policy (the
+World adds them): `action_noise` (Gaussian noise on each action, its standard deviation the
+level times half the action space's range, clipped to the space) and `obs_noise` (Gaussian
+noise on the `state` vector, the level its standard deviation). An Eval adds the axes its env
+stages itself (`Eval.perturbations`: MuJoCo suites move cameras and dim lights), which the World
+asks for through the reset's options (`perturbation`), so an env in an interpreter of its own
+stages them too.
+
+A perturbation is seeded by its scene and axis alone: at every level a scene's draws are the
+same numbers, scaled by the level (common random numbers, so the levels compare pairwise), on
+any worker and in any order. A rollout's record names its perturbation; a World replays it from
+the record's scene and perturbation (`World(eval).reset(scene, Perturbation(axis, level))`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+
+PERTURBATION = "perturbation"  # the reset option, and the record field, that name one
+NONE = "none"  # the arm of the unperturbed scenes, which every level is compared with
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A way to perturb a scene: its name, the range of its levels, what a level means."""
+
+    name: str
+    high: float  # levels lie in [0, high]
+    unit: str
+    doc: str
+
+    def problem(self, level: float) -> str | None:
+        """Why `level` is not one of this axis's, or None."""
+        if 0 <= level <= self.high:
+            return None
+        return f"{self.name} level {level:g} is outside [0, {self.high:g}] ({self.unit})"
+
+    def __str__(self) -> str:
+        return f"{self.name} [0, {self.high:g}] {self.unit}"
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One axis at one level."""
+
+    axis: str
+    level: float
+
+    @property
+    def label(self) -> str:
+        """How items and reports name it: `action_noise-0.1`."""
+        return f"{self.axis}-{self.level:g}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"axis": self.axis, "level": self.level}
+
+    def draws(self, seed: int) -> np.random.Generator:
+        """The scene's draws for this axis: the same at every level (see the module's doc)."""
+        return np.random.default_rng([seed, zlib.crc32(self.axis.encode())])
+
+
+ACTION_NOISE = Axis(
+    "action_noise",
+    1.0,
+    "std / half the action range",
+    "Gaussian noise on every action, clipped to the action space",
+)
+OBS_NOISE = Axis("obs_noise", 1.0, "std of the state", "Gaussian noise on the state vector")
+NOISE_AXES = {axis.name: axis for axis in (ACTION_NOISE, OBS_NOISE)}
+
+
+def axes_of(eval: Any) -> dict[str, Axis]:
+    """The axes `eval` can be perturbed along: the noise axes, then those its env stages."""
+    return {**NOISE_AXES, **dict(getattr(eval, "perturbations", {}))}
+
+
+def staged_by_env(eval: Any, perturbation: Perturbation | None) -> bool:
+    return perturbation is not None and perturbation.axis in getattr(eval, "perturbations", {})
+
+
+class Noise:
+    """The noise axes of one rollout, applied by the World: its draws seeded per scene."""
+
+    def __init__(self, perturbation: Perturbation, seed: int) -> None:
+        self.perturbation = perturbation
+        self.rng = perturbation.draws(seed)
+
+    def action(self, action: np.ndarray, bounds: tuple[np.ndarray, np.ndarray] | None) -> Any:
+        if self.perturbation.axis != ACTION_NOISE.name:
+            return action
+        if bounds is None:
+            raise ValueError("action_noise needs an env with a bounded (Box) action space")
+        low, high = bounds
+        draw = self.rng.standard_normal(np.shape(action))
+        noisy = action + self.perturbation.level * draw * (high - low) / 2
+        return np.clip(noisy, low, high).astype(np.asarray(action).dtype)
+
+    def observation(self, obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.perturbation.axis != OBS_NOISE.name or keys.STATE not in obs:
+            return dict(obs)
+        state = np.asarray(obs[keys.STATE])
+        draw = self.rng.standard_normal(state.shape)
+        noisy = (state + self.perturbation.level * draw).astype(state.dtype)
+        return {**obs, keys.STATE: noisy}
+
+
+def parse_perturb(values: Sequence[str]) -> tuple[Perturbation, ...]:
+    """The perturbations of `--perturb AXIS=LEVELS` values (each `axis=0.05,0.1`; repeatable),
+    level 0 left out (the unperturbed arm runs anyway). ValueError naming what came."""
+    found: list[Perturbation] = []
+    for value in values:
+        axis, equals, levels = value.partition("=")
+        try:
+            if not equals or not axis.strip():
+                raise ValueError
+            numbers = [float(level) for level in levels.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"--perturb takes AXIS=LEVELS (levels joined by commas, e.g. "
+                f"action_noise=0.05,0.1), got {value!r}"
+            ) from None
+        found += [Perturbation(axis.strip(), level) for level in numbers if level != 0]
+    labels = [p.label for p in found]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ValueError(f"--perturb names {', '.join(repeated)} more than once")
+    return tuple(found)
+
+
+def refusals(eval: Any, perturbations: Sequence[Perturbation]) -> str | None:
+    """Why `eval` cannot run `perturbations` (an axis it lacks, a level out of range), naming
+    its axes and their ranges; None when it can."""
+    axes = axes_of(eval)
+    problems = []
+    for perturbation in perturbations:
+        axis = axes.get(perturbation.axis)
+        problem = (
+            f"{eval.name} has no axis {perturbation.axis!r}"
+            if axis is None
+            else axis.problem(perturbation.level)
+        )
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+    if not problems:
+        return None
+    return (
+        f"--perturb: {'; '.join(problems)}; {eval.name}'s axes: "
+        f"{', '.join(str(axis) for axis in axes.values())}"
+    )
+
+
+# --- axes a MuJoCo env stages on its model -------------------------------------------------------
+
+
+CAMERA_POSE = Axis(
+    "camera_pose", 0.2, "metres", "every fixed camera moved by the level, in a seeded direction"
+)
+LIGHTING = Axis(
+    "lighting", 0.9, "share of light taken", "every light's diffuse and ambient dimmed by the level"
+)
+MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING)}
+
+
+class MujocoStaging:
+    """Stages the MuJoCo axes on a model: at each reset, the model's cameras and lights as
+    they were built, then the reset's perturbation (if any) on top. Only what renders changes:
+    a camera's position and a light's colour are not part of the physics."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.originals = {
+            name: np.array(getattr(model, name))
+            for name in ("cam_pos", "light_diffuse", "light_ambient")
+        }
+
+    def stage(self, options: Mapping[str, Any] | None) -> None:
+        for name, original in self.originals.items():
+            getattr(self.model, name)[:] = original
+        given = (options or {}).get(PERTURBATION)
+        if not given:
+            return
+        perturbation = Perturbation(given["axis"], float(given["level"]))
+        rng = perturbation.draws(int(given[keys.SEED]))
+        STAGES[perturbation.axis](self.model, perturbation.level, rng)
+
+
+def _move_cameras(model: Any, level: float, rng: np.random.Generator) -> None:
+    directions = rng.standard_normal(model.cam_pos.shape)
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    model.cam_pos[:] += level * directions
+
+
+def _dim_lights(model: Any, level: float, rng: np.random.Generator) -> None:
+    model.light_diffuse[:] *= 1 - level
+    model.light_ambient[:] *= 1 - level
+
+
+STAGES: dict[str, Callable[[Any, float, np.random.Generator], None]] = {
+    CAMERA_POSE.name: _move_cameras,
+    LIGHTING.name: _dim_lights,
+}
+
+
+def reset_options(
+    fields: Mapping[str, Any], perturbation: Perturbation | None, seed: int, eval: Any
+) -> dict[str, Any] | None:
+    """The options of a scene's reset: its fields, and the perturbation its env stages."""
+    options = dict(fields)
+    if staged_by_env(eval, perturbation):
+        assert perturbation is not None
+        options[PERTURBATION] = {**perturbation.as_json(), keys.SEED: seed}
+    return options or None
