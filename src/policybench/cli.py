@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from policybench import latency_command
 from policybench import probe as probe_command
 from policybench.envserver import command as env_command
+from policybench.perturbation import NOISE_AXES, axes_of
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
 from policybench.report import plan as plan_command
@@ -45,7 +46,8 @@ def run_list(args: argparse.Namespace) -> int:
     for value in registered_evals().values():
         extra = f"  ([{value.extra}])" if value.extra else ""  # an isolated Eval needs none
         count = len(value.tasks)
-        print(f"  {value.name:<24} {count:>3} task{'s' * (count != 1)}{extra}")
+        own = f"  axes +{','.join(value.perturbations)}" if value.perturbations else ""
+        print(f"  {value.name:<24} {count:>3} task{'s' * (count != 1)}{extra}{own}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
             interpreters.setdefault(interpreter.name, []).append(value.name)
@@ -54,7 +56,9 @@ def run_list(args: argparse.Namespace) -> int:
         print("interpreters (the isolated Evals' own):")
     for name, evals in interpreters.items():
         print(f"  interpreter {name} (for {listed(evals)}): {statuses[name]}")
-    print("an Eval's tasks: policybench list --eval NAME")
+    noise = ", ".join(map(str, NOISE_AXES.values()))
+    print(f"perturbation axes of every Eval (--perturb AXIS=LEVELS): {noise}")
+    print("an Eval's tasks and perturbation axes: policybench list --eval NAME")
     return 0
 
 
@@ -71,6 +75,9 @@ def list_tasks(names: Sequence[str]) -> int:
         width = max(map(len, tasks), default=0)
         for task, instruction in tasks.items():
             print(f"  {task:<{width}}  {instruction}")
+        print("perturbation axes (--perturb AXIS=LEVELS, levels in these ranges):")
+        for axis in axes_of(value).values():
+            print(f"  {axis}: {axis.doc}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
             print(f"  interpreter {interpreter.name}: {env_command.status(interpreter)}")

@@ -157,5 +157,7 @@ DECIDE = "decide"
 DECIDE_BASELINE = "decide_baseline"
 # A rollout's trajectory specs: each spec's name to its margin, deciding step, time and values.
 SPECS = "specs"
+# A perturbed rollout's axis and level (`{"axis": "camera_pose", "level": 0.05}`; --perturb).
+PERTURBATION = "perturbation"
 # The trajectory specs an Eval's rollouts were held to (their reprs): part of the protocol.
 TRAJECTORY_SPECS = "trajectory_specs"

@@ -26,7 +26,7 @@ import numpy as np
 
 from policybench import keys
 
-PERTURBATION = "perturbation"  # the reset option, and the record field, that name one
+PERTURBATION = keys.PERTURBATION  # the reset option, and the record field, that name one
 NONE = "none"  # the arm of the unperturbed scenes, which every level is compared with
 
 

@@ -24,6 +24,7 @@ pytest_plugins = [
     "policybench.pytest_plugin.trajectory",
     "policybench.pytest_plugin.gates",
     "policybench.pytest_plugin.decide",
+    "policybench.pytest_plugin.perturb",
     "policybench.pytest_plugin.goldens",
     "policybench.pytest_plugin.remote",
     "policybench.pytest_plugin.env_remote",

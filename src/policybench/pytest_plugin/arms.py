@@ -13,6 +13,8 @@ from pathlib import PurePath
 from typing import Any
 
 from policybench import keys
+from policybench.perturbation import NONE as NO_PERTURBATION
+from policybench.perturbation import Perturbation, parse_perturb
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.registry import LEROBOT_PREFIX, is_import_path
 from policybench.run.arms import (
@@ -46,6 +48,7 @@ class Arm:
     url: str | None = None
     endpoint: Endpoint | None = None  # resolved from `url` and the run's server options
     latency: InferenceLatency | None = None  # a latency sweep's setting (None: the run's)
+    perturbation: Perturbation | None = None  # a perturbation sweep's axis and level (--perturb)
 
     @property
     def spec(self) -> str:
@@ -197,12 +200,17 @@ SWEPT = (keys.INFERENCE_LATENCY, keys.LATENCY_PROFILE)  # what a sweep's arms di
 
 
 def declared_arms(
-    policies: Sequence[str], sweep: str | None, latency: str | None
+    policies: Sequence[str],
+    sweep: str | None,
+    latency: str | None,
+    perturb: Sequence[str] = (),
 ) -> tuple[Arm, ...]:
     """The run's arms: the policies `--policy` names, or one policy under each setting of
     `--latency-sweep`, which neither a second policy nor `--inference-latency` (its given
-    value, None when not given) may join."""
+    value, None when not given) may join, or under each perturbation `--perturb` names."""
     arms = parse_arms(policies)
+    if perturb:
+        return perturbed_arms(arms, sweep, parse_perturb(perturb))
     if sweep is None:
         return arms
     if len(arms) > 1:
@@ -217,6 +225,23 @@ def declared_arms(
             "the sweep)"
         )
     return sweep_arms(arms[0], sweep)
+
+
+def perturbed_arms(
+    arms: Sequence[Arm], sweep: str | None, perturbations: Sequence[Perturbation]
+) -> tuple[Arm, ...]:
+    """One policy on its scenes as they are (the arm `none`, first: every level is compared with
+    it), then under each perturbation, labelled by it (`action_noise-0.1`)."""
+    if len(arms) > 1 or sweep is not None:
+        other = f"--policy named {len(arms)}" if len(arms) > 1 else f"{SWEEP_OPTION} {sweep}"
+        raise ValueError(
+            f"--perturb runs one policy under each perturbation, but {other}; perturb one "
+            "policy per run, without a latency sweep"
+        )
+    return (
+        replace(arms[0], label=NO_PERTURBATION),
+        *(replace(arms[0], label=p.label, perturbation=p) for p in perturbations),
+    )
 
 
 def swept(arms: Sequence[Arm]) -> bool:

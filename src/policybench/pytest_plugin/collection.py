@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -38,6 +38,8 @@ class Planned:
         if self.arm is None:
             return {}
         fields: dict[str, Any] = {keys.ARM: self.arm.label}
+        if self.arm.perturbation is not None:
+            fields[keys.PERTURBATION] = self.arm.perturbation.as_json()
         if self.assignment is not None:
             fields[keys.ASSIGNMENT] = self.assignment.as_record()
         return fields
@@ -98,7 +100,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 )
             seen[planned.id] = eval.name
             for arm in arms[planned.index]:
-                ran = Planned(eval, planned, ref, arm, settings.assignment if arm else None)
+                perturbed = replace(planned, perturbation=arm and arm.perturbation)
+                ran = Planned(eval, perturbed, ref, arm, settings.assignment if arm else None)
                 id = planned.id if arm is None else item_id(planned.id, arm)
                 params.append(pytest.param(ran, id=id, marks=skip))
     metafunc.parametrize("rollout", params, indirect=True)

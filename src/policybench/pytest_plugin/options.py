@@ -121,6 +121,16 @@ def _timing_options(group: pytest.OptionGroup) -> None:
         "report plots success against latency per Eval",
     )
     group.addoption(
+        "--perturb",
+        action="append",
+        default=[],
+        metavar="AXIS=LEVELS",
+        help="run every scene as it is and perturbed along AXIS at each level (e.g. "
+        "action_noise=0.05,0.1 or camera_pose=0.05; repeatable), as arms of one run labelled "
+        "AXIS-LEVEL, each compared (paired by scene) with the unperturbed arm `none`; "
+        "`policybench list` shows each Eval's axes and their ranges",
+    )
+    group.addoption(
         "--chunk-anchor",
         default=ChunkAnchor.OBSERVATION.value,
         choices=[anchor.value for anchor in ChunkAnchor],
@@ -354,6 +364,7 @@ def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...],
         config.getoption("policy") or [SCRIPTED],
         config.getoption("latency_sweep"),
         _given(config, "--inference-latency", "none"),
+        config.getoption("perturb") or (),
     )
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from policybench import keys
+from policybench.perturbation import NONE as NO_PERTURBATION
 from policybench.policy.latency import NO_LATENCY as ZERO
 from policybench.report.compare import TaskComparison
 from policybench.report.paired import Pairs
@@ -75,8 +76,13 @@ def compared_arms(by_arm: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tup
     """The pairs of arms an A/B run compares, `before` first, from each arm's records in the
     run's order of arms. A latency sweep's (its arms differ in their latency alone, one being
     zero: as the records' policies say, so not while blinded) compares each setting with zero
-    latency only, zero as `before`; any other run compares every pair, the earlier arm first."""
+    latency only, zero as `before`; a perturbation sweep's (--perturb: every arm but `none`
+    perturbed) each perturbation with `none`; any other run compares every pair, the earlier
+    arm first."""
     order = list(by_arm)
+    perturbed = {arm for arm, records in by_arm.items() if _perturbed(records)}
+    if perturbed and set(order) - perturbed == {NO_PERTURBATION}:
+        return [(NO_PERTURBATION, arm) for arm in order if arm != NO_PERTURBATION]
     latencies = {arm: _latency_of(records) for arm, records in by_arm.items()}
     swept = (
         latencies.get(NO_LATENCY) == NO_LATENCY
@@ -86,6 +92,10 @@ def compared_arms(by_arm: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tup
     if swept:
         return [(NO_LATENCY, arm) for arm in order if arm != NO_LATENCY]
     return [(before, after) for i, before in enumerate(order) for after in order[i + 1 :]]
+
+
+def _perturbed(records: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(records) and all(record.get(keys.PERTURBATION) for record in records)
 
 
 def _latency_of(records: Sequence[Mapping[str, Any]]) -> str | None:

@@ -132,6 +132,7 @@ class LeRobotPlacement(gym.Env):
         env.reset()
         env._freeze_rand_vec = False
         self._env = env
+        self._staging = MujocoStaging(env.model)  # the perturbation axes: cameras, lights
         self._stream: tuple[int, int, Any] | None = None  # (stream seed, next draw, its state)
         self.action_space = env.action_space
         self.observation_space = gym.spaces.Dict(
@@ -156,6 +157,7 @@ class LeRobotPlacement(gym.Env):
             self._stream = (stream_seed, draw + 1, np.random.get_state())
         finally:
             np.random.set_state(saved)
+        self._staging.stage(options)
         return self._observe(state), info
 
     def step(self, action: np.ndarray):
@@ -377,6 +379,7 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
         codecs={"lerobot": lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE)},
         contract=actions_only(lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE).contract),
         signals=SIGNALS,
+        perturbations=MUJOCO_AXES,
     )
 
 

@@ -1,0 +1,191 @@
+"""Perturbation axes (`--perturb AXIS=LEVELS`): on real MetaWorld renders, each axis changes
+what it should and nothing else (a moved camera or a dimmed light changes the image and not the
+state; observation noise the state and not the image; action noise nothing a reset shows), the
+same for the same scene at any time, and a reset without it restores the scene exactly. A run's
+arms are the policy on its scenes as they are (`none`) and under each perturbation, compared
+with `none` alone, alike at -n 0 and -n 2, each record naming its perturbation and replayed from
+it by a plain script; bad axes and levels are refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench import keys
+from policybench.perturbation import Perturbation, parse_perturb, refusals
+
+ENVS = (Path(__file__).parent / "envs.py").read_text()
+BENCHMARK = """
+import policybench
+from envs import GreedyPointModel, point_eval
+
+POINT = point_eval("point", scripted=GreedyPointModel)
+
+
+@policybench.parametrize(POINT)
+def test_point(rollout, harness):
+    harness(rollout)
+"""
+
+
+def test_perturb_values_parse_into_axis_and_level_and_bad_ones_say_the_syntax():
+    found = parse_perturb(["action_noise=0,0.05,0.1", "camera_pose=0.02"])
+    assert [p.label for p in found] == ["action_noise-0.05", "action_noise-0.1", "camera_pose-0.02"]
+    for bad in ("action_noise", "=0.1", "action_noise=a"):
+        with pytest.raises(ValueError, match=r"--perturb takes AXIS=LEVELS"):
+            parse_perturb([bad])
+    with pytest.raises(ValueError, match=r"--perturb names obs_noise-0\.1 more than once"):
+        parse_perturb(["obs_noise=0.1", "obs_noise=0.1"])
+
+
+@pytest.fixture(scope="module")
+def metaworld():
+    pytest.importorskip("metaworld", reason="needs MetaWorld: pip install 'policybench[metaworld]'")
+    from policybench.suites.metaworld import mt10
+    from policybench.world import World
+
+    eval = mt10(camera="corner", size=64, tasks={"reach-v3": "reach the goal"})
+    world = World(eval)
+    yield world
+    world.close()
+
+
+def first(world, level: float | None = None, axis: str = "camera_pose"):
+    scene = world.eval.rollouts(1, 3)[0].scene
+    return world.reset(scene, None if level is None else Perturbation(axis, level))
+
+
+@pytest.mark.parametrize(
+    ("axis", "level", "moves"),
+    [
+        ("camera_pose", 0.1, keys.IMAGE),
+        ("lighting", 0.5, keys.IMAGE),
+        ("obs_noise", 0.05, keys.STATE),
+        ("action_noise", 0.5, None),
+    ],
+)
+def test_each_axis_changes_what_it_should_and_nothing_else(metaworld, axis, level, moves):
+    plain = first(metaworld)
+    perturbed = first(metaworld, level, axis)
+    again = first(metaworld, level, axis)
+    for name in (keys.IMAGE, keys.STATE):
+        same = np.array_equal(plain[name], perturbed[name])
+        assert same == (name != moves), (axis, name)
+        assert np.array_equal(perturbed[name], again[name])  # seeded by the scene
+    restored = first(metaworld)
+    assert all(np.array_equal(plain[name], restored[name]) for name in (keys.IMAGE, keys.STATE))
+
+
+def test_lighting_dims_the_image_and_action_noise_moves_the_hand(metaworld):
+    plain, dimmed = first(metaworld), first(metaworld, 0.8, "lighting")
+    assert dimmed[keys.IMAGE].mean() < plain[keys.IMAGE].mean()
+    hold = np.zeros(4)
+    first(metaworld)
+    still = metaworld.step(hold).obs[keys.STATE]
+    first(metaworld, 0.5, "action_noise")
+    shaken = metaworld.step(hold).obs[keys.STATE]
+    assert np.abs(shaken[:3] - still[:3]).max() > 1e-4  # the hand moved under a zero command
+
+
+def test_an_axis_the_eval_lacks_or_a_level_out_of_range_is_named_with_the_evals_axes():
+    from policybench.suites.metaworld import MT10_STATE
+
+    said = refusals(MT10_STATE, [Perturbation("camera_pose", 0.1)])
+    assert said == (
+        "--perturb: metaworld-mt10 has no axis 'camera_pose'; metaworld-mt10's axes: "
+        "action_noise [0, 1] std / half the action range, obs_noise [0, 1] std of the state"
+    )
+    said = refusals(MT10_STATE, [Perturbation("action_noise", 2.0)])
+    assert said is not None and said.startswith(
+        "--perturb: action_noise level 2 is outside [0, 1] (std / half the action range);"
+    )
+    assert refusals(MT10_STATE, [Perturbation("obs_noise", 0.5)]) is None
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    pytester.syspathinsert()
+    return pytester
+
+
+def records(pytester: pytest.Pytester) -> list[dict]:
+    path = pytester.path / "reports" / "latest" / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def outcomes(pytester: pytest.Pytester) -> dict[tuple[str, int], tuple[str, int]]:
+    return {
+        (r[keys.ARM], r["scene"]["seed"]): (r["outcome"], r["steps"]) for r in records(pytester)
+    }
+
+
+def test_a_perturbed_run_pairs_each_level_with_none_alike_at_any_number_of_workers(bench):
+    perturb = ("--perturb", "action_noise=0.5,1", "--rollouts", "8")
+    result = bench.runpytest(*perturb)
+    assert result.ret == 0
+    compared = [line for line in result.stdout.lines if " vs " in line]
+    assert [line.split(",")[0] for line in compared] == [
+        "action_noise-0.5 vs none",
+        "action_noise-1 vs none",
+    ]
+    alone = outcomes(bench)
+    arms = {arm for arm, _ in alone}
+    assert arms == {"none", "action_noise-0.5", "action_noise-1"}
+    solved = {
+        arm: sum(o == "solved" for (a, _), (o, _) in alone.items() if a == arm) for arm in arms
+    }
+    assert solved["none"] == 8 and solved["action_noise-1"] < 8  # the noise costs it scenes
+    perturbed = [r for r in records(bench) if r[keys.ARM] != "none"]
+    assert all(r[keys.PERTURBATION]["axis"] == "action_noise" for r in perturbed)
+    assert bench.runpytest(*perturb, "-n", "2").ret == 0
+    assert outcomes(bench) == alone
+
+
+def test_a_perturbed_rollout_replays_from_its_record_in_a_plain_script(bench):
+    assert bench.runpytest("--perturb", "action_noise=1", "--rollouts", "4").ret == 0
+    [record] = [r for r in records(bench) if r[keys.ARM] != "none" and r["scene"]["seed"] == 2]
+    script = bench.path / "replay.py"
+    script.write_text(
+        f"""
+import json
+from envs import GreedyPointModel, point_eval
+from policybench.harness import run_rollout
+from policybench.perturbation import Perturbation
+from policybench.registry import PolicySettings, build_policy
+from policybench.world import World
+
+record = json.loads({json.dumps(json.dumps(record))})
+eval = point_eval("point", scripted=GreedyPointModel)
+[rollout] = [r for r in eval.rollouts(4, 0) if r.scene.seed == record["scene"]["seed"]]
+rollout = rollout.__class__(**{{**rollout.__dict__,
+                               "perturbation": Perturbation(**record["perturbation"])}})
+world = World(eval)
+space = lambda: world.env_for("reach").action_space
+policy = build_policy("scripted", eval, PolicySettings(), space)
+episode = run_rollout(rollout, world, policy)
+print(json.dumps([episode.outcome.kind.value, episode.steps]))
+"""
+    )
+    replayed = bench.run(sys.executable, str(script))
+    assert replayed.ret == 0, replayed.stderr.str()
+    assert json.loads(replayed.stdout.lines[-1]) == [record["outcome"], record["steps"]]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("camera_pose=0.1", "--perturb: point has no axis 'camera_pose'; point's axes: *"),
+        ("obs_noise=3", "--perturb: obs_noise level 3 is outside [0, 1] (std of the state);*"),
+        ("obs_noise", "--perturb takes AXIS=LEVELS (levels joined by commas, *"),
+    ],
+)
+def test_bad_axes_and_levels_are_refused_before_anything_runs(bench, given, said):
+    result = bench.runpytest("--perturb", given, "--rollouts", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {said}".replace("[", "[[]")])
+    assert not (bench.path / "reports" / "latest").exists()
