@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from policybench import keys
 from policybench.envserver import Interpreter, Isolated
 from policybench.policy.contract import actions_only
 from policybench.rendering import MUJOCO
@@ -100,7 +101,7 @@ def libero_pro(suite: str) -> Eval:
             **PROTOCOL.settings(base),
             "suite": suite,
             "base_suite": base,
-            "perturbation": f"{kind}: {PERTURBATIONS[kind]}",
+            keys.PERTURBATION: f"{kind}: {PERTURBATIONS[kind]}",
             "interpreter": list(INTERPRETER.requirements),
             "instructions": "the problem file's (the env's language_instruction), as LIBERO-PRO's "
             "evaluator prompts",
