@@ -78,6 +78,25 @@ def test_the_first_frame_is_the_metadata_map_then_answers_carry_actions_and_timi
         assert {"queue_ms", "prev_total_ms"} <= set(timing)
 
 
+def test_a_served_models_contract_reaches_the_client_and_is_judged_against_a_codec():
+    """The model's contract travels in the connection's metadata; the client's model declares
+    it once connected, and the check a preflight makes finds the mismatch."""
+    from policybench.policy.contract import Contract, Image, contract_of, mismatches
+
+    declared = Contract(control_hz=20.0, images={"observation/image": Image(224, 224)})
+    model = RecordingModel()
+    model.contract = declared
+    with serve(model) as server:
+        remote = RemoteModel(Endpoint(server.url, infer_timeout_s=WAIT_S))
+        remote.open(CONTEXT)({"answer": np.zeros((1, 2))})
+        assert contract_of(remote) == declared
+    codec = Contract(control_hz=10.0, images={"observation/image": Image(96, 96)})
+    assert [line.split(":")[0] for line in mismatches(contract_of(remote), codec)] == [
+        "control rate",
+        "image observation/image",
+    ]
+
+
 ALL_DTYPES = ["|b1", "|u1", "<u2", "<i4", "<i8", "<f2", "<f4", "<f8", "|S4", "<U2"]
 
 
