@@ -220,3 +220,19 @@ def test_report_of_a_missing_run_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         policybench_main(["report", "html", str(tmp_path / "nope")])
     assert "expected a run directory holding results.jsonl" in str(exit.value)
+
+
+def test_a_results_follower_reads_each_whole_line_once_as_the_file_grows(tmp_path):
+    from policybench.run.results import ResultsFollower
+
+    path = tmp_path / "results.jsonl"
+    follower = ResultsFollower(path)
+    assert follower.new() == []  # no file yet
+    first = {"eval": "e", "task": "t", "outcome": "solved", "steps": 3, "sim_s": 0.3, "wall_s": 0.1}
+    line = json.dumps(first) + "\n"
+    path.write_text(line + line[:10])  # a second record cut off mid-line
+    assert follower.new() == [first]
+    with path.open("a") as file:
+        file.write(line[10:] + "not json\n")
+    assert follower.new() == [first]  # the cut line, once whole; garbage skipped
+    assert follower.new() == []

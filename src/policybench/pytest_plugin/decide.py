@@ -15,7 +15,6 @@ where the two differ, FAIL when it loses clearly more."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers
 from policybench.record.episode import OutcomeKind
 from policybench.run.records import scene_key
-from policybench.run.results import RESULTS, record_problem, resolve_run
+from policybench.run.results import RESULTS, ResultsFollower, resolve_run
 
 TEST = pytest.StashKey[SequentialTest | None]()
 # Each side's rollouts: plan index -> place in decision order, kept in that order.
@@ -199,31 +198,16 @@ class Outcomes:
     """The run's rollout outcomes as results.jsonl holds them, read on as it grows."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
+        self.follower = ResultsFollower(path)
         # (side, plan index) -> (its scene, solved)
         self.solved: dict[tuple[Side, int], tuple[str | None, bool]] = {}
 
     def update(self) -> None:
-        try:
-            with self.path.open("rb") as file:
-                file.seek(self._offset)
-                data = file.read()
-        except FileNotFoundError:
-            return
-        self._offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()  # a line not yet whole
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record_problem(record) is not None or keys.ROLLOUT_INDEX not in record:
-                continue
-            solved = record[keys.OUTCOME] == OutcomeKind.SOLVED
-            self.solved[(side_of(record), record[keys.ROLLOUT_INDEX])] = scene_key(record), solved
+        for record in self.follower.new():
+            if keys.ROLLOUT_INDEX in record:
+                solved = record[keys.OUTCOME] == OutcomeKind.SOLVED
+                at = (side_of(record), record[keys.ROLLOUT_INDEX])
+                self.solved[at] = scene_key(record), solved
 
 
 def decision_before(config: pytest.Config, side: Side) -> Decision | None:

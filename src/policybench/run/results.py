@@ -119,6 +119,36 @@ def read_results(path: Path) -> Results:
     return Results(tuple(records), tuple(problems))
 
 
+class ResultsFollower:
+    """Reads a results file on as it grows (a run's own, while it runs): each `new()` returns
+    the valid records written since the last call; a line not yet whole waits for the next."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as file:
+                file.seek(self._offset)
+                data = file.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # a line not yet whole
+        found = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record_problem(record) is None:
+                found.append(record)
+        return found
+
+
 def record_problem(record: Any) -> str | None:
     """Why `record` is not a rollout record, or None if it is one."""
     if not isinstance(record, dict):
