@@ -128,7 +128,7 @@ def test_a_perturbed_run_pairs_each_level_with_none_alike_at_any_number_of_worke
     perturb = ("--perturb", "action_noise=0.5,1", "--rollouts", "8")
     result = bench.runpytest(*perturb)
     assert result.ret == 0
-    compared = [line for line in result.stdout.lines if " vs " in line]
+    compared = [line for line in result.stdout.lines if line.endswith("test on the pairs):")]
     assert [line.split(",")[0] for line in compared] == [
         "action_noise-0.5 vs none",
         "action_noise-1 vs none",
@@ -174,6 +174,41 @@ print(json.dumps([episode.outcome.kind.value, episode.steps]))
     replayed = bench.run(sys.executable, str(script))
     assert replayed.ret == 0, replayed.stderr.str()
     assert json.loads(replayed.stdout.lines[-1]) == [record["outcome"], record["steps"]]
+
+
+def test_the_concentration_ranking_puts_the_one_axis_that_breaks_the_policy_on_top(bench):
+    """The greedy point policy shrugs off a little state noise and fails under full action
+    noise: the ranking's top cell is that one, and its order is the drops a hand computation on
+    results.jsonl finds."""
+    perturb = ("--perturb", "obs_noise=0.01", "--perturb", "action_noise=1", "--rollouts", "10")
+    result = bench.runpytest(*perturb)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "where failures concentrate (task x perturbation vs none, paired; p adjusted across "
+            "2 cells), the 2 largest drops:",
+            "  point reach under action_noise-1: 10/10 -> */10 (*",
+        ]
+    )
+    solved: dict[str, list[bool]] = {}
+    for record in records(bench):
+        solved.setdefault(record[keys.ARM], []).append(record["outcome"] == "solved")
+    rate = {arm: sum(outcomes) / len(outcomes) for arm, outcomes in solved.items()}
+    by_hand = sorted((rate[arm] - rate["none"], arm) for arm in rate if arm != "none")
+    summary = json.loads((bench.path / "reports" / "latest" / "summary.json").read_text())
+    cells = summary["robustness"]["cells"]
+    drops = [(a / n - b / m, cell["perturbation"])
+             for cell in cells for (b, m), (a, n) in [(cell["before"], cell["after"])]]  # fmt: skip
+    assert [arm for _, arm in drops] == [arm for _, arm in by_hand]
+    assert [drop for drop, _ in drops] == pytest.approx([drop for drop, _ in by_hand])
+    assert by_hand[0][1] == "action_noise-1" and by_hand[0][0] <= -0.5
+    axes = summary["robustness"]["axes"]
+    assert [p["arm"] for p in axes["action_noise"]["evals"][0]["points"]] == [
+        "none",
+        "action_noise-1",
+    ]
+    html = (bench.path / "reports" / "latest" / "index.html").read_text()
+    assert 'id="robustness"' in html and 'data-perturbation="action_noise-1"' in html
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from policybench.record.realtime import Realtime
 from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
+from policybench.report.robustness import robustness
 from policybench.report.specs import HEADER as SPEC_HEADER
 from policybench.report.specs import SpecRow
 from policybench.report.summary import OVERALL, Row, Summary
@@ -237,6 +238,9 @@ class Aggregator:
             write("")
             for line in versus.lines():
                 write(line)
+        concentrated = robustness(summary, findings.run)
+        for line in [] if concentrated is None else ["", *concentrated.lines()]:
+            write(line, bold=line.startswith("where"))
         if findings.comparison is not None:
             write("")
             write(f"compared with baseline {findings.comparison.before}:")

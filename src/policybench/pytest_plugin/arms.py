@@ -189,6 +189,9 @@ def arm_settings(
         profiles = sorted({arm.latency.profile_digest for arm in arms if arm.latency} - {None})
         if profiles:
             settings[keys.LATENCY_PROFILE] = profiles
+    perturbed = {arm.label: arm.perturbation.as_json() for arm in arms if arm.perturbation}
+    if perturbed:  # a perturbation sweep: each arm's axis and level
+        settings[keys.PERTURBATION] = perturbed
     settings[ASSIGN] = None if assignment is None else assignment.as_record()
     if blinding is not None:
         settings[BLINDING] = blinding.digest

@@ -13,6 +13,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.report.compare import Comparison
+from policybench.report.robustness import robustness_of
 from policybench.report.rollout_page import page_trace, write_plots_js
 from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
@@ -110,6 +111,7 @@ def _index_page(
         ],
         arms=arm_grid(summary.arms),
         latency_sweep=sweep_of(summary, findings.run),
+        robustness=robustness_of(summary, findings.run),
         realtime=[
             row
             for row in (summary.arms or [*summary.evals, summary.overall])

@@ -16,6 +16,7 @@ from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
+from policybench.report.robustness import robustness_json
 from policybench.report.specs import SpecRow, spec_rows
 from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
@@ -264,6 +265,7 @@ class Summary:
             "problems": list(self.problems),
             **found,
             **sweep_json(self, run),
+            **robustness_json(self, run),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
             **(
                 {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}

@@ -1,5 +1,7 @@
-"""A latency sweep's findings (`--latency-sweep`): per Eval, the success rate under each latency
-setting with its interval, and each setting compared, paired by scene, with zero latency."""
+"""A sweep's findings: per Eval, the success rate under each setting with its interval, and each
+setting compared, paired by scene, with the reference arm `none`: a latency sweep's
+(`--latency-sweep`: `none` is zero latency) and a perturbation sweep's, one per axis
+(`--perturb`: `none` is the scenes as they are)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is c
 
 @dataclass(frozen=True)
 class Point:
-    """One latency setting of one Eval: its rollouts' success rate and interval, and the
-    change from zero latency (None for the zero-latency setting itself)."""
+    """One setting of one Eval: its rollouts' success rate and interval, and the change from
+    the reference `none` (None for `none` itself)."""
 
     setting: str
     rollouts: int
@@ -35,38 +37,44 @@ class Point:
     high: float
     versus: TaskComparison | None
 
-    def as_json(self) -> dict[str, Any]:
-        versus = self.versus
+    def as_json(self, named: tuple[str, str]) -> dict[str, Any]:
+        """`named`: what the setting and the comparison with `none` are called."""
+        setting, versus = named
         return {
-            keys.INFERENCE_LATENCY: self.setting,
+            setting: self.setting,
             "rollouts": self.rollouts,
             "solved": self.solved,
             "errors": self.errors,
             "success_rate": self.rate,
             "interval": [self.low, self.high],
-            "versus_no_latency": None if versus is None else versus.as_json(),
+            versus: None if self.versus is None else self.versus.as_json(),
         }
 
 
 @dataclass(frozen=True)
 class Curve:
-    """Success against latency for one Eval, in the sweep's order of settings."""
+    """Success against the swept setting for one Eval, in the sweep's order of settings."""
 
     eval: str
     points: tuple[Point, ...]
 
 
 @dataclass(frozen=True)
-class LatencySweep:
-    settings: tuple[str, ...]  # zero, then the others in the run's order (the command's)
+class Sweep:
+    settings: tuple[str, ...]  # `none`, then the others in the run's order (the command's)
     curves: tuple[Curve, ...]
+    quantity: str = "inference latency"  # what is swept, as the plots' axis names it
+    named: tuple[str, str] = (keys.INFERENCE_LATENCY, "versus_no_latency")  # as_json's names
 
     def as_json(self) -> dict[str, Any]:
         return {
             "reference": NO_LATENCY,
             "settings": list(self.settings),
             "evals": [
-                {keys.EVAL: curve.eval, "points": [point.as_json() for point in curve.points]}
+                {
+                    keys.EVAL: curve.eval,
+                    "points": [point.as_json(self.named) for point in curve.points],
+                }
                 for curve in self.curves
             ],
         }
@@ -104,7 +112,7 @@ def _latency_of(records: Sequence[Mapping[str, Any]]) -> str | None:
     return said.pop() if len(said) == 1 and "None" not in said else None
 
 
-def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
+def latency_sweep(summary: Summary, run: RunInfo | None) -> Sweep | None:
     """The sweep of a run whose arms are latency settings (run.json's inference latency lists
     them); None for any other run, and for a blinded one (its letters hide which is zero)."""
     settings = {} if run is None else run.settings
@@ -113,7 +121,14 @@ def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
         return None
     if NO_LATENCY not in arms:
         return None
-    order = (NO_LATENCY, *(arm for arm in arms if arm != NO_LATENCY))
+    return swept_over(summary, (NO_LATENCY, *(arm for arm in arms if arm != NO_LATENCY)))
+
+
+def swept_over(
+    summary: Summary, order: Sequence[str], quantity: str = "inference latency", **named: Any
+) -> Sweep:
+    """The Sweep of the run's arms `order` (`none` first): per Eval, each arm's success and
+    interval, and its pooled comparison with `none`."""
     versus = _versus_no_latency(summary)
     rows = {(row.eval, row.arm): row for row in summary.arms}
     curves = []
@@ -138,7 +153,7 @@ def latency_sweep(summary: Summary, run: RunInfo | None) -> LatencySweep | None:
                 )
             )
         curves.append(Curve(eval, tuple(points)))
-    return LatencySweep(order, tuple(curves))
+    return Sweep(tuple(order), tuple(curves), quantity, **named)
 
 
 def _versus_no_latency(summary: Summary) -> dict[tuple[str, str], TaskComparison]:
@@ -205,7 +220,7 @@ class Plot:
         return " ".join(f"{mark.x:.1f},{mark.y:.1f}" for mark in self.marks)
 
 
-def plots(sweep: LatencySweep, width: int = 520, height: int = 260) -> list[Plot]:
+def plots(sweep: Sweep, width: int = 520, height: int = 260) -> list[Plot]:
     """An SVG plot per Eval: success (with its interval) against the sweep's settings, evenly
     spaced in the sweep's order (steps, seconds and profiles share no scale)."""
     left, right, top, bottom = 52, width - 20, 16, height - 44
