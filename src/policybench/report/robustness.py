@@ -7,7 +7,7 @@ concentrate: every task under every perturbation, ranked by how far its success 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from policybench import keys
@@ -115,7 +115,16 @@ def robustness_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
     found = robustness(summary, run)
     if found is None:
         return {}
-    return {"found": found, "plots": {axis: plots(sweep) for axis, sweep in found.axes.items()}}
+    levels = {label: given["level"] for label, given in run.settings[keys.PERTURBATION].items()}
+    levels[NONE] = 0
+    drawn = {  # each arm's tick names its level alone: the axis names the rest
+        axis: [
+            replace(plot, ticks=tuple((f"{levels[label]:g}", x) for label, x in plot.ticks))
+            for plot in plots(sweep)
+        ]
+        for axis, sweep in found.axes.items()
+    }
+    return {"found": found, "plots": drawn}
 
 
 def robustness_json(summary: Summary, run: RunInfo | None) -> dict[str, Any]:
