@@ -14,6 +14,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # rendering without a display
 
 from policybench import keys
 from policybench.harness import run_rollout
+from policybench.perturbation import Perturbation
 from policybench.policy.base import Chunk, ChunkSource, ModelCall, SessionContext, Step
 from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
@@ -28,6 +29,14 @@ PIPELINE_LATENCY_S = 0.03  # 2.4 control periods at 80 Hz: chunks land between t
 PIPELINE_EXECUTE_STEPS = None
 PIPELINE_TIMEOUT_S = 0.6  # 48 steps at 80 Hz
 PIPELINE_CODEC = Codec("golden", (rotate_180(keys.IMAGE), action_dims(4)))
+# One perturbed scene per axis of the pipeline's Eval (the GoldenReacher reads the image, so the
+# camera and light axes change its actions, not its observations alone).
+PERTURBED_GOLDENS = {
+    "action-noise": Perturbation("action_noise", 0.3),
+    "obs-noise": Perturbation("obs_noise", 0.01),
+    "camera-pose": Perturbation("camera_pose", 0.05),
+    "lighting": Perturbation("lighting", 0.5),
+}
 
 
 class GoldenReacher:
@@ -123,14 +132,18 @@ class _TappedSession:
 
 
 def pipeline_trace(
-    latency_s: float = PIPELINE_LATENCY_S, codec: Codec = PIPELINE_CODEC
+    latency_s: float = PIPELINE_LATENCY_S,
+    codec: Codec = PIPELINE_CODEC,
+    perturbation: Perturbation | None = None,
 ) -> dict[str, Any]:
     """GoldenReacher -> codec -> ChunkPlayer (fixed latency, a chunk at a time) -> harness, on
-    MetaWorld reach-v3 seen through a 64x64 corner camera."""
+    MetaWorld reach-v3 seen through a 64x64 corner camera; `perturbation` on its scene."""
     from policybench.suites.metaworld import mt10
 
     eval = mt10(camera="corner", size=64, shadows=False)
-    rollout = dataclasses.replace(_first_rollout(eval, "reach-v3"), timeout_s=PIPELINE_TIMEOUT_S)
+    rollout = dataclasses.replace(
+        _first_rollout(eval, "reach-v3"), timeout_s=PIPELINE_TIMEOUT_S, perturbation=perturbation
+    )
     tap = WaypointTap(
         GoldenReacher(),
         codec,

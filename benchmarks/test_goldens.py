@@ -7,7 +7,13 @@ import importlib.util
 
 import pytest
 
-from benchmarks.golden_pipelines import SIM_GOLDENS, SIM_REQUIRES, pipeline_trace, sim_trace
+from benchmarks.golden_pipelines import (
+    PERTURBED_GOLDENS,
+    SIM_GOLDENS,
+    SIM_REQUIRES,
+    pipeline_trace,
+    sim_trace,
+)
 
 pytestmark = pytest.mark.golden
 
@@ -15,6 +21,12 @@ pytestmark = pytest.mark.golden
 def test_pipeline_golden(golden):
     pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
     assert pipeline_trace() == golden
+
+
+@pytest.mark.parametrize("axis", PERTURBED_GOLDENS)
+def test_perturbed_pipeline_golden(axis, golden):
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    assert pipeline_trace(perturbation=PERTURBED_GOLDENS[axis]) == golden
 
 
 @pytest.mark.parametrize("name", SIM_GOLDENS)
