@@ -1,10 +1,11 @@
-"""Perturbation axes (`--perturb AXIS=LEVELS`): on real MetaWorld renders, each axis changes
-what it should and nothing else (a moved camera or a dimmed light changes the image and not the
-state; observation noise the state and not the image; action noise nothing a reset shows), the
-same for the same scene at any time, and a reset without it restores the scene exactly. A run's
-arms are the policy on its scenes as they are (`none`) and under each perturbation, compared
-with `none` alone, alike at -n 0 and -n 2, each record naming its perturbation and replayed from
-it by a plain script; bad axes and levels are refused before anything runs."""
+"""Perturbation axes (`--perturb AXIS=LEVELS`): on real MetaWorld and LIBERO renders, each axis
+changes what it should and nothing else (a moved camera or a dimmed light changes the image and
+not the state; observation noise the state and not the image; action noise nothing a reset
+shows), the same for the same scene at any time, and a reset without it restores the scene
+exactly. A run's arms are the policy on its scenes as they are (`none`) and under each
+perturbation, compared with `none` alone, alike at -n 0 and -n 2, each record naming its
+perturbation and replayed from it by a plain script; bad axes and levels are refused before
+anything runs."""
 
 from __future__ import annotations
 
@@ -78,6 +79,37 @@ def test_each_axis_changes_what_it_should_and_nothing_else(metaworld, axis, leve
         assert np.array_equal(perturbed[name], again[name])  # seeded by the scene
     restored = first(metaworld)
     assert all(np.array_equal(plain[name], restored[name]) for name in (keys.IMAGE, keys.STATE))
+
+
+@pytest.fixture(scope="module")
+def libero_world():
+    for module in ("libero", "robosuite", "bddl"):
+        pytest.importorskip(module, reason="needs LIBERO: pip install 'policybench[libero]'")
+    import dataclasses
+
+    from policybench.suites.libero import OPENPI, libero
+    from policybench.world import World
+
+    quick = dataclasses.replace(OPENPI, camera_size=128, settle_steps=2)  # cheap frames
+    world = World(libero("libero_spatial", quick))
+    yield world
+    world.close()
+
+
+def test_liberos_cameras_and_lights_move_its_images_and_not_its_state(libero_world):
+    scene = libero_world.eval.rollouts(1, 0)[0].scene
+    plain = libero_world.reset(scene)
+    moved = libero_world.reset(scene, Perturbation("camera_pose", 0.05))
+    dimmed = libero_world.reset(scene, Perturbation("lighting", 0.5))
+    for perturbed in (moved, dimmed):
+        assert np.array_equal(plain[keys.STATE], perturbed[keys.STATE])
+        for camera in (keys.IMAGE, keys.WRIST_IMAGE):
+            assert not np.array_equal(plain[camera], perturbed[camera]), camera
+    assert dimmed[keys.IMAGE].mean() < plain[keys.IMAGE].mean()
+    again = libero_world.reset(scene, Perturbation("camera_pose", 0.05))
+    assert np.array_equal(again[keys.IMAGE], moved[keys.IMAGE])
+    restored = libero_world.reset(scene)
+    assert all(np.array_equal(plain[name], restored[name]) for name in plain)
 
 
 def test_lighting_dims_the_image_and_action_noise_moves_the_hand(metaworld):

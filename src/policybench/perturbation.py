@@ -24,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from policybench import keys
+if __package__:  # policybench.perturbation
+    from policybench import keys
+else:  # a leaf module beside an env server in another interpreter (Isolated(modules=...))
+    import keys
 
 PERTURBATION = keys.PERTURBATION  # the reset option, and the record field, that name one
 NONE = "none"  # the arm of the unperturbed scenes, which every level is compared with

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.perturbation import MUJOCO_AXES
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
     Codec,
@@ -251,6 +252,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         metadata=protocol.settings(suite),
         codecs={"openpi": openpi_codec(protocol), "lerobot": lerobot_codec(protocol)},
         contract=actions_only(openpi_codec(protocol).contract),
+        perturbations=MUJOCO_AXES,
     )
 
 

@@ -13,10 +13,12 @@ import numpy as np
 
 if __package__:  # policybench.suites.libero
     from policybench import keys
+    from policybench.perturbation import MujocoStaging
     from policybench.suites.libero import replay
 else:  # a top-level module in another interpreter, beside the leaf modules it uses
     import keys
     import replay
+    from perturbation import MujocoStaging
 
 INIT_STATE = "init_state"  # the reset option (and Scene field) naming the init state
 AGENT_CAMERA, WRIST_CAMERA = "agentview", "robot0_eye_in_hand"
@@ -99,6 +101,7 @@ class LiberoSimEnv(gym.Env):
         self._joint_samplers = tuple(self._env.env.object_property_initializers)
         self.language = self._env.language_instruction
         self._settle = (settle_steps, np.asarray(settle_action, dtype=np.float64))
+        self._staging: MujocoStaging | None = None  # the perturbation axes on its model
         size = (camera_size, camera_size, 3)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (7,), np.float64)
         self.observation_space = gym.spaces.Dict(
@@ -128,10 +131,19 @@ class LiberoSimEnv(gym.Env):
             )
         super().reset(seed=seed)
         raw = self.stage(self.plan(seed, index))
+        self._staged(options)  # cameras and lights, before the settle steps render
         steps, action = self._settle
         for _ in range(steps):
             raw, _, _, _ = self._env.step(action)
         return self._observe(raw), {}
+
+    def _staged(self, options: dict[str, Any] | None) -> None:
+        """The perturbation axes (policybench.perturbation) on the model this reset left: a
+        model kept from the last reset is restored to how it was built, a rebuilt one is."""
+        model = self._env.env.sim.model._model
+        if self._staging is None or self._staging.model is not model:
+            self._staging = MujocoStaging(model)
+        self._staging.stage(options)
 
     def stage(self, plan: ResetPlan) -> dict[str, np.ndarray]:
         """Resets the env as `plan` says and sets its init state; LIBERO's raw observation."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.envserver import Interpreter, Isolated
+from policybench.perturbation import MUJOCO_AXES
 from policybench.policy.contract import actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval
@@ -72,6 +73,7 @@ MODULES = (
     "policybench.suites.libero.sim_env",
     "policybench.suites.libero.replay",
     "policybench.keys",
+    "policybench.perturbation",
 )
 
 
@@ -108,6 +110,7 @@ def libero_pro(suite: str) -> Eval:
         },
         codecs={"openpi": openpi_codec(PROTOCOL)},
         contract=actions_only(openpi_codec(PROTOCOL).contract),
+        perturbations=MUJOCO_AXES,
     )
 
 
