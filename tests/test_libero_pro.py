@@ -72,6 +72,7 @@ def test_the_launcher_puts_the_suites_standalone_modules_beside_the_env_server()
         "sim_env.py",
         "replay.py",
         "keys.py",
+        "perturbation.py",
     }
     assert (script.parent / "keys.py").read_text() == Path(keys.__file__).read_text()
     assert server_script(()) != script  # a folder per content: the bare server has its own
