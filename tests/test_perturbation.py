@@ -21,10 +21,15 @@ from policybench.perturbation import Perturbation, parse_perturb, refusals
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 BENCHMARK = """
+import dataclasses
+
 import policybench
 from envs import GreedyPointModel, point_eval
 
-POINT = point_eval("point", scripted=GreedyPointModel)
+POINT = dataclasses.replace(
+    point_eval("point", scripted=GreedyPointModel),
+    paraphrases={"reach": ("go to the goal", "head for the target")},
+)
 
 
 @policybench.parametrize(POINT)
@@ -129,7 +134,8 @@ def test_an_axis_the_eval_lacks_or_a_level_out_of_range_is_named_with_the_evals_
     said = refusals(MT10_STATE, [Perturbation("camera_pose", 0.1)])
     assert said == (
         "--perturb: metaworld-mt10 has no axis 'camera_pose'; metaworld-mt10's axes: "
-        "action_noise [0, 1] std / half the action range, obs_noise [0, 1] std of the state"
+        "action_noise [0, 1] std / half the action range, obs_noise [0, 1] std of the state, "
+        "instruction [0, 2] paraphrase number"
     )
     said = refusals(MT10_STATE, [Perturbation("action_noise", 2.0)])
     assert said is not None and said.startswith(
@@ -241,6 +247,42 @@ def test_the_concentration_ranking_puts_the_one_axis_that_breaks_the_policy_on_t
     ]
     html = (bench.path / "reports" / "latest" / "index.html").read_text()
     assert 'id="robustness"' in html and 'data-perturbation="action_noise-1"' in html
+
+
+def test_a_paraphrase_changes_the_instruction_alone(bench):
+    assert bench.runpytest("--perturb", "instruction=1,2", "--rollouts", "3").ret == 0
+    said = {(r[keys.ARM], r["scene"]["seed"]): r for r in records(bench)}
+    for seed in range(3):
+        plain = said[("none", seed)]
+        for arm, text in (
+            ("instruction-1", "go to the goal"),
+            ("instruction-2", "head for the target"),
+        ):
+            assert said[(arm, seed)]["instruction"] == text
+            assert plain["instruction"] == "reach the goal"
+            for field in ("outcome", "steps", "sum_reward"):  # a policy that ignores it
+                assert said[(arm, seed)][field] == plain[field]
+
+
+def test_libero_and_metaworld_ship_paraphrases_of_every_task():
+    from policybench.perturbation import axes_of, perturbed
+    from policybench.suites.libero import LIBERO_10, LIBERO_SPATIAL
+    from policybench.suites.metaworld import MT10_STATE
+
+    for eval, count in ((LIBERO_SPATIAL, 1), (LIBERO_10, 1), (MT10_STATE, 2)):
+        assert (
+            set(eval.paraphrases) == set(eval.tasks) and axes_of(eval)["instruction"].high == count
+        )
+        rollout = eval.rollouts(1, 0)[0]
+        changed = perturbed(rollout, Perturbation("instruction", 1), eval)
+        assert changed.scene == rollout.scene and changed.id == rollout.id
+        assert changed.instruction == eval.paraphrases[rollout.scene.task][0] != rollout.instruction
+    assert LIBERO_SPATIAL.paraphrases["task0"] == (
+        "lift the black bowl between the plate and ramekin and set it on the plate",
+    )
+    refused = refusals(MT10_STATE, [Perturbation("instruction", 1.5)])
+    assert refused is not None
+    assert "instruction level 1.5 is not a whole number in [0, 2]" in refused
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """Perturbation axes: seeded transformations of a scene, each with a level (0: the scene as it
 is), that a run sweeps (`--perturb AXIS=LEVELS`) to find where a policy's success breaks.
 
-Two kinds of axis. Every Eval has the noise axes, applied between the env and the policy (the
+Three kinds of axis. Every Eval has the noise axes, applied between the env and the policy (the
 World adds them): `action_noise` (Gaussian noise on each action, its standard deviation the
 level times half the action space's range, clipped to the space) and `obs_noise` (Gaussian
 noise on the `state` vector, the level its standard deviation). An Eval adds the axes its env
 stages itself (`Eval.perturbations`: MuJoCo suites move cameras and dim lights), which the World
 asks for through the reset's options (`perturbation`), so an env in an interpreter of its own
-stages them too.
+stages them too. An Eval with paraphrases of its tasks' instructions (`Eval.paraphrases`, shipped
+text, no model call) has the `instruction` axis: level k gives each rollout its task's k-th
+paraphrase in place of the instruction, and changes nothing else.
 
 A perturbation is seeded by its scene and axis alone: at every level a scene's draws are the
 same numbers, scaled by the level (common random numbers, so the levels compare pairwise), on
@@ -35,18 +37,21 @@ NONE = "none"  # the arm of the unperturbed scenes, which every level is compare
 
 @dataclass(frozen=True)
 class Axis:
-    """A way to perturb a scene: its name, the range of its levels, what a level means."""
+    """A way to perturb a scene: its name, the range of its levels, what a level means; an
+    axis of `whole` levels takes 1, 2, ... (a set, as paraphrases), not a magnitude."""
 
     name: str
     high: float  # levels lie in [0, high]
     unit: str
     doc: str
+    whole: bool = False
 
     def problem(self, level: float) -> str | None:
         """Why `level` is not one of this axis's, or None."""
-        if 0 <= level <= self.high:
+        if 0 <= level <= self.high and (not self.whole or level == int(level)):
             return None
-        return f"{self.name} level {level:g} is outside [0, {self.high:g}] ({self.unit})"
+        kind = "not a whole number in" if self.whole else "outside"
+        return f"{self.name} level {level:g} is {kind} [0, {self.high:g}] ({self.unit})"
 
     def __str__(self) -> str:
         return f"{self.name} [0, {self.high:g}] {self.unit}"
@@ -82,9 +87,32 @@ OBS_NOISE = Axis("obs_noise", 1.0, "std of the state", "Gaussian noise on the st
 NOISE_AXES = {axis.name: axis for axis in (ACTION_NOISE, OBS_NOISE)}
 
 
+INSTRUCTION = "instruction"
+
+
 def axes_of(eval: Any) -> dict[str, Axis]:
-    """The axes `eval` can be perturbed along: the noise axes, then those its env stages."""
-    return {**NOISE_AXES, **dict(getattr(eval, "perturbations", {}))}
+    """The axes `eval` can be perturbed along: the noise axes, those its env stages, and the
+    instruction's when it has paraphrases (as many levels as its tasks' fewest)."""
+    axes = {**NOISE_AXES, **dict(getattr(eval, "perturbations", {}))}
+    paraphrases = getattr(eval, "paraphrases", {})
+    if paraphrases:
+        fewest = min(len(texts) for texts in paraphrases.values())
+        doc = "level k: each task's k-th shipped paraphrase in place of its instruction"
+        axes[INSTRUCTION] = Axis(INSTRUCTION, fewest, "paraphrase number", doc, whole=True)
+    return axes
+
+
+def perturbed(rollout: Any, perturbation: Perturbation | None, eval: Any) -> Any:
+    """`rollout` under `perturbation`: the same scene (and id), and for the instruction axis its
+    task's paraphrase in place of the instruction."""
+    from dataclasses import replace
+
+    if perturbation is None:
+        return rollout
+    if perturbation.axis != INSTRUCTION:
+        return replace(rollout, perturbation=perturbation)
+    said = eval.paraphrases[rollout.scene.task][int(perturbation.level) - 1]
+    return replace(rollout, perturbation=perturbation, instruction=said)
 
 
 def staged_by_env(eval: Any, perturbation: Perturbation | None) -> bool:

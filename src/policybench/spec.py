@@ -176,6 +176,9 @@ class Eval:
     # The perturbation axes its env stages itself when a reset's options ask (`perturbation`;
     # policybench.perturbation), beside the noise axes every Eval has.
     perturbations: Mapping[str, Axis] = field(default_factory=dict)
+    # Paraphrases of each task's instruction (task -> texts), shipped with its suite: the
+    # `instruction` perturbation axis (level k plays the k-th).
+    paraphrases: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.control_hz > 0:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from policybench import keys
+from policybench.perturbation import perturbed
 from policybench.pytest_plugin.arms import Arm, Assignment, assign_balanced, item_id
 from policybench.pytest_plugin.options import RunSettings
 from policybench.pytest_plugin.rundir import settings_of
@@ -100,8 +101,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 )
             seen[planned.id] = eval.name
             for arm in arms[planned.index]:
-                perturbed = replace(planned, perturbation=arm and arm.perturbation)
-                ran = Planned(eval, perturbed, ref, arm, settings.assignment if arm else None)
+                played = perturbed(planned, arm and arm.perturbation, eval)
+                ran = Planned(eval, played, ref, arm, settings.assignment if arm else None)
                 id = planned.id if arm is None else item_id(planned.id, arm)
                 params.append(pytest.param(ran, id=id, marks=skip))
     metafunc.parametrize("rollout", params, indirect=True)

@@ -45,6 +45,23 @@ MT10 = {
     "window-open-v3": "slide the window open",
     "window-close-v3": "slide the window closed",
 }
+# Two paraphrases of each MT10 instruction (the `instruction` perturbation axis), written for
+# policybench: the same goal in other words, for a policy that reads the instruction.
+PARAPHRASES = {
+    "reach-v3": ("move the gripper to the target", "bring the hand to the goal point"),
+    "push-v3": ("slide the puck over to the target", "nudge the puck until it reaches the goal"),
+    "pick-place-v3": (
+        "grab the puck and put it on the target",
+        "lift the puck, set it at the goal",
+    ),
+    "door-open-v3": ("swing the door open", "pull the door open"),
+    "drawer-open-v3": ("pull the drawer out", "slide the drawer open"),
+    "drawer-close-v3": ("push the drawer shut", "slide the drawer in"),
+    "button-press-topdown-v3": ("push the button down from above", "press down on the button"),
+    "peg-insert-side-v3": ("put the peg in the hole sideways", "slide the peg into the side hole"),
+    "window-open-v3": ("open the window by sliding it", "push the window open"),
+    "window-close-v3": ("close the window by sliding it", "push the window shut"),
+}
 
 
 class SeededPlacement(gym.Wrapper):
@@ -344,7 +361,15 @@ def mt10(
         contract=actions_only(openpi_codec(camera, size).contract),
         signals=SIGNALS,
         perturbations={} if camera is None else MUJOCO_AXES,  # only what renders moves
+        paraphrases=_paraphrases(tasks),
     )
+
+
+def _paraphrases(tasks: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The tasks' paraphrases, when every one of them has some (else none: the axis needs all)."""
+    if not all(task in PARAPHRASES for task in tasks):
+        return {}
+    return {task: PARAPHRASES[task] for task in tasks}
 
 
 def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
@@ -380,6 +405,7 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
         contract=actions_only(lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE).contract),
         signals=SIGNALS,
         perturbations=MUJOCO_AXES,
+        paraphrases=_paraphrases(tasks),
     )
 
 

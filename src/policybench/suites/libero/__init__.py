@@ -4,7 +4,7 @@ as openpi's LIBERO example (or lerobot-eval) stages its episode, with their prot
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,7 +253,32 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         codecs={"openpi": openpi_codec(protocol), "lerobot": lerobot_codec(protocol)},
         contract=actions_only(openpi_codec(protocol).contract),
         perturbations=MUJOCO_AXES,
+        paraphrases=Paraphrases(suite),
     )
+
+
+class Paraphrases(Mapping[str, tuple[str, ...]]):
+    """A suite's paraphrased instructions (the `instruction` perturbation axis): LIBERO-PRO's
+    language perturbation of the same tasks, in the same order (its `_lan` problem files; none
+    for LIBERO-90), read when first asked: LIBERO-PRO's package imports this one."""
+
+    def __init__(self, suite: str) -> None:
+        self.suite = suite
+
+    def _texts(self) -> dict[str, tuple[str, ...]]:
+        from policybench.suites.libero_pro.tasks import INSTRUCTIONS
+
+        said = INSTRUCTIONS.get(f"{self.suite}_lan", ())
+        return {task_id(index): (text,) for index, text in enumerate(said)}
+
+    def __getitem__(self, task: str) -> tuple[str, ...]:
+        return self._texts()[task]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts())
+
+    def __len__(self) -> int:
+        return len(self._texts())
 
 
 LIBERO_SPATIAL = libero("libero_spatial")
