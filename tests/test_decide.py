@@ -150,6 +150,22 @@ def test_the_decision_is_the_same_at_any_number_of_workers(bench):
     assert 12 <= summary(bench)["overall"]["rollouts"] <= 16
 
 
+def test_the_decision_is_the_same_with_rollouts_run_side_by_side(bench):
+    run = ("--decide", "0.8", "--rollouts", "20", "-k", "reach")
+    assert bench.runpytest(*run).ret == 0
+    one = summary(bench)["decisions"]
+    assert bench.runpytest(*run, "--envs-per-worker", "2").ret == 0
+    assert summary(bench)["decisions"] == one
+
+
+def test_each_perturbation_is_decided_on_its_own(bench):
+    result = bench.runpytest("--decide", "0.8", "--rollouts", "20", "-k", "reach",
+                             "--perturb", "obs_noise=1")  # fmt: skip
+    decided = {d["arm"]: (d["verdict"], d["rollouts"]) for d in summary(bench)["decisions"]}
+    assert decided["none"] == ("PASS", 12)
+    assert decided["obs_noise-1"][0] == "FAIL" and result.ret == 1
+
+
 def test_the_report_rebuilt_later_takes_the_same_decisions(bench):
     bench.runpytest("--decide", "0.8", "--rollouts", "20")
     before = summary(bench)["decisions"]
