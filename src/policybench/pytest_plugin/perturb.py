@@ -23,5 +23,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         checked.add(planned.eval.name)
         refused = refusals(planned.eval, perturbations)
-        if refused is not None:
-            raise pytest.UsageError(refused)
+        if refused is not None:  # one Eval of several may lack an axis the others have
+            raise pytest.UsageError(f"{refused}; select the Evals to perturb with --suite or -k")
