@@ -285,6 +285,21 @@ def test_libero_and_metaworld_ship_paraphrases_of_every_task():
     assert "instruction level 1.5 is not a whole number in [0, 2]" in refused
 
 
+def test_only_the_selected_evals_must_have_the_axis(pytester: pytest.Pytester):
+    pytester.makepyfile(envs=ENVS, test_two=BENCHMARK.replace(
+        "@policybench.parametrize(POINT)",
+        'PLAIN = point_eval("plain", tasks={"stay": "stay"})\n\n\n'
+        "@policybench.parametrize(POINT, PLAIN)",
+    ))  # fmt: skip
+    refused = pytester.runpytest("--perturb", "instruction=1", "--rollouts", "1")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*plain has no axis 'instruction'*select the Evals to perturb*"])
+    assert (
+        pytester.runpytest("--perturb", "instruction=1", "--rollouts", "1", "--suite", "point").ret
+        == 0
+    )
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [

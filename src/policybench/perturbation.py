@@ -109,10 +109,11 @@ def perturbed(rollout: Any, perturbation: Perturbation | None, eval: Any) -> Any
 
     if perturbation is None:
         return rollout
-    if perturbation.axis != INSTRUCTION:
+    said = getattr(eval, "paraphrases", {}).get(rollout.scene.task, ())
+    level = int(perturbation.level)
+    if perturbation.axis != INSTRUCTION or not 1 <= level <= len(said):  # else refused later
         return replace(rollout, perturbation=perturbation)
-    said = eval.paraphrases[rollout.scene.task][int(perturbation.level) - 1]
-    return replace(rollout, perturbation=perturbation, instruction=said)
+    return replace(rollout, perturbation=perturbation, instruction=said[level - 1])
 
 
 def staged_by_env(eval: Any, perturbation: Perturbation | None) -> bool:

@@ -12,6 +12,7 @@ from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.rundir import settings_of
 
 
+@pytest.hookimpl(trylast=True)  # after --suite, -k and shards have selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     perturbations = [arm.perturbation for arm in settings_of(config).arms if arm.perturbation]
     if not perturbations:
