@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -105,8 +105,6 @@ def axes_of(eval: Any) -> dict[str, Axis]:
 def perturbed(rollout: Any, perturbation: Perturbation | None, eval: Any) -> Any:
     """`rollout` under `perturbation`: the same scene (and id), and for the instruction axis its
     task's paraphrase in place of the instruction."""
-    from dataclasses import replace
-
     if perturbation is None:
         return rollout
     said = getattr(eval, "paraphrases", {}).get(rollout.scene.task, ())
