@@ -225,6 +225,8 @@ def test_an_interrupted_install_says_so_in_one_line_and_keeps_nothing(cache, tmp
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # a group of its own, as a terminal's foreground job
+        # and with Ctrl-C not ignored, as a terminal starts it (a background CI job ignores it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     first = install.stderr.readline()  # said before the venv is made: nothing fetched yet
     assert first.startswith("building interrupted in "), first

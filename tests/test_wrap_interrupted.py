@@ -20,6 +20,9 @@ from policybench.report.html import INDEX, ROLLOUTS
 from policybench.run.results import RESULTS, read_results
 
 CLI = Path(sys.executable).with_name("policybench")
+# A command started in the background (a CI job, `cmd &`) inherits an ignored SIGINT, and Python
+# then installs no handler for it; the loop under test is started as a terminal would start it.
+CTRL_C_AS_IN_A_TERMINAL = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
 EPISODES = 40  # enough that the report's rollout pages take a second or so to write
 
 # Records its episodes, then ends its run as argv[2] says: by a with block, or at the exit.
@@ -73,6 +76,7 @@ def test_ctrl_c_while_a_loops_run_writes_its_report_ends_in_one_line_and_status_
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=CTRL_C_AS_IN_A_TERMINAL,
     )
     out, err = interrupt_as_pages_are_written(loop, run_dir)
     assert loop.returncode == 130, err
@@ -94,7 +98,11 @@ def test_ctrl_c_while_report_html_writes_ends_in_one_line_and_status_130(tmp_pat
     shutil.rmtree(run_dir / ROLLOUTS)
     (run_dir / INDEX).unlink()
     report = subprocess.Popen(
-        [CLI, "report", "html", run_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [CLI, "report", "html", run_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=CTRL_C_AS_IN_A_TERMINAL,
     )
     _, err = interrupt_as_pages_are_written(report, run_dir)
     assert report.returncode == 130, err
