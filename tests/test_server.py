@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from policybench.policy.base import ChunkSource, SessionContext
+from policybench.policy.codec import Codec, prompt
 from policybench.serve.client import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
 from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
 from policybench.serve.wire import packb, unpackb
@@ -95,6 +96,13 @@ def test_a_served_models_contract_reaches_the_client_and_is_judged_against_a_cod
         "control rate",
         "image observation/image",
     ]
+    # A model that sees observations through a codec of the server's (a LeRobot checkpoint, in
+    # LeRobot's names) is judged by its clients on its actions' conventions alone.
+    translated = fixed_model(model, 10.0, model_codec=Codec("lerobot", (prompt("task"),)))
+    with ServerThread(PolicyServer(translated, ServerConfig(port=0), model.name)) as server:
+        remote = RemoteModel(Endpoint(server.url, infer_timeout_s=WAIT_S))
+        remote.open(CONTEXT)({"answer": np.zeros((1, 2))})
+        assert contract_of(remote) == Contract(control_hz=20.0)
 
 
 ALL_DTYPES = ["|b1", "|u1", "<u2", "<i4", "<i8", "<f2", "<f4", "<f8", "|S4", "<U2"]

@@ -32,7 +32,7 @@ from websockets.http11 import Response
 from policybench import keys
 from policybench.policy.base import Model, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
-from policybench.policy.contract import CONTRACT, contract_of
+from policybench.policy.contract import CONTRACT, actions_only, contract_of
 from policybench.serve import event_loop
 from policybench.serve.batcher import (
     BatchCounters,
@@ -185,6 +185,11 @@ class PolicyServer:
             # The model's own description (checkpoint, weights) goes into each record.
             metadata = {**self.metadata, SERVED_MODEL: served_description(served)}
             declared = contract_of(served.model)
+            if declared is not None and served.model_codec.steps:
+                # The model sees observations through a codec of the server's (a LeRobot
+                # checkpoint, in LeRobot's names): its cameras and state are that codec's
+                # business; a client can judge its actions' conventions alone.
+                declared = actions_only(declared)
             if declared is not None:  # what the model follows, for a client to check
                 metadata[CONTRACT] = declared.as_json()
         except Exception as error:
