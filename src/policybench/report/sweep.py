@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from policybench.run.info import RunInfo
 
 NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is compared with it
+# Every sweep compares its settings with the arm `none`: zero latency's, the unperturbed scenes'.
+REFERENCE = NO_LATENCY
+assert NO_PERTURBATION == REFERENCE, (
+    "a perturbation sweep's reference arm is named as zero latency's"
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class Sweep:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "reference": NO_LATENCY,
+            "reference": REFERENCE,
             "settings": list(self.settings),
             "evals": [
                 {
@@ -129,7 +134,7 @@ def swept_over(
 ) -> Sweep:
     """The Sweep of the run's arms `order` (`none` first): per Eval, each arm's success and
     interval, and its pooled comparison with `none`."""
-    versus = _versus_no_latency(summary)
+    versus = _versus_reference(summary)
     rows = {(row.eval, row.arm): row for row in summary.arms}
     curves = []
     for eval in (row.eval for row in summary.evals):
@@ -140,7 +145,7 @@ def swept_over(
             interval = None if tally is None else tally.interval()
             if tally is None or tally.rate is None or interval is None:
                 continue
-            compared = None if setting == NO_LATENCY else versus.get((eval, setting))
+            compared = None if setting == REFERENCE else versus.get((eval, setting))
             points.append(
                 Point(
                     setting,
@@ -156,16 +161,16 @@ def swept_over(
     return Sweep(tuple(order), tuple(curves), quantity, **named)
 
 
-def _versus_no_latency(summary: Summary) -> dict[tuple[str, str], TaskComparison]:
-    """Each Eval's pooled comparison of a setting with zero latency, zero as `before` (an arm
-    listed before zero, as unblinding may order them, was compared the other way round)."""
+def _versus_reference(summary: Summary) -> dict[tuple[str, str], TaskComparison]:
+    """Each Eval's pooled comparison of a setting with `none`, `none` as `before` (an arm
+    listed before it, as unblinding may order them, was compared the other way round)."""
     found: dict[tuple[str, str], TaskComparison] = {}
     for arm_comparison in summary.versus:
         comparison = arm_comparison.comparison
         for row in comparison.evals:
-            if comparison.before == NO_LATENCY:
+            if comparison.before == REFERENCE:
                 found[(row.eval, comparison.after)] = row
-            elif comparison.after == NO_LATENCY:
+            elif comparison.after == REFERENCE:
                 found[(row.eval, comparison.before)] = _reversed(row)
     return found
 
