@@ -247,6 +247,13 @@ def test_the_concentration_ranking_puts_the_one_axis_that_breaks_the_policy_on_t
     ]
     html = (bench.path / "reports" / "latest" / "index.html").read_text()
     assert 'id="robustness"' in html and 'data-perturbation="action_noise-1"' in html
+    # every unsolved rollout is in one failure cluster, and those are the noisy arm's
+    unsolved = [r for r in records(bench) if r["outcome"] == "unsolved"]
+    clusters = summary["failure_clusters"]
+    assert sum(cluster["rollouts"] for cluster in clusters) == len(unsolved) > 0
+    assert {arm for c in clusters for arm in c["perturbations"]} == {"action_noise-1"}
+    result.stdout.fnmatch_lines(["how the unsolved rollouts failed: * clusters*"])
+    assert 'id="failures-table"' in html and 'href="rollouts/' in html
 
 
 def test_a_paraphrase_changes_the_instruction_alone(bench):

@@ -34,6 +34,7 @@ from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
 from policybench.report.compare import Comparison, compare_arms, still_blinded
+from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
 from policybench.report.robustness import robustness
@@ -143,6 +144,7 @@ class Aggregator:
             verdicts=verdicts,
             decide=test,
             baseline=decide.baseline_of(self.config),
+            run_dir=self.run_dir,
         )
         declared = gates.declared_floors(self.config)
         judged, notes = gates.judged_summary(
@@ -241,6 +243,8 @@ class Aggregator:
         concentrated = robustness(summary, findings.run)
         for line in [] if concentrated is None else ["", *concentrated.lines()]:
             write(line, bold=line.startswith("where"))
+        for line in clusters_lines(summary.failures):
+            write(line, bold=line.startswith("how"))
         if findings.comparison is not None:
             write("")
             write(f"compared with baseline {findings.comparison.before}:")

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.report import failures
 from policybench.report.compare import Comparison
 from policybench.report.robustness import robustness_of
 from policybench.report.rollout_page import page_trace, write_plots_js
@@ -20,6 +21,7 @@ from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Row, Summary
 from policybench.report.sweep import sweep_of
 from policybench.run.info import RunInfo
+from policybench.run.records import rollout_id
 from policybench.run.results import OUTCOMES
 
 INDEX = "index.html"
@@ -112,6 +114,9 @@ def _index_page(
         arms=arm_grid(summary.arms),
         latency_sweep=sweep_of(summary, findings.run),
         robustness=robustness_of(summary, findings.run),
+        pages={rollout_id(record): row["page"] for record, row in _paged(findings, rollouts)},
+        cut=failures.CUT,
+        examples=failures.EXAMPLES,
         realtime=[
             row
             for row in (summary.arms or [*summary.evals, summary.overall])
@@ -121,6 +126,10 @@ def _index_page(
         rollouts=rollouts,
         choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
     )
+
+
+def _paged(findings: Findings, rollouts: Sequence[Mapping[str, Any]]) -> Any:
+    return zip(findings.records, rollouts, strict=True)
 
 
 def of_loop(record: Mapping[str, Any]) -> bool:

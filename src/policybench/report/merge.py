@@ -15,6 +15,7 @@ from typing import Any
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import OVERRIDE, Protocol
+from policybench.report.failures import failure_clusters
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.summary import Summary
 from policybench.run.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
@@ -448,6 +449,7 @@ def write_merged(
     carry_verdicts(carried, out)  # those given on an earlier merge into `out` stay
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
+    summary = replace(summary, failures=failure_clusters(merged.records, out))  # traces now here
     summary.write(out, run)
     notes = [f"protocol change allowed: {line}" for line in changes] + merged.notes()
     return write_html(out, Findings(summary, merged.records, run, notes=tuple(notes)))

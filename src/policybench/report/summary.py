@@ -15,6 +15,7 @@ from policybench.decide import Baseline, Decision, SequentialTest, decided_recor
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
+from policybench.report.failures import Cluster, failure_clusters
 from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.robustness import robustness_json
 from policybench.report.specs import SpecRow, spec_rows
@@ -159,6 +160,7 @@ class Summary:
     operator: Agreement | None = None  # what operators' verdicts say, in a run that has some
     decisions: tuple[DecidedSide, ...] = ()  # a run under --decide: each Eval's (and arm's)
     specs: tuple[SpecRow, ...] = ()  # trajectory specs: per Eval and spec, their violations
+    failures: tuple[Cluster, ...] = ()  # where the unsolved rollouts cluster, largest first
 
     @classmethod
     def of(
@@ -169,11 +171,13 @@ class Summary:
         verdicts: Verdicts | None = None,
         decide: SequentialTest | None = None,
         baseline: Baseline | None = None,
+        run_dir: Path | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
         the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes;
         `decide`: the run's sequential test (--decide), decided over each Eval's rollouts
-        (a paired one against `baseline`)."""
+        (a paired one against `baseline`); `run_dir`: where the rollouts' traces lie, which
+        clustering the failures reads."""
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
@@ -213,13 +217,9 @@ class Summary:
             operator=None
             if verdicts is None or not (verdicts.given or verdicts.problems)
             else Agreement.of(records, verdicts),
-            decisions=()
-            if decide is None or (decide.paired and baseline is None)
-            else tuple(
-                DecidedSide(eval, arm, decision)
-                for (eval, arm), decision in decided_records(decide, records, baseline).items()
-            ),
+            decisions=_decisions(decide, records, baseline),
             specs=spec_rows(records),
+            failures=failure_clusters(records, run_dir),
         )
 
     @classmethod
@@ -241,7 +241,7 @@ class Summary:
             except ValueError as error:
                 problems.append(f"--decide {decide}: no decisions: {error}")
         verdicts = read_verdicts(run_dir)
-        return cls.of(results.records, problems, arms, verdicts, test, baseline)
+        return cls.of(results.records, problems, arms, verdicts, test, baseline, run_dir)
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
         """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in
@@ -266,6 +266,7 @@ class Summary:
             **found,
             **sweep_json(self, run),
             **robustness_json(self, run),
+            **({"failure_clusters": [c.as_json() for c in self.failures]} if self.failures else {}),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
             **(
                 {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}
@@ -297,6 +298,15 @@ class Summary:
         path = run_dir / SUMMARY
         path.write_text(json.dumps(self.as_json(run), indent=2, sort_keys=True) + "\n")
         return path
+
+
+def _decisions(
+    decide: SequentialTest | None, records: Records, baseline: Baseline | None
+) -> tuple[DecidedSide, ...]:
+    if decide is None or (decide.paired and baseline is None):
+        return ()
+    decided = decided_records(decide, records, baseline)
+    return tuple(DecidedSide(eval, arm, decision) for (eval, arm), decision in decided.items())
 
 
 def _success_reported(members: Records) -> bool | None:

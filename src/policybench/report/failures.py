@@ -1,0 +1,273 @@
+"""Where a run's failed rollouts cluster: the unsolved rollouts of each Eval grouped by what their
+trajectories have in common, so that a hundred failures read as a few ways of failing.
+
+Two rollouts fall in one cluster when they failed the same way (the outcome's reason and the
+trajectory specs they violated) and ended in nearly the same state: their final state vectors
+(from their traces) within CUT of each other, in standard deviations of the Eval's final states
+over all its rollouts, root mean square over the state's numbers (average linkage, cut at CUT).
+Each cluster says where its rollouts stalled (the step from which their state stopped moving),
+which numbers of its final state lie furthest from the solved rollouts', the tasks and
+perturbations it spans, and a few rollouts to open. Without traces, a cluster is a way of failing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policybench import keys
+from policybench.record.episode import OutcomeKind
+from policybench.record.rollout_trace import read_trace
+from policybench.run.records import rollout_id
+
+CUT = 0.5  # sd of the Eval's final states, RMS over the numbers: one cluster within it
+STILL = 0.05  # a number that stays within this share of its range over the Eval has stopped
+EXAMPLES = 3  # rollouts named per cluster
+FURTHEST = 2  # final-state numbers named per cluster
+TOP = 3  # clusters the terminal shows
+STATE = "state/"  # a trace's arrays of observation entries
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What a rollout's trace says of how it ended: its final state (named numbers) and the
+    step from which it stopped moving (its length when it moved to the end)."""
+
+    final: dict[str, float]
+    still_from: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    eval: str
+    how: str  # the way its rollouts failed: the reason, and the specs violated
+    rollouts: tuple[str, ...]  # their ids, most typical first
+    share: float  # of the Eval's unsolved rollouts
+    tasks: Mapping[str, int]
+    perturbations: Mapping[str, int]  # by arm label, in a perturbation sweep
+    stalled: str  # where the rollouts stopped moving
+    furthest: tuple[tuple[str, float], ...]  # final-state numbers in sd from the solved ones'
+
+    def line(self) -> str:
+        ended = ", ".join(f"{name} {sd:+.1f} sd" for name, sd in self.furthest)
+        spans = ", ".join(f"{task} x{n}" for task, n in self.tasks.items())
+        under = ", ".join(f"{arm} x{n}" for arm, n in self.perturbations.items())
+        return (
+            f"{self.eval}: {len(self.rollouts)} unsolved ({self.share:.0%}), {self.how}; "
+            f"{self.stalled}{f'; final state vs solved: {ended}' if ended else ''}; "
+            f"tasks {spans}{f'; under {under}' if under else ''}; e.g. {self.rollouts[0]}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            keys.EVAL: self.eval,
+            "how": self.how,
+            "rollouts": len(self.rollouts),
+            "share_of_unsolved": self.share,
+            "tasks": dict(self.tasks),
+            "perturbations": dict(self.perturbations),
+            "stalled": self.stalled,
+            "final_state_vs_solved_sd": dict(self.furthest),
+            "examples": list(self.rollouts[:EXAMPLES]),
+        }
+
+
+def failure_clusters(
+    records: Sequence[Mapping[str, Any]], run_dir: Path | None
+) -> tuple[Cluster, ...]:
+    """The clusters of each Eval's unsolved rollouts, largest first (traces read from
+    `run_dir`; None: clustered by the way they failed alone)."""
+    endings = {} if run_dir is None else _endings(records, run_dir)
+    found: list[Cluster] = []
+    for eval in dict.fromkeys(record[keys.EVAL] for record in records):
+        of_eval = [record for record in records if record[keys.EVAL] == eval]
+        failed = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.UNSOLVED.value]
+        solved = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.SOLVED.value]
+        scale = _Scale.of(
+            [endings[i] for i in map(rollout_id, of_eval) if i in endings],
+            [endings[i] for i in map(rollout_id, solved) if i in endings],
+        )
+        ways: dict[str, list[Mapping[str, Any]]] = {}
+        for record in failed:
+            ways.setdefault(_how(record), []).append(record)
+        for how, members in ways.items():
+            for group in _by_ending(members, endings, scale):
+                found.append(_cluster(eval, how, group, len(failed), endings, scale))
+    return tuple(sorted(found, key=lambda cluster: -len(cluster.rollouts)))
+
+
+def clusters_lines(clusters: Sequence[Cluster]) -> list[str]:
+    """What the terminal says of them: the largest few, a line each (nothing without any)."""
+    if not clusters:
+        return []
+    shown = clusters[:TOP]
+    more = f" (the {len(shown)} largest; all in the report)" if len(clusters) > TOP else ""
+    return [
+        "",
+        f"how the unsolved rollouts failed: {len(clusters)} clusters{more}",
+        *(f"  {cluster.line()}" for cluster in shown),
+    ]
+
+
+def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, Ending]:
+    """Each traced rollout's ending; a number has stopped moving when it stays within STILL of
+    its whole range over the Eval's rollouts (so jitter in place is stillness)."""
+    rows: dict[str, dict[str, np.ndarray]] = {}
+    for record in records:
+        name = record.get(keys.ROLLOUT_TRACE)
+        if not isinstance(name, str):
+            continue
+        try:
+            arrays = read_trace(run_dir / name)["arrays"]
+        except (ValueError, OSError, KeyError):
+            continue  # a rollout page says why its trace cannot be read
+        kept = {
+            f"{entry[len(STATE) :]}[{i}]": row
+            for entry, array in sorted(arrays.items())
+            if entry.startswith(STATE)
+            for i, row in enumerate(array)
+        }
+        if kept and next(iter(kept.values())).size:
+            rows[rollout_id(record)] = kept
+    evals: dict[str, list[str]] = {}
+    for record in records:
+        if rollout_id(record) in rows:
+            evals.setdefault(record[keys.EVAL], []).append(rollout_id(record))
+    endings = {}
+    for traced in evals.values():
+        spans: dict[str, tuple[float, float]] = {}
+        for number in set().union(*(rows[i] for i in traced)):
+            seen = [rows[i][number] for i in traced if number in rows[i]]
+            spans[number] = (min(float(r.min()) for r in seen), max(float(r.max()) for r in seen))
+        endings.update({i: _ending(rows[i], spans) for i in traced})
+    return endings
+
+
+def _ending(rows: Mapping[str, np.ndarray], spans: Mapping[str, tuple[float, float]]) -> Ending:
+    steps = next(iter(rows.values())).size
+    moved = np.zeros(steps, bool)
+    for number, row in rows.items():
+        low, high = spans[number]
+        moved |= np.abs(row.astype(np.float64) - float(row[-1])) > STILL * (high - low)
+    last_moved = int(np.flatnonzero(moved)[-1]) + 1 if moved.any() else 0
+    return Ending({number: float(row[-1]) for number, row in rows.items()}, last_moved, steps)
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """The final states of an Eval's rollouts: each number's mean and sd (solved rollouts'
+    means as well, which a cluster's ending is told against)."""
+
+    names: tuple[str, ...]
+    sd: np.ndarray
+    solved: np.ndarray | None  # the solved rollouts' mean final state, in sd (None: none)
+
+    @classmethod
+    def of(cls, endings: Sequence[Ending], solved: Sequence[Ending]) -> _Scale:
+        names = tuple(sorted(set.intersection(*(set(e.final) for e in endings)))) if endings else ()
+        finals = np.array([[e.final[name] for name in names] for e in endings]).reshape(
+            len(endings), len(names)
+        )
+        sd = finals.std(axis=0) if len(endings) else np.ones(0)
+        scale = cls(names, np.where(sd > 1e-9, sd, 1.0), None)
+        if not solved or not names:
+            return scale
+        mean = np.mean([scale.vector(ending) for ending in solved], axis=0)
+        return replace(scale, solved=mean)
+
+    def vector(self, ending: Ending) -> np.ndarray:
+        return np.array([ending.final[name] for name in self.names]) / self.sd
+
+
+def _how(record: Mapping[str, Any]) -> str:
+    violated = sorted(
+        name
+        for name, judged in (record.get(keys.SPECS) or {}).items()
+        if judged.get("margin") is not None and judged["margin"] < 0
+    )
+    reason = record.get(keys.REASON) or "unsolved"
+    return f"{reason}; violated {', '.join(violated)}" if violated else reason
+
+
+def _by_ending(
+    members: list[Mapping[str, Any]], endings: Mapping[str, Ending], scale: _Scale
+) -> list[list[Mapping[str, Any]]]:
+    """`members` split where their final states lie apart (those without a trace together)."""
+    traced = [r for r in members if rollout_id(r) in endings and scale.names]
+    untraced = [r for r in members if r not in traced]
+    groups = [untraced] if untraced else []
+    if len(traced) < 2:
+        return [traced, *groups] if traced else groups
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    points = np.stack([scale.vector(endings[rollout_id(r)]) for r in traced])
+    points /= math.sqrt(points.shape[1])  # distances: RMS over the numbers
+    labels = fcluster(linkage(points, method="average"), CUT, criterion="distance")
+    found: dict[int, list[Mapping[str, Any]]] = {}
+    for label, record in zip(labels, traced, strict=True):
+        found.setdefault(int(label), []).append(record)
+    return [*found.values(), *groups]
+
+
+def _cluster(
+    eval: str,
+    how: str,
+    group: list[Mapping[str, Any]],
+    failed: int,
+    endings: Mapping[str, Ending],
+    scale: _Scale,
+) -> Cluster:
+    ids = [rollout_id(record) for record in group]
+    ended = [endings[i] for i in ids if i in endings]
+    furthest: tuple[tuple[str, float], ...] = ()
+    if ended and scale.names:  # most typical first: nearest the cluster's mean final state
+        points = np.stack([scale.vector(e) for e in ended])
+        centre = points.mean(axis=0)
+        near = np.linalg.norm(points - centre, axis=1)
+        traced = [i for i in ids if i in endings]
+        ids = [traced[k] for k in np.argsort(near, kind="stable")] + [
+            i for i in ids if i not in endings
+        ]
+        furthest = _furthest(centre, scale)
+    perturbed = Counter(
+        str(r.get(keys.ARM)) for r in group if isinstance(r.get(keys.PERTURBATION), Mapping)
+    )
+    return Cluster(
+        eval,
+        how,
+        tuple(ids),
+        len(group) / failed,
+        dict(Counter(str(r[keys.TASK]) for r in group).most_common()),
+        dict(perturbed.most_common()),
+        _stalled(ended),
+        furthest,
+    )
+
+
+def _furthest(centre: np.ndarray, scale: _Scale) -> tuple[tuple[str, float], ...]:
+    """The final-state numbers where `centre` lies furthest from the solved rollouts' mean,
+    in sd, those at least one sd away (none without solved rollouts)."""
+    if scale.solved is None:
+        return ()
+    apart = centre - scale.solved
+    order = np.argsort(-np.abs(apart), kind="stable")[:FURTHEST]
+    return tuple((scale.names[k], round(float(apart[k]), 2)) for k in order if abs(apart[k]) >= 1)
+
+
+def _stalled(ended: Sequence[Ending]) -> str:
+    if not ended:
+        return "no traces"
+    shares = [e.still_from / e.steps for e in ended if e.steps]
+    median = statistics.median(shares) if shares else 1.0
+    if median >= 0.9:
+        return "still moving near the end"
+    steps = statistics.median(e.still_from for e in ended)
+    return f"still from step {steps:g} (median; {median:.0%} of the episode)"
