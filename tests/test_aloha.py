@@ -159,3 +159,28 @@ def test_openpi_policy_on_aloha_sends_the_aloha_sim_convention_over_a_loopback_s
     world.close()
     assert episode.outcome.kind is OutcomeKind.UNSOLVED, episode.outcome
     assert seen == [(np.dtype(np.uint8), (14,), rollout.instruction)] * 2  # steps 0 and 10
+
+
+def test_alohas_cameras_lights_and_colours_move_its_image_and_not_its_joints():
+    """ALOHA's dm_control model stages the MuJoCo axes as MetaWorld's and LIBERO's do: the image
+    changes, seeded by the scene, the joints do not, and the next plain reset is the plain one."""
+    pytest.importorskip(
+        "gym_aloha", reason="gym-aloha not installed: pip install 'policybench[aloha]'"
+    )
+    from policybench.perturbation import Perturbation
+    from policybench.world import World
+
+    world = World(aloha(SMALL, max_steps=20))
+    try:
+        scene = world.eval.rollouts(1, 0)[0].scene
+        plain = world.reset(scene)
+        for axis, level in (("camera_pose", 0.05), ("lighting", 0.5), ("colour", 0.3)):
+            perturbed = world.reset(scene, Perturbation(axis, level))
+            assert np.array_equal(plain[keys.STATE], perturbed[keys.STATE]), axis
+            assert not np.array_equal(plain[keys.IMAGE], perturbed[keys.IMAGE]), axis
+            again = world.reset(scene, Perturbation(axis, level))
+            assert np.array_equal(perturbed[keys.IMAGE], again[keys.IMAGE]), axis
+        restored = world.reset(scene)
+        assert all(np.array_equal(plain[name], restored[name]) for name in plain)
+    finally:
+        world.close()

@@ -70,6 +70,7 @@ def first(world, level: float | None = None, axis: str = "camera_pose"):
     [
         ("camera_pose", 0.1, keys.IMAGE),
         ("lighting", 0.5, keys.IMAGE),
+        ("colour", 0.3, keys.IMAGE),
         ("obs_noise", 0.05, keys.STATE),
         ("action_noise", 0.5, None),
     ],
@@ -101,12 +102,13 @@ def libero_world():
     world.close()
 
 
-def test_liberos_cameras_and_lights_move_its_images_and_not_its_state(libero_world):
+def test_liberos_cameras_lights_and_colours_move_its_images_and_not_its_state(libero_world):
     scene = libero_world.eval.rollouts(1, 0)[0].scene
     plain = libero_world.reset(scene)
     moved = libero_world.reset(scene, Perturbation("camera_pose", 0.05))
     dimmed = libero_world.reset(scene, Perturbation("lighting", 0.5))
-    for perturbed in (moved, dimmed):
+    recoloured = libero_world.reset(scene, Perturbation("colour", 0.3))
+    for perturbed in (moved, dimmed, recoloured):
         assert np.array_equal(plain[keys.STATE], perturbed[keys.STATE])
         for camera in (keys.IMAGE, keys.WRIST_IMAGE):
             assert not np.array_equal(plain[camera], perturbed[camera]), camera
@@ -320,3 +322,60 @@ def test_bad_axes_and_levels_are_refused_before_anything_runs(bench, given, said
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {said}".replace("[", "[[]")])
     assert not (bench.path / "reports" / "latest").exists()
+
+
+def test_a_grid_of_two_axes_runs_every_combination_each_paired_with_none(bench):
+    """--perturb-grid: obs_noise and action_noise at one level each, and both at once; the
+    combined arm's action draws are the action_noise arm's (each axis draws alone), so where
+    the state noise changes nothing the two arms play alike; the report tables the grid."""
+    grid = ("--perturb", "obs_noise=0.01", "--perturb", "action_noise=0.5,1", "--perturb-grid")
+    result = bench.runpytest(*grid, "--rollouts", "6")
+    assert result.ret == 0
+    arms = {r[keys.ARM] for r in records(bench)}
+    assert arms == {
+        "none",
+        "obs_noise-0.01",
+        "action_noise-0.5",
+        "action_noise-1",
+        "obs_noise-0.01+action_noise-0.5",
+        "obs_noise-0.01+action_noise-1",
+    }
+    combined = [r for r in records(bench) if r[keys.ARM] == "obs_noise-0.01+action_noise-1"]
+    assert combined[0][keys.PERTURBATION] == {
+        "grid": [{"axis": "obs_noise", "level": 0.01}, {"axis": "action_noise", "level": 1.0}]
+    }
+    result.stdout.fnmatch_lines(
+        [
+            "point: solved over the grid, rows obs_noise, columns action_noise:",
+            "*0*0.5*1",
+            "  0  *6/6*/6*/6",
+            "  0.01*/6*/6*/6",
+        ]
+    )
+    summary = json.loads((bench.path / "reports" / "latest" / "summary.json").read_text())
+    [table] = summary["robustness"]["grids"]
+    assert table["rows"] == [0, 0.01] and table["columns"] == [0, 0.5, 1]
+    solved = {}
+    for record in records(bench):
+        solved[record[keys.ARM]] = solved.get(record[keys.ARM], 0) + (record["outcome"] == "solved")
+    assert table["solved"] == [
+        [solved["none"], solved["action_noise-0.5"], solved["action_noise-1"]],
+        [
+            solved["obs_noise-0.01"],
+            solved["obs_noise-0.01+action_noise-0.5"],
+            solved["obs_noise-0.01+action_noise-1"],
+        ],
+    ]
+    cells = {cell[keys.PERTURBATION] for cell in summary["robustness"]["cells"]}
+    assert "obs_noise-0.01+action_noise-1" in cells  # ranked with the single axes
+    html = (bench.path / "reports" / "latest" / "index.html").read_text()
+    assert 'data-axes="obs_noise action_noise"' in html
+
+
+def test_a_grid_needs_two_axes(bench):
+    result = bench.runpytest("--perturb", "action_noise=0.5,1", "--perturb-grid")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--perturb-grid combines the levels of two or more axes, but --perturb names 1 "
+         "(action_noise); add another --perturb AXIS=LEVELS*"]
+    )  # fmt: skip

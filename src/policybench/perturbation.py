@@ -19,6 +19,7 @@ the record's scene and perturbation (`World(eval).reset(scene, Perturbation(axis
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -72,9 +73,39 @@ class Perturbation:
     def as_json(self) -> dict[str, Any]:
         return {"axis": self.axis, "level": self.level}
 
+    @property
+    def parts(self) -> tuple[Perturbation, ...]:
+        return (self,)
+
     def draws(self, seed: int) -> np.random.Generator:
         """The scene's draws for this axis: the same at every level (see the module's doc)."""
         return np.random.default_rng([seed, zlib.crc32(self.axis.encode())])
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A cell of a grid of axes (`--perturb-grid`): one level of each, all at once. Each part
+    draws what it draws alone, so a cell and its parts' own arms share their random numbers."""
+
+    parts: tuple[Perturbation, ...]
+
+    @property
+    def label(self) -> str:
+        """`camera_pose-0.1+action_noise-0.5`."""
+        return "+".join(part.label for part in self.parts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {GRID: [part.as_json() for part in self.parts]}
+
+
+GRID = "grid"  # a grid cell's parts, in its record
+
+
+def from_json(given: Mapping[str, Any]) -> Perturbation | Grid:
+    """The perturbation a record (or run.json) names, as as_json wrote it."""
+    if GRID in given:
+        return Grid(tuple(Perturbation(p["axis"], float(p["level"])) for p in given[GRID]))
+    return Perturbation(given["axis"], float(given["level"]))
 
 
 ACTION_NOISE = Axis(
@@ -102,51 +133,73 @@ def axes_of(eval: Any) -> dict[str, Axis]:
     return axes
 
 
-def perturbed(rollout: Any, perturbation: Perturbation | None, eval: Any) -> Any:
+def perturbed(rollout: Any, perturbation: Perturbation | Grid | None, eval: Any) -> Any:
     """`rollout` under `perturbation`: the same scene (and id), and for the instruction axis its
     task's paraphrase in place of the instruction."""
     if perturbation is None:
         return rollout
     said = getattr(eval, "paraphrases", {}).get(rollout.scene.task, ())
-    level = int(perturbation.level)
-    if perturbation.axis != INSTRUCTION or not 1 <= level <= len(said):  # else refused later
-        return replace(rollout, perturbation=perturbation)
-    return replace(rollout, perturbation=perturbation, instruction=said[level - 1])
+    for part in perturbation.parts:
+        level = int(part.level)
+        if part.axis == INSTRUCTION and 1 <= level <= len(said):  # else refused later
+            return replace(rollout, perturbation=perturbation, instruction=said[level - 1])
+    return replace(rollout, perturbation=perturbation)
 
 
-def staged_by_env(eval: Any, perturbation: Perturbation | None) -> bool:
-    return perturbation is not None and perturbation.axis in getattr(eval, "perturbations", {})
+def staged_by_env(eval: Any, perturbation: Perturbation | Grid | None) -> tuple[Perturbation, ...]:
+    """The parts of `perturbation` that `eval`'s env stages itself."""
+    staged = getattr(eval, "perturbations", {})
+    return () if perturbation is None else tuple(p for p in perturbation.parts if p.axis in staged)
 
 
 class Noise:
-    """The noise axes of one rollout, applied by the World: its draws seeded per scene."""
+    """The noise axes of one rollout, applied by the World: each axis's draws seeded per scene."""
 
-    def __init__(self, perturbation: Perturbation, seed: int) -> None:
-        self.perturbation = perturbation
-        self.rng = perturbation.draws(seed)
+    def __init__(self, perturbation: Perturbation | Grid, seed: int) -> None:
+        self.levels = {p.axis: p.level for p in perturbation.parts if p.axis in NOISE_AXES}
+        self.rngs = {p.axis: p.draws(seed) for p in perturbation.parts if p.axis in NOISE_AXES}
+
+    def __bool__(self) -> bool:
+        return bool(self.levels)
 
     def action(self, action: np.ndarray, bounds: tuple[np.ndarray, np.ndarray] | None) -> Any:
-        if self.perturbation.axis != ACTION_NOISE.name:
+        level = self.levels.get(ACTION_NOISE.name)
+        if level is None:
             return action
         if bounds is None:
             raise ValueError("action_noise needs an env with a bounded (Box) action space")
         low, high = bounds
-        draw = self.rng.standard_normal(np.shape(action))
-        noisy = action + self.perturbation.level * draw * (high - low) / 2
+        draw = self.rngs[ACTION_NOISE.name].standard_normal(np.shape(action))
+        noisy = action + level * draw * (high - low) / 2
         return np.clip(noisy, low, high).astype(np.asarray(action).dtype)
 
     def observation(self, obs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.perturbation.axis != OBS_NOISE.name or keys.STATE not in obs:
+        level = self.levels.get(OBS_NOISE.name)
+        if level is None or keys.STATE not in obs:
             return dict(obs)
         state = np.asarray(obs[keys.STATE])
-        draw = self.rng.standard_normal(state.shape)
-        noisy = (state + self.perturbation.level * draw).astype(state.dtype)
-        return {**obs, keys.STATE: noisy}
+        draw = self.rngs[OBS_NOISE.name].standard_normal(state.shape)
+        return {**obs, keys.STATE: (state + level * draw).astype(state.dtype)}
 
 
-def parse_perturb(values: Sequence[str]) -> tuple[Perturbation, ...]:
+def parse_perturb(values: Sequence[str], grid: bool = False) -> tuple[Perturbation | Grid, ...]:
     """The perturbations of `--perturb AXIS=LEVELS` values (each `axis=0.05,0.1`; repeatable),
-    level 0 left out (the unperturbed arm runs anyway). ValueError naming what came."""
+    level 0 left out (the unperturbed arm runs anyway), and under `grid` (--perturb-grid) every
+    combination of one level of each axis after them. ValueError naming what came."""
+    found = _levels(values)
+    axes = list(dict.fromkeys(p.axis for p in found))
+    if not grid:
+        return found
+    if len(axes) < 2:
+        raise ValueError(
+            f"--perturb-grid combines the levels of two or more axes, but --perturb names "
+            f"{len(axes)} ({', '.join(axes) or 'none'}); add another --perturb AXIS=LEVELS"
+        )
+    levels = [[p for p in found if p.axis == axis] for axis in axes]
+    return (*found, *(Grid(cell) for cell in itertools.product(*levels)))
+
+
+def _levels(values: Sequence[str]) -> tuple[Perturbation, ...]:
     found: list[Perturbation] = []
     for value in values:
         axis, equals, levels = value.partition("=")
@@ -167,12 +220,12 @@ def parse_perturb(values: Sequence[str]) -> tuple[Perturbation, ...]:
     return tuple(found)
 
 
-def refusals(eval: Any, perturbations: Sequence[Perturbation]) -> str | None:
+def refusals(eval: Any, perturbations: Sequence[Perturbation | Grid]) -> str | None:
     """Why `eval` cannot run `perturbations` (an axis it lacks, a level out of range), naming
     its axes and their ranges; None when it can."""
     axes = axes_of(eval)
     problems = []
-    for perturbation in perturbations:
+    for perturbation in (part for given in perturbations for part in given.parts):
         axis = axes.get(perturbation.axis)
         problem = (
             f"{eval.name} has no axis {perturbation.axis!r}"
@@ -198,30 +251,35 @@ CAMERA_POSE = Axis(
 LIGHTING = Axis(
     "lighting", 0.9, "share of light taken", "every light's diffuse and ambient dimmed by the level"
 )
-MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING)}
+COLOUR = Axis(
+    "colour",
+    0.5,
+    "RGB shift",
+    "every geom's and material's colour shifted by the level, in a seeded direction each",
+)
+MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING, COLOUR)}
 
 
 class MujocoStaging:
-    """Stages the MuJoCo axes on a model: at each reset, the model's cameras and lights as
-    they were built, then the reset's perturbation (if any) on top. Only what renders changes:
-    a camera's position and a light's colour are not part of the physics."""
+    """Stages the MuJoCo axes on a model: at each reset, the model's cameras, lights and
+    colours as they were built, then the reset's perturbation (if any) on top. Only what
+    renders changes: a camera's position, a light's and a geom's colour are not physics."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.originals = {
             name: np.array(getattr(model, name))
-            for name in ("cam_pos", "light_diffuse", "light_ambient")
+            for name in ("cam_pos", "light_diffuse", "light_ambient", "geom_rgba", "mat_rgba")
         }
 
     def stage(self, options: Mapping[str, Any] | None) -> None:
         for name, original in self.originals.items():
             getattr(self.model, name)[:] = original
-        given = (options or {}).get(PERTURBATION)
-        if not given:
-            return
-        perturbation = Perturbation(given["axis"], float(given["level"]))
-        rng = perturbation.draws(int(given[keys.SEED]))
-        STAGES[perturbation.axis](self.model, perturbation.level, rng)
+        given = (options or {}).get(PERTURBATION) or []
+        for part in [given] if isinstance(given, Mapping) else given:  # a grid cell: a list
+            perturbation = Perturbation(part["axis"], float(part["level"]))
+            rng = perturbation.draws(int(part[keys.SEED]))
+            STAGES[perturbation.axis](self.model, perturbation.level, rng)
 
 
 def _move_cameras(model: Any, level: float, rng: np.random.Generator) -> None:
@@ -235,18 +293,28 @@ def _dim_lights(model: Any, level: float, rng: np.random.Generator) -> None:
     model.light_ambient[:] *= 1 - level
 
 
+def _recolour(model: Any, level: float, rng: np.random.Generator) -> None:
+    for name in ("geom_rgba", "mat_rgba"):  # a geom shows its material's colour when it has one
+        colours = getattr(model, name)
+        directions = rng.standard_normal((len(colours), 3))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        colours[:, :3] = np.clip(colours[:, :3] + level * directions, 0, 1)
+
+
 STAGES: dict[str, Callable[[Any, float, np.random.Generator], None]] = {
     CAMERA_POSE.name: _move_cameras,
     LIGHTING.name: _dim_lights,
+    COLOUR.name: _recolour,
 }
 
 
 def reset_options(
-    fields: Mapping[str, Any], perturbation: Perturbation | None, seed: int, eval: Any
+    fields: Mapping[str, Any], perturbation: Perturbation | Grid | None, seed: int, eval: Any
 ) -> dict[str, Any] | None:
-    """The options of a scene's reset: its fields, and the perturbation its env stages."""
+    """The options of a scene's reset: its fields, and the perturbation its env stages (a
+    grid cell's parts its env stages: a list of them)."""
     options = dict(fields)
-    if staged_by_env(eval, perturbation):
-        assert perturbation is not None
-        options[PERTURBATION] = {**perturbation.as_json(), keys.SEED: seed}
+    staged = [{**part.as_json(), keys.SEED: seed} for part in staged_by_env(eval, perturbation)]
+    if staged:
+        options[PERTURBATION] = staged if isinstance(perturbation, Grid) else staged[0]
     return options or None

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import gymnasium as gym
     import numpy as np
 
-    from policybench.perturbation import Axis, Perturbation
+    from policybench.perturbation import Axis, Grid, Perturbation
     from policybench.policy.base import Model
     from policybench.policy.codec import Codec
     from policybench.policy.contract import Contract
@@ -51,7 +51,7 @@ class Rollout:
     scene: Scene
     # An axis and level the scene is perturbed along (policybench.perturbation); the scene, and
     # so the id, stays the same: a perturbed rollout pairs with its scene unperturbed.
-    perturbation: Perturbation | None = None
+    perturbation: Perturbation | Grid | None = None
 
     @property
     def id(self) -> str:

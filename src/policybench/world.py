@@ -14,7 +14,7 @@ import numpy as np
 
 from policybench import heap, keys
 from policybench.envserver import NOT_INSTALLED, Isolated
-from policybench.perturbation import Noise, Perturbation, reset_options, staged_by_env
+from policybench.perturbation import Grid, Noise, Perturbation, reset_options
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -114,7 +114,7 @@ class World:
         """The live env of `task`, built on first use (or after the cache closed it)."""
         return self.envs.get((self.eval.name, task, self.slot), lambda: self.eval.make_env(task))
 
-    def reset(self, scene: Scene, perturbation: Perturbation | None = None) -> Observation:
+    def reset(self, scene: Scene, perturbation: Perturbation | Grid | None = None) -> Observation:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields, and
         `perturbation` (policybench.perturbation) on top: staged by the env, or as noise on
         every action and observation until the next reset."""
@@ -126,8 +126,8 @@ class World:
         self.success_reported = False
         options = reset_options(scene.fields, perturbation, scene.seed, self.eval)
         obs, _ = env.reset(seed=scene.seed, options=options)
-        noisy = perturbation is not None and not staged_by_env(self.eval, perturbation)
-        self._noise = Noise(perturbation, scene.seed) if noisy else None
+        noise = None if perturbation is None else Noise(perturbation, scene.seed)
+        self._noise = noise if noise else None
         if self._noise is not None:
             return self._noise.observation(as_observation(obs))
         return as_observation(obs)

@@ -14,7 +14,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.perturbation import NONE as NO_PERTURBATION
-from policybench.perturbation import Perturbation, parse_perturb
+from policybench.perturbation import Grid, Perturbation, parse_perturb
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.registry import LEROBOT_PREFIX, is_import_path
 from policybench.run.arms import (
@@ -48,7 +48,7 @@ class Arm:
     url: str | None = None
     endpoint: Endpoint | None = None  # resolved from `url` and the run's server options
     latency: InferenceLatency | None = None  # a latency sweep's setting (None: the run's)
-    perturbation: Perturbation | None = None  # a perturbation sweep's axis and level (--perturb)
+    perturbation: Perturbation | Grid | None = None  # a perturbation sweep's (--perturb)
 
     @property
     def spec(self) -> str:
@@ -207,13 +207,15 @@ def declared_arms(
     sweep: str | None,
     latency: str | None,
     perturb: Sequence[str] = (),
+    grid: bool = False,
 ) -> tuple[Arm, ...]:
     """The run's arms: the policies `--policy` names, or one policy under each setting of
     `--latency-sweep`, which neither a second policy nor `--inference-latency` (its given
-    value, None when not given) may join, or under each perturbation `--perturb` names."""
+    value, None when not given) may join, or under each perturbation `--perturb` names (and
+    `grid`: each combination of their levels)."""
     arms = parse_arms(policies)
-    if perturb:
-        return perturbed_arms(arms, sweep, parse_perturb(perturb))
+    if perturb or grid:
+        return perturbed_arms(arms, sweep, parse_perturb(perturb, grid))
     if sweep is None:
         return arms
     if len(arms) > 1:
@@ -231,7 +233,7 @@ def declared_arms(
 
 
 def perturbed_arms(
-    arms: Sequence[Arm], sweep: str | None, perturbations: Sequence[Perturbation]
+    arms: Sequence[Arm], sweep: str | None, perturbations: Sequence[Perturbation | Grid]
 ) -> tuple[Arm, ...]:
     """One policy on its scenes as they are (the arm `none`, first: every level is compared with
     it), then under each perturbation, labelled by it (`action_noise-0.1`)."""

@@ -131,6 +131,12 @@ def _timing_options(group: pytest.OptionGroup) -> None:
         "`policybench list` shows each Eval's axes and their ranges",
     )
     group.addoption(
+        "--perturb-grid",
+        action="store_true",
+        help="with --perturb along two or more axes, also run every combination of one level "
+        "of each (arms AXIS-LEVEL+AXIS-LEVEL); the report tables success over the grid",
+    )
+    group.addoption(
         "--chunk-anchor",
         default=ChunkAnchor.OBSERVATION.value,
         choices=[anchor.value for anchor in ChunkAnchor],
@@ -365,6 +371,7 @@ def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...],
         config.getoption("latency_sweep"),
         _given(config, "--inference-latency", "none"),
         config.getoption("perturb") or (),
+        config.getoption("perturb_grid"),
     )
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")

@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from policybench import keys
-from policybench.perturbation import NONE
+from policybench.perturbation import GRID, NONE, from_json
 from policybench.report.compare import TaskComparison
 from policybench.report.sweep import Sweep, plots, swept_over
+from policybench.run.records import Tally
 
 if TYPE_CHECKING:
     from policybench.report.summary import Summary
@@ -49,15 +50,50 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class GridTable:
+    """One Eval's success over a grid of two axes (--perturb-grid): a row per level of the
+    first (0: not perturbed along it), a column per level of the second; the corner is `none`,
+    the first row and column the axes' own arms."""
+
+    eval: str
+    axes: tuple[str, str]
+    rows: tuple[float, ...]  # the first axis's levels, 0 first
+    columns: tuple[float, ...]
+    cells: tuple[tuple[Tally | None, ...], ...]  # [row][column]; None: that arm did not run
+
+    def lines(self) -> list[str]:
+        first, second = self.axes
+        width = max(len(f"{level:g}") for level in self.rows)
+        lines = [f"{self.eval}: solved over the grid, rows {first}, columns {second}:"]
+        lines.append(f"  {'':<{width}}  " + "  ".join(f"{level:>7g}" for level in self.columns))
+        for level, row in zip(self.rows, self.cells, strict=True):
+            shown = ("-" if t is None else f"{t.solved}/{t.rollouts}" for t in row)
+            lines.append(f"  {level:<{width}g}  " + "  ".join(f"{cell:>7}" for cell in shown))
+        return lines
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            keys.EVAL: self.eval,
+            "axes": list(self.axes),
+            "rows": list(self.rows),
+            "columns": list(self.columns),
+            "solved": [[None if t is None else t.solved for t in row] for row in self.cells],
+            "rollouts": [[None if t is None else t.rollouts for t in row] for row in self.cells],
+        }
+
+
+@dataclass(frozen=True)
 class Robustness:
     axes: Mapping[str, Sweep]  # per axis, its levels' sweep
     cells: tuple[Cell, ...]  # most dropped first
+    grids: tuple[GridTable, ...] = ()  # per Eval and pair of axes, under --perturb-grid
 
     def lines(self) -> list[str]:
         if not self.cells:
             return []
         shown = self.cells[:TOP]
         return [
+            *(line for grid in self.grids for line in [*grid.lines(), ""]),
             f"where failures concentrate (task x perturbation vs none, paired; p adjusted "
             f"across {len(self.cells)} cells), the {len(shown)} largest drops:",
             *(f"  {cell.line()}" for cell in shown),
@@ -67,6 +103,7 @@ class Robustness:
         return {
             "axes": {axis: sweep.as_json() for axis, sweep in self.axes.items()},
             "cells": [cell.as_json() for cell in self.cells],
+            **({"grids": [grid.as_json() for grid in self.grids]} if self.grids else {}),
         }
 
 
@@ -78,7 +115,8 @@ def robustness(summary: Summary, run: RunInfo | None) -> Robustness | None:
         return None
     by_axis: dict[str, list[tuple[float, str]]] = {}
     for label, given in perturbed.items():
-        by_axis.setdefault(given["axis"], []).append((float(given["level"]), label))
+        if GRID not in given:  # a grid's cells are tabled, not swept
+            by_axis.setdefault(given["axis"], []).append((float(given["level"]), label))
     named = ("arm", "versus_none")
     axes = {
         axis: swept_over(
@@ -86,12 +124,32 @@ def robustness(summary: Summary, run: RunInfo | None) -> Robustness | None:
         )
         for axis, levels in by_axis.items()
     }
-    return Robustness(axes, _cells(summary, set(perturbed)))
+    return Robustness(axes, _cells(summary, set(perturbed)), _grids(summary, perturbed))
 
 
-def _order(levels: list[tuple[float, str]]) -> tuple[str, ...]:
-    """An axis's arms by level, `none` (level 0) first."""
-    return (NONE, *(label for _, label in sorted(levels)))
+def _grids(summary: Summary, perturbed: Mapping[str, Any]) -> tuple[GridTable, ...]:
+    """A table per Eval and pair of axes a grid combined (cells of two parts)."""
+    cells = {label: from_json(given) for label, given in perturbed.items() if GRID in given}
+    pairs = dict.fromkeys(
+        tuple(part.axis for part in cell.parts) for cell in cells.values() if len(cell.parts) == 2
+    )
+    tallies = {(row.eval, row.arm): row.stats.tally for row in summary.arms}
+    tables = []
+    for eval in dict.fromkeys(row.eval for row in summary.evals):
+        for first, second in pairs:
+            arm: dict[tuple[float, float], str] = {(0.0, 0.0): NONE}
+            for label, given in perturbed.items():
+                parts = from_json(given).parts
+                levels = {part.axis: part.level for part in parts}
+                if set(levels) <= {first, second} and len(parts) == len(levels):
+                    arm[(levels.get(first, 0.0), levels.get(second, 0.0))] = label
+            rows = tuple(sorted({a for a, _ in arm}))
+            columns = tuple(sorted({b for _, b in arm}))
+            table = tuple(
+                tuple(tallies.get((eval, arm.get((a, b), ""))) for b in columns) for a in rows
+            )
+            tables.append(GridTable(eval, (first, second), rows, columns, table))
+    return tuple(tables)
 
 
 def _cells(summary: Summary, perturbed: set[str]) -> tuple[Cell, ...]:
@@ -115,7 +173,8 @@ def robustness_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
     found = robustness(summary, run)
     if found is None:
         return {}
-    levels = {label: given["level"] for label, given in run.settings[keys.PERTURBATION].items()}
+    perturbed = run.settings[keys.PERTURBATION]
+    levels = {label: given["level"] for label, given in perturbed.items() if GRID not in given}
     levels[NONE] = 0
     drawn = {  # each arm's tick names its level alone: the axis names the rest
         axis: [

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
+from policybench.perturbation import MUJOCO_AXES, MujocoStaging
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
     Codec,
@@ -76,6 +77,7 @@ class AlohaSim(gym.Env):
         self._physics = control.physics
         if not rendering.shadows:  # software rendering runs several times faster without them
             self._physics.model.light_castshadow[:] = 0
+        self._staging = MujocoStaging(self._physics.model)  # the perturbation axes
         height, width = rendering.size
         self.action_space = self._env.action_space
         self.observation_space = gym.spaces.Dict(
@@ -98,6 +100,7 @@ class AlohaSim(gym.Env):
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._staging.stage(options)  # before the reset renders its first observation
         obs, info = self._env.reset(seed=seed)
         return self._observe(obs), info
 
@@ -184,6 +187,7 @@ def aloha(
         extra="aloha",
         packages=("gym-aloha", "dm-control", "mujoco", "gymnasium"),
         renderer=MUJOCO,
+        perturbations=MUJOCO_AXES,
         metadata={
             "observation": f"{keys.IMAGE}: {rendering.describe()} + {keys.STATE}: 14 joints",
             "camera": rendering.camera,
