@@ -14,7 +14,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # rendering without a display
 
 from policybench import keys
 from policybench.harness import run_rollout
-from policybench.perturbation import Perturbation
+from policybench.perturbation import Grid, Perturbation
 from policybench.policy.base import Chunk, ChunkSource, ModelCall, SessionContext, Step
 from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
@@ -36,6 +36,10 @@ PERTURBED_GOLDENS = {
     "obs-noise": Perturbation("obs_noise", 0.01),
     "camera-pose": Perturbation("camera_pose", 0.05),
     "lighting": Perturbation("lighting", 0.5),
+    "colour": Perturbation("colour", 0.3),
+    "grid-camera-pose-action-noise": Grid(
+        (Perturbation("camera_pose", 0.05), Perturbation("action_noise", 0.3))
+    ),
 }
 
 
@@ -262,9 +266,23 @@ SIM_REQUIRES["libero-spatial-task4-rollout3"] = "libero"
 SIM_REQUIRES["libero-10-task8-lerobot-rollout2"] = "libero"
 
 
-def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[str, Any]:
+# A perturbed scene of each suite with a fixed-action golden (MetaWorld's every axis is pinned
+# by PERTURBED_GOLDENS): the suite's own staging of an axis, on the same scene and actions.
+PERTURBED_SIM_GOLDENS = {
+    "aloha-transfer-cube": Perturbation("camera_pose", 0.05),
+    "libero-spatial-task0": Grid((Perturbation("lighting", 0.5), Perturbation("colour", 0.3))),
+    "pusht": Perturbation("action_noise", 0.3),
+}
+
+
+def sim_trace(
+    name: str,
+    perturb: Callable[[Any], None] | None = None,
+    perturbation: Perturbation | Grid | None = None,
+) -> dict[str, Any]:
     """Seed 0 of a suite's env under its scripted policy or a fixed action sequence; `perturb`
-    may change the env after it is built (the golden tests use it to show the goldens bite)."""
+    may change the env after it is built (the golden tests use it to show the goldens bite);
+    `perturbation`: the scene perturbed along its axes."""
     eval, task, model, timeout_s = _sim_goldens()[name]()
     if perturb is not None:
         make_env = eval.make_env
@@ -275,7 +293,7 @@ def sim_trace(name: str, perturb: Callable[[Any], None] | None = None) -> dict[s
             return env
 
         eval = dataclasses.replace(eval, make_env=perturbed)
-    rollout = _first_rollout(eval, task)
+    rollout = dataclasses.replace(_first_rollout(eval, task), perturbation=perturbation)
     if timeout_s is not None:
         rollout = dataclasses.replace(rollout, timeout_s=timeout_s)
     recorder = TraceRecorder()
