@@ -71,9 +71,7 @@ def test_rollouts_that_ended_alike_cluster_apart_from_those_that_did_not(tmp_pat
     assert violated.how == "timeout after 50 steps; violated no_collision"
     lines = clusters_lines(clusters)
     assert lines[1] == "how the unsolved rollouts failed: 3 clusters"
-    assert lines[2].startswith(
-        "  toy: 4 unsolved (57%), timeout after 50 steps; still from step "
-    )
+    assert lines[2].startswith("  toy: 4 unsolved (57%), timeout after 50 steps; still from step ")
 
 
 def test_without_traces_a_cluster_is_a_way_of_failing(tmp_path):

@@ -117,6 +117,29 @@ def test_liberos_cameras_lights_and_colours_move_its_images_and_not_its_state(li
     assert np.array_equal(again[keys.IMAGE], moved[keys.IMAGE])
     restored = libero_world.reset(scene)
     assert all(np.array_equal(plain[name], restored[name]) for name in plain)
+    # the objects moved once the init state is set: the robot's state alone is not theirs,
+    # so the images show it and the robot's joints stay (the settle steps then run as ever)
+    displaced = libero_world.reset(scene, Perturbation("initial_state", 0.03))
+    assert not np.array_equal(plain[keys.IMAGE], displaced[keys.IMAGE])
+    assert np.allclose(plain[keys.STATE], displaced[keys.STATE], atol=1e-3)
+    sim = libero_world.env_for(scene.task).unwrapped._sim
+    objects = [j for j in range(sim.model.njnt) if sim.model.jnt_type[j] == 0]
+    assert objects  # LIBERO's objects are free bodies
+
+
+def test_initial_state_moves_the_object_by_the_level_and_not_the_hand(metaworld):
+    """MetaWorld's puck (its free body) moves in the table's plane by exactly the level, seeded
+    by the scene; the hand, the goal and the height stay; the image shows it."""
+    plain = first(metaworld)
+    moved = first(metaworld, 0.03, "initial_state")
+    state, shifted = plain[keys.STATE], moved[keys.STATE]
+    assert np.linalg.norm(shifted[4:6] - state[4:6]) == pytest.approx(0.03, abs=1e-6)
+    assert shifted[6] == pytest.approx(state[6], abs=1e-9)  # in the table's plane
+    assert np.array_equal(shifted[:4], state[:4]) and np.array_equal(shifted[36:], state[36:])
+    assert np.array_equal(shifted[18:36], shifted[:18])  # the previous frame is this one
+    assert not np.array_equal(plain[keys.IMAGE], moved[keys.IMAGE])
+    assert np.array_equal(first(metaworld, 0.03, "initial_state")[keys.STATE], shifted)
+    assert np.array_equal(first(metaworld)[keys.STATE], state)
 
 
 def test_lighting_dims_the_image_and_action_noise_moves_the_hand(metaworld):
@@ -137,7 +160,7 @@ def test_an_axis_the_eval_lacks_or_a_level_out_of_range_is_named_with_the_evals_
     assert said == (
         "--perturb: metaworld-mt10 has no axis 'camera_pose'; metaworld-mt10's axes: "
         "action_noise [0, 1] std / half the action range, obs_noise [0, 1] std of the state, "
-        "instruction [0, 2] paraphrase number"
+        "initial_state [0, 0.05] metres, instruction [0, 2] paraphrase number"
     )
     said = refusals(MT10_STATE, [Perturbation("action_noise", 2.0)])
     assert said is not None and said.startswith(

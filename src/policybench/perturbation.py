@@ -258,6 +258,13 @@ COLOUR = Axis(
     "every geom's and material's colour shifted by the level, in a seeded direction each",
 )
 MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING, COLOUR)}
+INITIAL_STATE = Axis(
+    "initial_state",
+    0.05,
+    "metres",
+    "every free body (the objects) moved in the table's plane by the level, in a seeded "
+    "direction each, once the scene is staged",
+)
 
 
 class MujocoStaging:
@@ -275,11 +282,41 @@ class MujocoStaging:
     def stage(self, options: Mapping[str, Any] | None) -> None:
         for name, original in self.originals.items():
             getattr(self.model, name)[:] = original
-        given = (options or {}).get(PERTURBATION) or []
-        for part in [given] if isinstance(given, Mapping) else given:  # a grid cell: a list
-            perturbation = Perturbation(part["axis"], float(part["level"]))
-            rng = perturbation.draws(int(part[keys.SEED]))
-            STAGES[perturbation.axis](self.model, perturbation.level, rng)
+        for perturbation, seed in _staged_parts(options):
+            if perturbation.axis in STAGES:
+                STAGES[perturbation.axis](self.model, perturbation.level, perturbation.draws(seed))
+
+    def displace(self, data: Any, options: Mapping[str, Any] | None) -> bool:
+        """The initial-state axis, on `data` once the reset has staged its scene: each free
+        body's position moved by the level in the table's plane (a seeded direction each), the
+        model's state then computed again (mj_forward). Returns whether it moved anything, so
+        that the env observes the scene anew."""
+        import mujoco
+
+        moved = False
+        for perturbation, seed in _staged_parts(options):
+            if perturbation.axis != INITIAL_STATE.name:
+                continue
+            rng = perturbation.draws(seed)
+            for joint in np.flatnonzero(self.model.jnt_type == mujoco.mjtJoint.mjJNT_FREE):
+                angle = rng.uniform(0, 2 * np.pi)
+                at = self.model.jnt_qposadr[joint]
+                data.qpos[at : at + 2] += perturbation.level * np.array(
+                    [np.cos(angle), np.sin(angle)]
+                )
+                moved = True
+        if moved:
+            mujoco.mj_forward(self.model, data)
+        return moved
+
+
+def _staged_parts(options: Mapping[str, Any] | None) -> list[tuple[Perturbation, int]]:
+    """The perturbations a reset's options ask the env to stage, each with its scene's seed."""
+    given = (options or {}).get(PERTURBATION) or []
+    return [
+        (Perturbation(part["axis"], float(part["level"])), int(part[keys.SEED]))
+        for part in ([given] if isinstance(given, Mapping) else given)  # a grid cell: a list
+    ]
 
 
 def _move_cameras(model: Any, level: float, rng: np.random.Generator) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from policybench import keys
 from policybench.envserver import isolable
-from policybench.perturbation import MUJOCO_AXES, MujocoStaging
+from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, MujocoStaging
 from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
 from policybench.policy.codec import (
     Codec,
@@ -102,6 +102,8 @@ class SeededPlacement(gym.Wrapper):
         env.seed(0 if seed is None else seed)
         self._staging.stage(options)
         obs, info = env.reset()
+        if self._staging.displace(env.data, options):
+            obs = _observed_again(env)
         return self._observe(obs), info
 
     def step(self, action):
@@ -112,6 +114,16 @@ class SeededPlacement(gym.Wrapper):
         if self._camera is None:
             return state
         return {keys.STATE: state, keys.IMAGE: self.env.render()}
+
+
+PLACEMENT_AXES = {INITIAL_STATE.name: INITIAL_STATE}  # the objects moved once staged
+
+
+def _observed_again(env: Any) -> np.ndarray:
+    """MetaWorld's reset observation of its scene as it is now (its previous frame the same, as
+    a reset's is), after the initial-state axis moved the objects."""
+    env._prev_obs = env._get_curr_obs_combined_no_goal()
+    return env._get_obs().astype(np.float64)
 
 
 # LeRobot's MetaWorld (lerobot.envs.metaworld.MetaworldEnv), as lerobot-eval runs it.
@@ -175,6 +187,8 @@ class LeRobotPlacement(gym.Env):
         finally:
             np.random.set_state(saved)
         self._staging.stage(options)
+        if self._staging.displace(self._env.data, options):
+            state = _observed_again(self._env)
         return self._observe(state), info
 
     def step(self, action: np.ndarray):
@@ -360,7 +374,10 @@ def mt10(
         codecs={"openpi": openpi_codec(camera, size), "lerobot": lerobot_codec(camera, size)},
         contract=actions_only(openpi_codec(camera, size).contract),
         signals=SIGNALS,
-        perturbations={} if camera is None else MUJOCO_AXES,  # only what renders moves
+        perturbations={
+            **({} if camera is None else MUJOCO_AXES),
+            INITIAL_STATE.name: INITIAL_STATE,
+        },
         paraphrases=_paraphrases(tasks),
     )
 
@@ -404,7 +421,7 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
         codecs={"lerobot": lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE)},
         contract=actions_only(lerobot_codec(LEROBOT_CAMERA, LEROBOT_SIZE).contract),
         signals=SIGNALS,
-        perturbations=MUJOCO_AXES,
+        perturbations={**MUJOCO_AXES, **PLACEMENT_AXES},
         paraphrases=_paraphrases(tasks),
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
-from policybench.perturbation import MUJOCO_AXES
+from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
     Codec,
@@ -252,7 +252,7 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         metadata=protocol.settings(suite),
         codecs={"openpi": openpi_codec(protocol), "lerobot": lerobot_codec(protocol)},
         contract=actions_only(openpi_codec(protocol).contract),
-        perturbations=MUJOCO_AXES,
+        perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
         paraphrases=Paraphrases(suite),
     )
 

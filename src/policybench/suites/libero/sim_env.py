@@ -132,6 +132,8 @@ class LiberoSimEnv(gym.Env):
         super().reset(seed=seed)
         raw = self.stage(self.plan(seed, index))
         self._staged(options)  # cameras and lights, before the settle steps render
+        if self._staging is not None and self._staging.displace(self._sim.data._data, options):
+            raw = self._env.env._get_observations(force_update=True)  # the objects moved
         steps, action = self._settle
         for _ in range(steps):
             raw, _, _, _ = self._env.step(action)
@@ -140,10 +142,15 @@ class LiberoSimEnv(gym.Env):
     def _staged(self, options: dict[str, Any] | None) -> None:
         """The perturbation axes (policybench.perturbation) on the model this reset left: a
         model kept from the last reset is restored to how it was built, a rebuilt one is."""
-        model = self._env.env.sim.model._model
+        model = self._sim.model._model
         if self._staging is None or self._staging.model is not model:
             self._staging = MujocoStaging(model)
         self._staging.stage(options)
+
+    @property
+    def _sim(self) -> Any:
+        """robosuite's MjSim of the model the last reset built."""
+        return self._env.env.sim
 
     def stage(self, plan: ResetPlan) -> dict[str, np.ndarray]:
         """Resets the env as `plan` says and sets its init state; LIBERO's raw observation."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.envserver import Interpreter, Isolated
-from policybench.perturbation import MUJOCO_AXES
+from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES
 from policybench.policy.contract import actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval
@@ -110,7 +110,7 @@ def libero_pro(suite: str) -> Eval:
         },
         codecs={"openpi": openpi_codec(PROTOCOL)},
         contract=actions_only(openpi_codec(PROTOCOL).contract),
-        perturbations=MUJOCO_AXES,
+        perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
     )
 
 
