@@ -189,6 +189,13 @@ def _aloha_reach(steps: int = 30) -> np.ndarray:
     return np.hstack([left, gripper, right, gripper])
 
 
+def _waves(steps: int, dims: int) -> np.ndarray:
+    """Each dimension a slow sine of its own phase, within [-0.5, 0.5]: actions for a suite whose
+    actions are normalized joint commands."""
+    k = np.arange(steps)[:, None] / steps
+    return 0.5 * np.sin(2 * np.pi * k + np.arange(dims)[None, :])
+
+
 def _libero_moves(steps: int = 8) -> np.ndarray:
     """End-effector deltas round a small circle while descending; the gripper closes at the end."""
     angles = np.linspace(0.0, 2 * np.pi, steps, endpoint=False)[:, None]
@@ -231,8 +238,17 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         eval = dataclasses.replace(eval, plan=_FromInitState(eval.plan, rollout))
         return eval, task, FixedActions(_libero_moves(1)), 0.05
 
+    def robotics(name: str, task: str):
+        from policybench.suites import gymnasium_robotics as suite
+
+        eval = suite.KITCHEN if name == "kitchen" else suite.adroit(task)
+        actions = _waves(20, eval.make_env(task).action_space.shape[0])
+        return eval, task, FixedActions(actions), 20 / eval.control_hz
+
     return {
         "metaworld-reach-v3": lambda: metaworld("reach-v3"),
+        "kitchen-microwave": lambda: robotics("kitchen", "microwave"),
+        "adroit-door": lambda: robotics("adroit", "door"),
         "metaworld-pick-place-v3": lambda: metaworld("pick-place-v3"),
         "pusht": pusht,
         "aloha-transfer-cube": aloha,
@@ -260,6 +276,7 @@ class _FromInitState:
 SIM_GOLDENS = tuple(_sim_goldens())
 SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "metaworld"}
 SIM_REQUIRES["pusht"] = "gym_pusht"
+SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["libero-spatial-task0"] = "libero"
 SIM_REQUIRES["libero-spatial-task4-rollout3"] = "libero"

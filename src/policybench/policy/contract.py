@@ -15,7 +15,7 @@ from typing import Any
 
 from policybench import keys
 
-ACTIONS = ("eef-delta", "eef-absolute", "joint-delta", "joint-absolute")
+ACTIONS = ("eef-delta", "eef-absolute", "joint-delta", "joint-absolute", "joint-velocity")
 ROTATIONS = (
     "axis-angle",
     "quaternion-xyzw",
