@@ -148,3 +148,26 @@ def test_merge_counts_only_the_rollouts_a_run_selected_as_missing(pytester):
     assert missing(out) == [
         "test_point.py::test_point: 1 of 4 selected rollouts ran in no part ([alpha/seed=1])"
     ]
+
+
+def test_runs_on_another_simulator_version_are_refused_with_both_versions_named(pytester):
+    """A simulator's version is part of an Eval's protocol: two runs alike but for MuJoCo's
+    version (recorded per rollout under `packages`; the point env imports none, so the second
+    run's records are given another one, as a run on another MuJoCo would record) are not
+    compared, merged or resumed unless overridden."""
+    benchmark(pytester)
+    first = run(pytester, "--rollouts", "1")
+    second = run(pytester, "--rollouts", "1")
+    for run_dir, version in ((first, "3.3.0"), (second, "3.17.0")):
+        results = run_dir / "results.jsonl"
+        records = [json.loads(line) for line in results.read_text().splitlines()]
+        for record in records:
+            record["packages"] = {**(record.get("packages") or {}), "mujoco": version}
+        results.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+    why = refused_by(["report", "compare", str(first), str(second)])
+    assert why is not None and OVERRIDE in why
+    assert "eval point: packages.mujoco is \"3.3.0\" in" in why and "but \"3.17.0\" in" in why
+    merged = pytester.path / "merged"
+    assert refused_by(["report", "merge", str(first), str(second), "--out", str(merged)])
+    assert refused_by(["report", "compare", str(first), str(second), OVERRIDE]) is None
