@@ -77,12 +77,13 @@ class SeededPerTask:
 
     instructions: Mapping[str, str]
     timeout_s: float
+    first_seed: int = 0  # a reference loop's own first seed (Diffusion Policy's test seeds, say)
 
     def __call__(
         self, eval_name: str, rollouts_per_task: int, base_seed: int
     ) -> tuple[Rollout, ...]:
         planned = [
-            (instruction, Scene(task=task, seed=base_seed + i))
+            (instruction, Scene(task=task, seed=self.first_seed + base_seed + i))
             for task, instruction in self.instructions.items()
             for i in range(rollouts_per_task)
         ]
@@ -99,9 +100,12 @@ def numbered(
     )
 
 
-def seeded_per_task(instructions: Mapping[str, str], timeout_s: float) -> SeededPerTask:
-    """The common plan: each task (name -> instruction) run with consecutive seeds."""
-    return SeededPerTask(dict(instructions), timeout_s)
+def seeded_per_task(
+    instructions: Mapping[str, str], timeout_s: float, first_seed: int = 0
+) -> SeededPerTask:
+    """The common plan: each task (name -> instruction) run with consecutive seeds, from
+    `first_seed` plus the run's base seed."""
+    return SeededPerTask(dict(instructions), timeout_s, first_seed)
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,64 @@ class PushTObservation(gym.ObservationWrapper):
         return {keys.IMAGE: observation["pixels"], keys.STATE: observation["agent_pos"]}
 
 
-def make_env(task: str) -> gym.Env:
+def make_env(task: str, scenes: str = "gym-pusht") -> gym.Env:
+    """gym-pusht's env for `task`; `scenes`: which rule makes a seed a scene (SEED_RULES)."""
     import gym_pusht  # noqa: F401 - registers the env id
 
+    if scenes not in SEED_RULES:
+        raise ValueError(f"no PushT seed rule {scenes!r}; known: {', '.join(SEED_RULES)}")
     # gym-pusht's registration (episode limit and wrappers included), built from our subclass.
     spec = dataclasses.replace(gym.spec(ENV_ID), entry_point=pusht_env_class())
-    return PushTObservation(gym.make(spec, obs_type="pixels_agent_pos", disable_env_checker=True))
+    env = gym.make(spec, obs_type="pixels_agent_pos", disable_env_checker=True)
+    if scenes == DIFFUSION_POLICY:
+        env = DiffusionPolicyScenes(env)
+    return PushTObservation(env)
+
+
+# How a seed becomes PushT's first state: gym-pusht draws it from the env's seeded generator
+# (np_random) since 0.1.6; gym-pusht 0.1.5 and Diffusion Policy's own PushTEnv, behind the
+# published PushT numbers, from `np.random.RandomState(seed)`: other scenes for the same seed.
+GYM_PUSHT, DIFFUSION_POLICY = "gym-pusht", "diffusion-policy"
+SEED_RULES = {
+    GYM_PUSHT: "the installed gym-pusht's reset(seed) (np_random since 0.1.6)",
+    DIFFUSION_POLICY: "Diffusion Policy's and gym-pusht 0.1.5's: np.random.RandomState(seed)",
+}
+DP_TEST_START_SEED = 100000  # Diffusion Policy's PushT runner's test_start_seed
+
+
+def diffusion_policy_state(seed: int) -> np.ndarray:
+    """The first state (agent x, y; block x, y, angle) Diffusion Policy's PushTEnv, and
+    gym-pusht 0.1.5, stage for `seed`."""
+    draws = np.random.RandomState(seed=seed)
+    return np.array(
+        [
+            draws.randint(50, 450),
+            draws.randint(50, 450),
+            draws.randint(100, 400),
+            draws.randint(100, 400),
+            draws.randn() * 2 * np.pi - np.pi,
+        ]
+    )
+
+
+class DiffusionPolicyScenes(gym.Wrapper):
+    """PushT whose seed stages Diffusion Policy's scene for that seed (its first state given to
+    gym-pusht's reset as `reset_to_state`, which stages it as a drawn one)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is None:
+            raise ValueError("Diffusion Policy's PushT scenes need a seed")
+        state = diffusion_policy_state(seed)
+        return self.env.reset(seed=seed, options={**(options or {}), "reset_to_state": state})
+
+
+def gym_pusht_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gym-pusht")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @functools.cache
@@ -415,11 +467,22 @@ LEROBOT = Codec(
 )
 
 
-def pusht(scripted: Any = None) -> Eval:
+def pusht(scripted: Any = None, scenes: str = GYM_PUSHT) -> Eval:
+    """PushT with the seed rule `scenes` names: the installed gym-pusht's (Eval `pusht`), or
+    Diffusion Policy's (`pusht-dp`, seeds from its test_start_seed as its runner's tests)."""
+    dp = scenes == DIFFUSION_POLICY
+    rule = SEED_RULES[scenes]
+    if not dp:
+        version = gym_pusht_version()
+        rule += f"; installed: gym-pusht {version}" if version else ""
     return Eval(
-        name="pusht",
-        make_env=isolable(make_env),
-        plan=seeded_per_task({TASK: INSTRUCTION}, timeout_s=MAX_STEPS / CONTROL_HZ),
+        name="pusht-dp" if dp else "pusht",
+        make_env=isolable(make_env, scenes=scenes),
+        plan=seeded_per_task(
+            {TASK: INSTRUCTION},
+            timeout_s=MAX_STEPS / CONTROL_HZ,
+            first_seed=DP_TEST_START_SEED if dp else 0,
+        ),
         control_hz=CONTROL_HZ,
         hold=hold,
         hold_name="hold last target",
@@ -427,10 +490,11 @@ def pusht(scripted: Any = None) -> Eval:
         extra="pusht",
         packages=("gym-pusht", "pymunk", "gymnasium"),
         scripted=scripted,
-        metadata={"observation": "image 96x96 + agent_pos"},
+        metadata={"observation": "image 96x96 + agent_pos", "seed_rule": rule},
         codecs={"openpi": OPENPI, "lerobot": LEROBOT},
         contract=actions_only(OPENPI.contract),
     )
 
 
 PUSHT = pusht(scripted=PushTHeuristic)
+PUSHT_DP = pusht(scripted=PushTHeuristic, scenes=DIFFUSION_POLICY)
