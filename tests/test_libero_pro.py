@@ -175,3 +175,30 @@ def test_policybench_stages_what_libero_pros_evaluator_stages(
         world.close()
     # The comparison can fail: the two episodes start from different init states.
     assert not np.array_equal(reference["image0"], reference["image1"])
+
+
+@pytest.mark.slow
+def test_libero_pros_env_server_stages_the_perturbation_axes(libero_pro_python):
+    """The axes reach LIBERO-PRO's env in its own interpreter (the perturbation module rides
+    beside its env server): a moved camera, a colour and moved objects change the images, the
+    robot's state stays, and the same perturbation stages the same images again."""
+    from policybench.perturbation import Grid, Perturbation
+
+    eval, index = ONE_OF_EACH[0]
+    [rollout] = [r for r in eval.rollouts(1, 0) if r.scene.task == f"task{index}"]
+    world = World(eval)
+    try:
+        plain = world.reset(rollout.scene)
+        for perturbation in (
+            Perturbation("camera_pose", 0.05),
+            Grid((Perturbation("colour", 0.3), Perturbation("initial_state", 0.03))),
+        ):
+            perturbed = world.reset(rollout.scene, perturbation)
+            assert not np.array_equal(plain[keys.IMAGE], perturbed[keys.IMAGE]), perturbation
+            assert np.allclose(plain[keys.STATE], perturbed[keys.STATE], atol=1e-3)
+            again = world.reset(rollout.scene, perturbation)
+            assert np.array_equal(perturbed[keys.IMAGE], again[keys.IMAGE])
+        restored = world.reset(rollout.scene)
+        assert all(np.array_equal(plain[name], restored[name]) for name in plain)
+    finally:
+        world.close()
