@@ -167,7 +167,7 @@ def test_runs_on_another_simulator_version_are_refused_with_both_versions_named(
 
     why = refused_by(["report", "compare", str(first), str(second)])
     assert why is not None and OVERRIDE in why
-    assert "eval point: packages.mujoco is \"3.3.0\" in" in why and "but \"3.17.0\" in" in why
+    assert 'eval point: packages.mujoco is "3.3.0" in' in why and 'but "3.17.0" in' in why
     merged = pytester.path / "merged"
     assert refused_by(["report", "merge", str(first), str(second), "--out", str(merged)])
     assert refused_by(["report", "compare", str(first), str(second), OVERRIDE]) is None
