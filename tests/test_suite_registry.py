@@ -37,10 +37,13 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "metaworld": "policybench.suites.metaworld",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
+        "gymnasium-robotics": "policybench.suites.gymnasium_robotics",
         "libero": "policybench.suites.libero",
         "libero-pro": "policybench.suites.libero_pro",
     }
-    assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial"} <= set(registered_evals())
+    assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial", "kitchen"} <= set(
+        registered_evals()
+    )
 
 
 def test_an_eval_is_found_by_registered_name_or_module_attr_and_a_wrong_one_is_named():

@@ -1,0 +1,140 @@
+"""gymnasium-robotics through policybench against its own plain loop, in this interpreter with the
+same actions: the kitchen (microwave) and each Adroit task, a seeded uniform action sequence
+played for the episode's full length, through the harness (World, ChunkPlayer, trace) and
+through `gym.make(id)`, `reset(seed)`, `step(a)`; and the kitchen behind an env server in
+another interpreter (one round trip a step).
+
+    python bench/robotics_speed.py [--repeats 3]
+
+Each (task, mode) runs `repeats` times in one process, the env built once (as a run's worker
+keeps it); the best CPU time of this thread (time.thread_time) is kept for the in-process
+modes, and for the isolated one the best wall time, beside the plain loop's (its env steps in
+the other process). Prints a markdown table of steps/s and the ratio to the plain loop (target:
+0.95 in process) and the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from policybench.envserver import Interpreter, Isolated
+from policybench.harness import run_rollout
+from policybench.policy.base import Chunk, SessionContext
+from policybench.policy.chunk_player import ChunkPolicy
+from policybench.suites import gymnasium_robotics as robotics
+from policybench.world import World
+
+TARGET = 0.95
+SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Played:
+    """A model that answers once with the whole action sequence (the harness plays it)."""
+
+    actions: np.ndarray
+    name: str = "played"
+
+    def open(self, context: SessionContext) -> Any:
+        return lambda obs: Chunk(self.actions, context.control_hz)
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy_name": self.name}
+
+
+def plain(env: gym.Env, actions: np.ndarray) -> int:
+    """The reference loop on a built env: reset(seed), then every action."""
+    env.reset(seed=SEED)
+    for action in actions:
+        env.step(action)
+    return len(actions)
+
+
+def plain_env(env_id: str, **kwargs: Any) -> gym.Env:
+    import gymnasium_robotics
+
+    gym.register_envs(gymnasium_robotics)
+    return gym.make(env_id, disable_env_checker=True, **kwargs)
+
+
+def harnessed(world: World, task: str, actions: np.ndarray) -> int:
+    """One rollout through the harness on `world` (its env built at its first reset, kept)."""
+    [rollout] = [r for r in world.eval.rollouts(1, SEED) if r.scene.task == task]
+    return run_rollout(rollout, world, ChunkPolicy(Played(actions))).steps
+
+
+def cases() -> dict[str, tuple[Any, str, str, dict[str, Any], int]]:
+    kitchen = ("FrankaKitchen-v1", {"tasks_to_complete": ["microwave"]})
+    found = {"kitchen microwave": (robotics.KITCHEN, "microwave", *kitchen, 280)}
+    for task, env_id in robotics.ADROIT_IDS.items():
+        found[f"adroit {task}"] = (robotics.adroit(task), task, env_id, {}, 200)
+    return found
+
+
+def interleaved(modes: dict[str, Any], repeats: int) -> dict[str, tuple[int, float]]:
+    """Each mode's steps and best time over `repeats` rounds, the modes taking turns in each
+    round (a machine busy for a while slows every mode alike)."""
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    steps = {}
+    for _ in range(repeats):
+        for mode, (run, clock) in modes.items():
+            started = clock()
+            steps[mode] = run()
+            times[mode].append(clock() - started)
+    return {mode: (steps[mode], min(times[mode])) for mode in modes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    print(f"$ python bench/robotics_speed.py --repeats={args.repeats}")
+    print()
+    print("| task | mode | steps | best s | steps/s | vs plain | target |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, (eval, task, env_id, kwargs, steps) in cases().items():
+        space = eval.make_env(task).action_space
+        rng = np.random.default_rng(SEED)
+        actions = rng.uniform(space.low, space.high, (steps, *space.shape)).astype(space.dtype)
+        eval = dataclasses.replace(eval, stop_on_success=False)  # every step, as the plain loop
+        worlds = [World(eval)]
+        modes = {
+            "plain loop": (partial(plain, plain_env(env_id, **kwargs), actions), time.thread_time),
+            "policybench": (partial(harnessed, worlds[0], task, actions), time.thread_time),
+        }
+        if name.startswith("kitchen"):
+            isolated = Isolated(
+                "policybench.suites.gymnasium_robotics:make_kitchen",
+                Interpreter("bench", python=sys.executable),
+            )
+            worlds.append(World(dataclasses.replace(eval, make_env=isolated)))
+            modes["plain loop, wall"] = (modes["plain loop"][0], time.perf_counter)
+            modes["policybench, isolated, wall"] = (
+                partial(harnessed, worlds[1], task, actions),
+                time.perf_counter,
+            )
+        for run, _ in modes.values():
+            run()  # warm: the env built, its first reset done
+        rates = {}
+        for mode, (done, seconds) in interleaved(modes, args.repeats).items():
+            rates[mode] = done / seconds
+            ratio = rates[mode] / rates["plain loop" if "wall" not in mode else "plain loop, wall"]
+            target = f">= {TARGET}" if mode == "policybench" else ""
+            print(
+                f"| {name} | {mode} | {done} | {seconds:.3f} | {rates[mode]:.0f} | "
+                f"{ratio:.3f} | {target} |"
+            )
+        for world in worlds:
+            world.close()
+
+
+if __name__ == "__main__":
+    main()
