@@ -78,6 +78,4 @@ def test_pusht_dp_runs_diffusion_policys_test_seeds_and_each_eval_names_its_rule
     assert [r.scene.seed for r in PUSHT_DP.rollouts(3, 0)] == [100000, 100001, 100002]
     assert [r.scene.seed for r in PUSHT.rollouts(2, 0)] == [0, 1]
     assert "RandomState(seed)" in PUSHT_DP.metadata["seed_rule"]
-    assert PUSHT.metadata["seed_rule"].endswith(
-        f"installed: gym-pusht {__import__('importlib.metadata').metadata.version('gym-pusht')}"
-    )
+    assert "np_random since 0.1.6" in PUSHT.metadata["seed_rule"]

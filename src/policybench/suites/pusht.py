@@ -99,15 +99,6 @@ class DiffusionPolicyScenes(gym.Wrapper):
         return self.env.reset(seed=seed, options={**(options or {}), "reset_to_state": state})
 
 
-def gym_pusht_version() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version("gym-pusht")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 @functools.cache
 def pusht_env_class() -> type[gym.Env]:
     """gym-pusht's PushTEnv, with the same frames made about 40 times faster.
@@ -471,10 +462,6 @@ def pusht(scripted: Any = None, scenes: str = GYM_PUSHT) -> Eval:
     """PushT with the seed rule `scenes` names: the installed gym-pusht's (Eval `pusht`), or
     Diffusion Policy's (`pusht-dp`, seeds from its test_start_seed as its runner's tests)."""
     dp = scenes == DIFFUSION_POLICY
-    rule = SEED_RULES[scenes]
-    if not dp:
-        version = gym_pusht_version()
-        rule += f"; installed: gym-pusht {version}" if version else ""
     return Eval(
         name="pusht-dp" if dp else "pusht",
         make_env=isolable(make_env, scenes=scenes),
@@ -490,7 +477,8 @@ def pusht(scripted: Any = None, scenes: str = GYM_PUSHT) -> Eval:
         extra="pusht",
         packages=("gym-pusht", "pymunk", "gymnasium"),
         scripted=scripted,
-        metadata={"observation": "image 96x96 + agent_pos", "seed_rule": rule},
+        # The rule, beside the gym-pusht version every record holds (its packages).
+        metadata={"observation": "image 96x96 + agent_pos", "seed_rule": SEED_RULES[scenes]},
         codecs={"openpi": OPENPI, "lerobot": LEROBOT},
         contract=actions_only(OPENPI.contract),
     )
