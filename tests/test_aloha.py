@@ -161,9 +161,10 @@ def test_openpi_policy_on_aloha_sends_the_aloha_sim_convention_over_a_loopback_s
     assert seen == [(np.dtype(np.uint8), (14,), rollout.instruction)] * 2  # steps 0 and 10
 
 
-def test_alohas_cameras_lights_and_colours_move_its_image_and_not_its_joints():
+def test_alohas_axes_move_its_image_and_not_its_joints():
     """ALOHA's dm_control model stages the MuJoCo axes as MetaWorld's and LIBERO's do: the image
-    changes, seeded by the scene, the joints do not, and the next plain reset is the plain one."""
+    changes, seeded by the scene, the joints do not, and the next plain reset is the plain one;
+    initial_state moves the box (its free joint) once gym-aloha has placed it."""
     pytest.importorskip(
         "gym_aloha", reason="gym-aloha not installed: pip install 'policybench[aloha]'"
     )
@@ -182,5 +183,14 @@ def test_alohas_cameras_lights_and_colours_move_its_image_and_not_its_joints():
             assert np.array_equal(perturbed[keys.IMAGE], again[keys.IMAGE]), axis
         restored = world.reset(scene)
         assert all(np.array_equal(plain[name], restored[name]) for name in plain)
+        # the box moved in the table's plane by the level: the image shows it, the joints stay
+        sim = world.env_for(scene.task)
+        box = sim._physics.data.qpos[-7:-4].copy()
+        moved = world.reset(scene, Perturbation("initial_state", 0.03))
+        shifted = sim._physics.data.qpos[-7:-4]
+        assert np.linalg.norm(shifted[:2] - box[:2]) == pytest.approx(0.03, abs=1e-6)
+        assert shifted[2] == pytest.approx(box[2])
+        assert np.array_equal(plain[keys.STATE], moved[keys.STATE])
+        assert not np.array_equal(plain[keys.IMAGE], moved[keys.IMAGE])
     finally:
         world.close()

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
-from policybench.perturbation import MUJOCO_AXES, MujocoStaging
+from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, MujocoStaging
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
     Codec,
@@ -77,7 +77,7 @@ class AlohaSim(gym.Env):
         self._physics = control.physics
         if not rendering.shadows:  # software rendering runs several times faster without them
             self._physics.model.light_castshadow[:] = 0
-        self._staging = MujocoStaging(self._physics.model)  # the perturbation axes
+        self._staging = MujocoStaging(self._physics.model.ptr)  # the perturbation axes
         height, width = rendering.size
         self.action_space = self._env.action_space
         self.observation_space = gym.spaces.Dict(
@@ -102,6 +102,8 @@ class AlohaSim(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self._staging.stage(options)  # before the reset renders its first observation
         obs, info = self._env.reset(seed=seed)
+        if self._staging.displace(self._physics.data.ptr, options):  # the boxes moved
+            obs = self._env._format_raw_obs(self._observe_task(self._physics))
         return self._observe(obs), info
 
     def step(self, action: np.ndarray):
@@ -187,7 +189,7 @@ def aloha(
         extra="aloha",
         packages=("gym-aloha", "dm-control", "mujoco", "gymnasium"),
         renderer=MUJOCO,
-        perturbations=MUJOCO_AXES,
+        perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
         metadata={
             "observation": f"{keys.IMAGE}: {rendering.describe()} + {keys.STATE}: 14 joints",
             "camera": rendering.camera,
