@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from policybench import keys
-from policybench.perturbation import Perturbation, parse_perturb, refusals
+from policybench.perturbation import Grid, Perturbation, parse_perturb, refusals
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 BENCHMARK = """
@@ -160,7 +160,8 @@ def test_an_axis_the_eval_lacks_or_a_level_out_of_range_is_named_with_the_evals_
     assert said == (
         "--perturb: metaworld-mt10 has no axis 'camera_pose'; metaworld-mt10's axes: "
         "action_noise [0, 1] std / half the action range, obs_noise [0, 1] std of the state, "
-        "initial_state [0, 0.05] metres, instruction [0, 2] paraphrase number"
+        "action_delay [0, 10] control steps, initial_state [0, 0.05] metres, "
+        "instruction [0, 2] paraphrase number"
     )
     said = refusals(MT10_STATE, [Perturbation("action_noise", 2.0)])
     assert said is not None and said.startswith(
@@ -402,3 +403,34 @@ def test_a_grid_needs_two_axes(bench):
         ["*--perturb-grid combines the levels of two or more axes, but --perturb names 1 "
          "(action_noise); add another --perturb AXIS=LEVELS*"]
     )  # fmt: skip
+
+
+def test_action_delay_plays_each_action_late_holding_until_the_first_arrives():
+    from policybench.perturbation import Noise
+
+    delayed = Noise(Perturbation("action_delay", 2), seed=0, hold=lambda: np.array([-1.0]))
+    played = [delayed.action(np.array([float(k)]), None)[0] for k in range(5)]
+    assert played == [-1.0, -1.0, 0.0, 1.0, 2.0]
+    both = Noise(
+        Grid((Perturbation("action_delay", 1), Perturbation("action_noise", 0.5))),
+        seed=3,
+        hold=lambda: np.zeros(2),
+    )
+    alone = Noise(Perturbation("action_noise", 0.5), seed=3)
+    bounds = (np.full(2, -1.0), np.full(2, 1.0))
+    first, second = np.array([0.2, 0.2]), np.array([0.4, -0.4])
+    # the delayed arm's noise lands on the action it plays, with the noise arm's own draws
+    assert np.array_equal(both.action(first, bounds), alone.action(np.zeros(2), bounds))
+    assert np.array_equal(both.action(second, bounds), alone.action(first, bounds))
+
+
+def test_a_delayed_policy_takes_longer_to_reach_its_goal(bench):
+    assert bench.runpytest("--perturb", "action_delay=3", "--rollouts", "4").ret == 0
+    steps = {}
+    for record in records(bench):
+        steps.setdefault(record[keys.ARM], []).append(record["steps"])
+    assert all(d >= n for d, n in zip(steps["action_delay-3"], steps["none"], strict=True))
+    assert sum(steps["action_delay-3"]) > sum(steps["none"])
+    refused = bench.runpytest("--perturb", "action_delay=1.5", "--rollouts", "1")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*action_delay level 1.5 is not a whole number in [[]0, 10]*"])

@@ -19,6 +19,7 @@ the record's scene and perturbation (`World(eval).reset(scene, Perturbation(axis
 
 from __future__ import annotations
 
+import collections
 import itertools
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -115,7 +116,15 @@ ACTION_NOISE = Axis(
     "Gaussian noise on every action, clipped to the action space",
 )
 OBS_NOISE = Axis("obs_noise", 1.0, "std of the state", "Gaussian noise on the state vector")
-NOISE_AXES = {axis.name: axis for axis in (ACTION_NOISE, OBS_NOISE)}
+ACTION_DELAY = Axis(
+    "action_delay",
+    10,
+    "control steps",
+    "every action played that many control steps late (the Eval's hold until the first one "
+    "arrives), beside any inference latency",
+    whole=True,
+)
+NOISE_AXES = {axis.name: axis for axis in (ACTION_NOISE, OBS_NOISE, ACTION_DELAY)}
 
 
 INSTRUCTION = "instruction"
@@ -153,16 +162,25 @@ def staged_by_env(eval: Any, perturbation: Perturbation | Grid | None) -> tuple[
 
 
 class Noise:
-    """The noise axes of one rollout, applied by the World: each axis's draws seeded per scene."""
+    """The noise axes of one rollout, applied by the World: each axis's draws seeded per scene;
+    a delay plays each action `level` steps late, `hold()` (the Eval's hold) before the first."""
 
-    def __init__(self, perturbation: Perturbation | Grid, seed: int) -> None:
+    def __init__(
+        self, perturbation: Perturbation | Grid, seed: int, hold: Callable[[], Any] = list
+    ) -> None:
         self.levels = {p.axis: p.level for p in perturbation.parts if p.axis in NOISE_AXES}
         self.rngs = {p.axis: p.draws(seed) for p in perturbation.parts if p.axis in NOISE_AXES}
+        self.hold = hold
+        self.delayed: collections.deque[Any] = collections.deque()
 
     def __bool__(self) -> bool:
         return bool(self.levels)
 
     def action(self, action: np.ndarray, bounds: tuple[np.ndarray, np.ndarray] | None) -> Any:
+        delay = int(self.levels.get(ACTION_DELAY.name, 0))
+        if delay:
+            self.delayed.append(action)
+            action = self.delayed.popleft() if len(self.delayed) > delay else self.hold()
         level = self.levels.get(ACTION_NOISE.name)
         if level is None:
             return action

@@ -5,6 +5,7 @@ closed); an env that raised is discarded and rebuilt on next use."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -126,11 +127,13 @@ class World:
         self.success_reported = False
         options = reset_options(scene.fields, perturbation, scene.seed, self.eval)
         obs, _ = env.reset(seed=scene.seed, options=options)
-        noise = None if perturbation is None else Noise(perturbation, scene.seed)
+        observed = as_observation(obs)
+        held = functools.partial(self.eval.hold, None, observed)  # where the scene starts
+        noise = None if perturbation is None else Noise(perturbation, scene.seed, held)
         self._noise = noise if noise else None
         if self._noise is not None:
-            return self._noise.observation(as_observation(obs))
-        return as_observation(obs)
+            return self._noise.observation(observed)
+        return observed
 
     def step(self, action: np.ndarray) -> Transition:
         assert self._env is not None, "World.step before World.reset"
