@@ -2,7 +2,8 @@
 then MetaWorld's, each renderer with a GL context of its own. gymnasium's renderer (MetaWorld's)
 made its context current only when it held two viewers, so after LIBERO's renderer had taken the
 thread's context MetaWorld drew through LIBERO's: its frames changed and stopped following its
-own model. Each MetaWorld frame now makes its context current first."""
+own model; dm_control's (ALOHA's) the same after MetaWorld's. Each frame of either now makes
+its own context current first."""
 
 from __future__ import annotations
 
@@ -37,3 +38,24 @@ def test_metaworld_renders_the_same_frames_after_libero_rendered_in_its_thread()
         metaworld.close()
     assert not np.array_equal(*before)  # the puck moved, and the frame shows it
     assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
+
+
+def test_aloha_renders_the_same_frames_after_metaworld_rendered_in_its_thread():
+    """dm_control (ALOHA's) makes its context current only when it believes another of its own
+    is: after MetaWorld's renderer took the thread's context, ALOHA drew through it."""
+    for module in ("metaworld", "gym_aloha"):
+        pytest.importorskip(module, reason=f"needs {module}")
+    from policybench.suites.aloha import Rendering, aloha
+    from policybench.suites.metaworld import mt10
+
+    alohas = World(aloha(Rendering(size=(60, 80), shadows=False), max_steps=5))
+    scene = alohas.eval.rollouts(1, 0)[0].scene
+    metaworld = World(mt10(camera="corner", size=64, tasks={"reach-v3": "reach the goal"}))
+    try:
+        before = alohas.reset(scene)[keys.IMAGE]
+        metaworld.reset(metaworld.eval.rollouts(1, 3)[0].scene)  # MetaWorld renders
+        after = alohas.reset(scene)[keys.IMAGE]
+    finally:
+        metaworld.close()
+        alohas.close()
+    assert np.array_equal(before, after)

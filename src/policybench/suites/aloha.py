@@ -91,6 +91,12 @@ class AlohaSim(gym.Env):
         """gym-aloha's observation with only the one camera rendered."""
         task = self._env._env.task
         height, width = self._rendering.size
+        # dm_control makes its GL context current only when it believes another of its own is:
+        # after another suite's renderer (MetaWorld's, LIBERO's) took this thread's context, it
+        # drew through that one. Made current for every frame (an eglMakeCurrent, microseconds).
+        gl = physics.contexts.gl
+        with gl.make_current() as ctx:
+            ctx.call(gl._platform_make_current)
         image = physics.render(height=height, width=width, camera_id=self._rendering.camera)
         return OrderedDict(
             qpos=task.get_qpos(physics),
