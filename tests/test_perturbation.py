@@ -434,3 +434,57 @@ def test_a_delayed_policy_takes_longer_to_reach_its_goal(bench):
     refused = bench.runpytest("--perturb", "action_delay=1.5", "--rollouts", "1")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*action_delay level 1.5 is not a whole number in [[]0, 10]*"])
+
+
+METAWORLD_CAMERA = """
+import policybench
+from policybench.suites.metaworld import mt10
+
+EVAL = mt10(camera="corner", size=32, shadows=False,
+            tasks={"reach-v3": "reach the goal", "push-v3": "push the puck to the goal"})
+
+
+@policybench.parametrize(EVAL)
+def test_mw(rollout, harness):
+    harness(rollout)
+"""
+
+
+def played(path) -> tuple:
+    """What a trace says the rollout did (its actions, rewards and states), as bytes; not its
+    model calls' wall times."""
+    from policybench.record.rollout_trace import read_trace
+
+    arrays = read_trace(path)["arrays"]
+    return tuple((name, arrays[name].tobytes()) for name in sorted(arrays) if "wall" not in name)
+
+
+def test_metaworlds_staged_axes_run_alike_at_any_number_of_workers(pytester):
+    """Moved objects and a moved camera on a rendered MetaWorld Eval, its expert playing: every
+    rollout's outcome, length, reward and trace (its actions, rewards and states) are the same at
+    -n 0 and -n 2. (The expert reads the state: the moved camera's images are checked to be
+    seeded by the scene in the World tests above.)"""
+    pytest.importorskip("metaworld", reason="needs pip install 'policybench[metaworld]'")
+    pytester.makepyfile(test_mw=METAWORLD_CAMERA)
+    given = ("--perturb", "initial_state=0.03", "--perturb", "camera_pose=0.05", "--rollouts", "2")
+
+    def run(*workers: str) -> dict:
+        result = pytester.runpytest_subprocess(*given, *workers, "-p", "no:cacheprovider")
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        run_dir = pytester.path / "reports" / "latest"
+        return {
+            (r[keys.ARM], r[keys.TASK], r["scene"]["seed"]): (
+                r["outcome"],
+                r["steps"],
+                r["sum_reward"],
+                played(run_dir / r["rollout_trace"]),
+            )
+            for r in records(pytester)
+        }
+
+    alone = run()
+    assert {arm for arm, _, _ in alone} == {"none", "initial_state-0.03", "camera_pose-0.05"}
+    assert run("-n", "2") == alone
+    moved = {key[1:]: value for key, value in alone.items() if key[0] == "initial_state-0.03"}
+    plain = {key[1:]: value for key, value in alone.items() if key[0] == "none"}
+    assert moved != plain  # the objects moved: the expert played other steps
