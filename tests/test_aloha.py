@@ -175,6 +175,7 @@ def test_alohas_axes_move_its_image_and_not_its_joints():
     try:
         scene = world.eval.rollouts(1, 0)[0].scene
         plain = world.reset(scene)
+        assert "texture" not in world.eval.perturbations  # its models have no texture
         for axis, level in (("camera_pose", 0.05), ("lighting", 0.5), ("colour", 0.3)):
             perturbed = world.reset(scene, Perturbation(axis, level))
             assert np.array_equal(plain[keys.STATE], perturbed[keys.STATE]), axis

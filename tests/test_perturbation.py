@@ -71,6 +71,7 @@ def first(world, level: float | None = None, axis: str = "camera_pose"):
         ("camera_pose", 0.1, keys.IMAGE),
         ("lighting", 0.5, keys.IMAGE),
         ("colour", 0.3, keys.IMAGE),
+        ("texture", 1.0, keys.IMAGE),
         ("obs_noise", 0.05, keys.STATE),
         ("action_noise", 0.5, None),
     ],
@@ -108,7 +109,8 @@ def test_liberos_cameras_lights_and_colours_move_its_images_and_not_its_state(li
     moved = libero_world.reset(scene, Perturbation("camera_pose", 0.05))
     dimmed = libero_world.reset(scene, Perturbation("lighting", 0.5))
     recoloured = libero_world.reset(scene, Perturbation("colour", 0.3))
-    for perturbed in (moved, dimmed, recoloured):
+    retextured = libero_world.reset(scene, Perturbation("texture", 1.0))
+    for perturbed in (moved, dimmed, recoloured, retextured):
         assert np.array_equal(plain[keys.STATE], perturbed[keys.STATE])
         for camera in (keys.IMAGE, keys.WRIST_IMAGE):
             assert not np.array_equal(plain[camera], perturbed[camera]), camera

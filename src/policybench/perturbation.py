@@ -275,7 +275,14 @@ COLOUR = Axis(
     "RGB shift",
     "every geom's and material's colour shifted by the level, in a seeded direction each",
 )
-MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING, COLOUR)}
+TEXTURE = Axis(
+    "texture",
+    1.0,
+    "share of textured materials",
+    "that share of the textured materials given another of the model's textures of the same "
+    "kind, both seeded",
+)
+MUJOCO_AXES = {axis.name: axis for axis in (CAMERA_POSE, LIGHTING, COLOUR, TEXTURE)}
 INITIAL_STATE = Axis(
     "initial_state",
     0.05,
@@ -294,7 +301,14 @@ class MujocoStaging:
         self.model = model
         self.originals = {
             name: np.array(getattr(model, name))
-            for name in ("cam_pos", "light_diffuse", "light_ambient", "geom_rgba", "mat_rgba")
+            for name in (
+                "cam_pos",
+                "light_diffuse",
+                "light_ambient",
+                "geom_rgba",
+                "mat_rgba",
+                "mat_texid",
+            )
         }
 
     def stage(self, options: Mapping[str, Any] | None) -> None:
@@ -303,6 +317,12 @@ class MujocoStaging:
         for perturbation, seed in _staged_parts(options):
             if perturbation.axis in STAGES:
                 STAGES[perturbation.axis](self.model, perturbation.level, perturbation.draws(seed))
+
+    def sync(self, context: Any) -> None:
+        """The model's material textures into a renderer's context (an MjrContext): MuJoCo
+        copies them there when the context is made, and draws from that copy."""
+        if context is not None:
+            context.mat_texid[: self.model.mat_texid.size] = self.model.mat_texid.ravel()
 
     def displace(self, data: Any, options: Mapping[str, Any] | None) -> bool:
         """The initial-state axis, on `data` once the reset has staged its scene: each free
@@ -356,10 +376,26 @@ def _recolour(model: Any, level: float, rng: np.random.Generator) -> None:
         colours[:, :3] = np.clip(colours[:, :3] + level * directions, 0, 1)
 
 
+def _retexture(model: Any, level: float, rng: np.random.Generator) -> None:
+    """The textured materials in a seeded order, each with a seeded other texture of its
+    texture's kind (2D, cube, skybox): the first `level` share of them take it. The draws are
+    the same at every level, so a higher level changes what a lower one did, and more."""
+    textured = list(zip(*np.nonzero(model.mat_texid >= 0), strict=True))
+    order, picks = rng.permutation(len(textured)), rng.random(len(textured))
+    for index in order[: round(level * len(textured))]:
+        material, role = textured[index]
+        texture = model.mat_texid[material, role]
+        others = np.flatnonzero(model.tex_type == model.tex_type[texture])
+        others = others[others != texture]
+        if len(others):
+            model.mat_texid[material, role] = others[int(picks[index] * len(others))]
+
+
 STAGES: dict[str, Callable[[Any, float, np.random.Generator], None]] = {
     CAMERA_POSE.name: _move_cameras,
     LIGHTING.name: _dim_lights,
     COLOUR.name: _recolour,
+    TEXTURE.name: _retexture,
 }
 
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
-from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, MujocoStaging
+from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, TEXTURE, MujocoStaging
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
     Codec,
@@ -169,6 +169,13 @@ def lerobot_codec(rendering: Rendering = Rendering()) -> Codec:
     )
 
 
+# The MuJoCo axes but texture (gym-aloha's models have no texture), and its boxes moved.
+AXES = {
+    **{name: axis for name, axis in MUJOCO_AXES.items() if name != TEXTURE.name},
+    INITIAL_STATE.name: INITIAL_STATE,
+}
+
+
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     """Keep the joints where they are (actions are absolute joint positions)."""
     return np.asarray(obs[keys.STATE], dtype=np.float32) if last is None else last
@@ -195,7 +202,7 @@ def aloha(
         extra="aloha",
         packages=("gym-aloha", "dm-control", "mujoco", "gymnasium"),
         renderer=MUJOCO,
-        perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
+        perturbations=AXES,
         metadata={
             "observation": f"{keys.IMAGE}: {rendering.describe()} + {keys.STATE}: 14 joints",
             "camera": rendering.camera,

@@ -113,19 +113,20 @@ class SeededPlacement(gym.Wrapper):
     def _observe(self, state: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
         if self._camera is None:
             return state
-        return {keys.STATE: state, keys.IMAGE: rendered(self.env)}
+        return {keys.STATE: state, keys.IMAGE: rendered(self.env, self._staging)}
 
 
 PLACEMENT_AXES = {INITIAL_STATE.name: INITIAL_STATE}  # the objects moved once staged
 
 
-def rendered(env: gym.Env) -> np.ndarray:
-    """The env's frame, its own GL context made current first. gymnasium's renderer makes its
-    context current only when it holds two viewers, so after another suite's renderer (LIBERO's,
-    ALOHA's) took the thread's context, MetaWorld drew through that one: a wrong frame, and one
-    that no longer followed its own model's changes."""
-    renderer = env.unwrapped.mujoco_renderer
-    renderer._get_viewer(env.unwrapped.render_mode).make_context_current()
+def rendered(env: gym.Env, staging: MujocoStaging) -> np.ndarray:
+    """The env's frame, its own GL context made current first, with the staged textures.
+    gymnasium's renderer makes its context current only when it holds two viewers, so after
+    another suite's renderer (LIBERO's, ALOHA's) took the thread's context, MetaWorld drew
+    through that one: a wrong frame, and one that no longer followed its own model's changes."""
+    viewer = env.unwrapped.mujoco_renderer._get_viewer(env.unwrapped.render_mode)
+    viewer.make_context_current()
+    staging.sync(viewer.con)
     return env.render()
 
 
@@ -206,7 +207,7 @@ class LeRobotPlacement(gym.Env):
         return self._observe(state), reward, terminated, truncated, info
 
     def _observe(self, state: np.ndarray) -> dict[str, np.ndarray]:
-        image = np.ascontiguousarray(np.flip(rendered(self._env), (0, 1)))
+        image = np.ascontiguousarray(np.flip(rendered(self._env, self._staging), (0, 1)))
         return {keys.IMAGE: image, keys.STATE: state}
 
     def close(self) -> None:

@@ -146,6 +146,8 @@ class LiberoSimEnv(gym.Env):
         if self._staging is None or self._staging.model is not model:
             self._staging = MujocoStaging(model)
         self._staging.stage(options)
+        context = getattr(self._sim, "_render_context_offscreen", None)
+        self._staging.sync(getattr(context, "con", None))  # the staged textures
 
     @property
     def _sim(self) -> Any:
