@@ -194,18 +194,21 @@ def watched(
         discard_hang_file(run_dir, worker)  # finished in time: nothing to tell
 
 
+OPEN_RETRY_S = 10.0  # how long opening the hang file may race other workers' removals
+
+
 def _opened(path: Path) -> IO[str]:
     """The hang file, opened to append (with hangs/, which another worker that just finished
     may remove as empty at any moment: between the two steps, or inside mkdir itself, which then
     finds the directory there and gone again and raises FileExistsError)."""
-    for _ in range(100):
+    deadline = time.monotonic() + OPEN_RETRY_S  # a count of tries ran out on a busy machine
+    while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             return path.open("a")
         except (FileNotFoundError, FileExistsError):
-            continue
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("a")
+            if time.monotonic() > deadline:
+                raise
 
 
 def _stopped_by(config: pytest.Config, rollout: Rollout, limit: float, path: Path) -> list[str]:
