@@ -202,7 +202,7 @@ def _by_ending(
 ) -> list[list[Mapping[str, Any]]]:
     """`members` split where their final states lie apart (those without a trace together)."""
     traced = [r for r in members if rollout_id(r) in endings and scale.names]
-    untraced = [r for r in members if r not in traced]
+    untraced = [r for r in members if not (rollout_id(r) in endings and scale.names)]
     groups = [untraced] if untraced else []
     if len(traced) < 2:
         return [traced, *groups] if traced else groups
