@@ -15,7 +15,7 @@ as both tools run them:
 - pusht: gym-pusht, 300 steps; env i seeded S + i by both.
 - aloha: gym-aloha TransferCube, 400 steps, top camera 480x640; env i seeded S + i by both.
 - metaworld: LeRobot's MetaWorld env (reach-v3, corner2 480x480 flipped, 500 steps) and
-  policybench's `metaworld-mt10-lerobot` protocol; lerobot-eval seeds numpy's global generator
+  policybench's `metaworld-mt10-lerobot-0.4` protocol (LeRobot 0.4.4's); lerobot-eval seeds numpy's global generator
   with S and each reset draws the next placement, which policybench's draw i reproduces (equal
   only with --batch-sizes 1 and while no episode succeeds: a success resets LeRobot's env once
   more).
@@ -109,7 +109,7 @@ SUITES = {
     ),
     "metaworld": Suite(
         ("--env.type=metaworld", "--env.task=reach-v3"),
-        "from policybench.suites.metaworld import MT10_LEROBOT as EVAL",
+        "from policybench.suites.metaworld import MT10_LEROBOT_04 as EVAL",
         "reach-v3",
         "observation.image",
         (3, 480, 480),

@@ -96,12 +96,12 @@ def test_metaworlds_lerobot_protocol_plays_lerobot_evals_actions_and_rewards(tmp
     pytest.importorskip("metaworld", reason="needs the metaworld extra")
     from lerobot.envs.configs import MetaworldEnv
 
-    from policybench.suites.metaworld import MT10_LEROBOT
+    from policybench.suites.metaworld import MT10_LEROBOT_04
 
     ckpt = checkpoint(tmp_path, "observation.image", (3, 480, 480), 4)
     model = LeRobotModel(ckpt)
     theirs = lerobots_loop(MetaworldEnv(task="reach-v3"), model)
-    ours = policybenchs_rollout(MT10_LEROBOT, ckpt, "reach-v3")
+    ours = policybenchs_rollout(MT10_LEROBOT_04, ckpt, "reach-v3")
     assert_same_steps(ours, theirs)
 
 

@@ -15,7 +15,13 @@ from policybench.policy.lerobot import TASK, FeatureMismatch, LeRobotModel, as_l
 from policybench.policy.lerobot_checkpoints import save_random_checkpoint
 from policybench.suites.aloha import ALOHA
 from policybench.suites.libero import LIBERO_SPATIAL, LIBERO_SPATIAL_LEROBOT
-from policybench.suites.metaworld import DRAW, MT10_LEROBOT, MT10_STATE, LeRobotPlacement
+from policybench.suites.metaworld import (
+    DRAW,
+    MT10_LEROBOT,
+    MT10_LEROBOT_04,
+    MT10_STATE,
+    LeRobot04MetaWorld,
+)
 from policybench.suites.pusht import PUSHT
 
 RNG = np.random.default_rng(0)
@@ -130,7 +136,7 @@ def test_metaworlds_lerobot_protocol_stages_lerobots_scenes_and_images():
 
     np.random.seed(5)  # what lerobot-eval's set_seed does before it builds its envs
     theirs = MetaworldEnv(task="reach-v3", obs_type="pixels_agent_pos")
-    ours = LeRobotPlacement("reach-v3")
+    ours = LeRobot04MetaWorld("reach-v3")
     action = np.array([0.3, -0.2, 0.1, 1.0], dtype=np.float32)
     try:
         for draw in (0, 1):
@@ -145,7 +151,7 @@ def test_metaworlds_lerobot_protocol_stages_lerobots_scenes_and_images():
             np.testing.assert_array_equal(our_obs[keys.IMAGE], their_obs["pixels"])
         # The same scene again, after others: the stream is replayed, not continued.
         first = ours.reset(seed=5, options={DRAW: 0})[0]
-        again = LeRobotPlacement("reach-v3").reset(seed=5, options={DRAW: 0})[0]
+        again = LeRobot04MetaWorld("reach-v3").reset(seed=5, options={DRAW: 0})[0]
         np.testing.assert_array_equal(first[keys.STATE], again[keys.STATE])
     finally:
         theirs.close()
@@ -153,11 +159,11 @@ def test_metaworlds_lerobot_protocol_stages_lerobots_scenes_and_images():
 
 
 def test_metaworlds_lerobot_plan_draws_in_lerobot_evals_order():
-    rollouts = MT10_LEROBOT.rollouts(3, 100)
+    rollouts = MT10_LEROBOT_04.rollouts(3, 100)
     assert [r.scene.fields[DRAW] for r in rollouts[:4]] == [0, 1, 2, 3]
     assert [r.scene.seed - r.scene.fields[DRAW] for r in rollouts] == [100] * len(rollouts)
     assert rollouts[3].scene.task == "push-v3"
-    assert MT10_LEROBOT.metadata["max_steps"] == 500
+    assert MT10_LEROBOT_04.metadata["max_steps"] == 500
 
 
 def test_a_checkpoints_contract_is_what_its_config_train_config_and_contract_json_say(tmp_path):

@@ -292,7 +292,7 @@ def staged_by_lerobot(env: Any, seed: int) -> Staged:
 
 
 @pytest.mark.slow
-def test_lerobot_protocol_stages_what_lerobots_own_env_stages(libero_ready):
+def test_lerobot_protocol_stages_what_lerobot_044s_own_env_stages(libero_ready):
     lerobot_libero = pytest.importorskip("lerobot.envs.libero", reason="needs LeRobot and LIBERO")
     from libero.libero import benchmark  # imports torch, which LeRobot brings
 
@@ -354,3 +354,98 @@ def test_the_model_a_replay_compiles_places_every_body_where_the_full_model_does
     assert reduced.nbody == full.nbody
     np.testing.assert_array_equal(reduced.body_pos, full.body_pos)
     np.testing.assert_array_equal(reduced.body_quat, full.body_quat)
+
+
+# LeRobot 0.6.1's LiberoEnv as lerobot-eval makes and rolls it: sub-env `episode_index` of a
+# vector env of `n_envs`, reset with the seed start seed + episode and lerobot-eval's new-rollout
+# option; the first observation of each of its episodes, and a few actions after it.
+LEROBOT_06_LOOP = """
+import sys
+import numpy as np
+from policybench.suites.libero.env import import_libero
+
+import_libero()  # LIBERO pointed at the asset tree found here, as in the parent
+from libero.libero import benchmark
+from lerobot.envs.libero import LiberoEnv
+
+suite, index, camera, episode_index, n_envs, out, *seeds = sys.argv[1:]
+env = LiberoEnv(
+    task_suite=benchmark.get_benchmark_dict()[suite](),
+    task_id=int(index),
+    task_suite_name=suite,
+    obs_type="pixels_agent_pos",
+    observation_width=int(camera),
+    observation_height=int(camera),
+    episode_index=int(episode_index),
+    n_envs=int(n_envs),
+)
+rng, saved = np.random.default_rng(0), {}
+for seed in seeds:
+    obs, _ = env.reset(seed=int(seed), options={"lerobot_new_rollout": True})
+    robot, libero_env = obs["robot_state"], env._env
+    saved[seed + ".image"] = obs["pixels"]["image"]
+    saved[seed + ".wrist_image"] = obs["pixels"]["image2"]
+    saved[seed + ".eef_pos"] = robot["eef"]["pos"]
+    saved[seed + ".eef_quat"] = robot["eef"]["quat"]
+    saved[seed + ".gripper_qpos"] = robot["gripper"]["qpos"]
+    saved[seed + ".sim_state"] = libero_env.get_sim_state()
+    saved[seed + ".body_pos"] = libero_env.sim.model.body_pos
+    saved[seed + ".body_quat"] = libero_env.sim.model.body_quat
+    for _ in range(2):
+        env.step(rng.uniform(-1.0, 1.0, 7))
+env.close()
+np.savez(out, **saved)
+"""
+
+
+def lerobot_06_loop(
+    root: Path, suite: str, index: int, episode_index: int, n_envs: int, seeds: Sequence[int]
+) -> list[Staged]:
+    """Episodes of one sub-env of LeRobot 0.6.1's LiberoEnv, run in a child interpreter."""
+    from policybench.suites.libero.sim_env import quat_to_axis_angle
+    from tests.lerobot_06 import child_env
+
+    script, out = root / "lerobot_06_loop.py", root / f"staged-{episode_index}-{n_envs}"
+    script.write_text(LEROBOT_06_LOOP)
+    command = [sys.executable, str(script), suite, str(index), str(CAMERA)]
+    command += [str(episode_index), str(n_envs), str(out), *map(str, seeds)]
+    subprocess.run(command, check=True, env=child_env(root), timeout=600)
+    saved = np.load(f"{out}.npz")
+    return [
+        Staged(
+            saved[f"{seed}.image"],
+            saved[f"{seed}.wrist_image"],
+            np.concatenate(
+                (
+                    saved[f"{seed}.eef_pos"],
+                    quat_to_axis_angle(saved[f"{seed}.eef_quat"]),
+                    saved[f"{seed}.gripper_qpos"],
+                )
+            ),
+            saved[f"{seed}.sim_state"],
+            saved[f"{seed}.body_pos"],
+            saved[f"{seed}.body_quat"],
+        )
+        for seed in seeds
+    ]
+
+
+@pytest.mark.slow
+def test_lerobot_protocol_stages_what_lerobot_06s_own_env_stages(libero_ready, tmp_path):
+    """LeRobot 0.6.1's LiberoEnv (its module as the wheel ships it: tests/lerobot_06.py) no
+    longer resets itself at a success, so the LeRobot protocol's episode i is init state i in
+    any run: the one-by-one batch and the default 50 stage what its own env stages."""
+    pytest.importorskip("torch", reason="LeRobot 0.6.1's LiberoEnv loads init states with torch")
+    from tests.lerobot_06 import importable
+
+    root = importable(tmp_path, "lerobot/envs/libero.py")
+    suite, index = REPLAYED[0]
+    seeds = [LEROBOT_START_SEED + e for e in range(EPISODES)]
+    reference = lerobot_06_loop(root, suite, index, 0, 1, seeds)  # --eval.batch_size 1
+    one_by_one = dataclasses.replace(LEROBOT, staging=LeRobotStaging(batch_size=1))
+    ours = staged_by_policybench(small(suite, one_by_one), task_id(index), ORDER)
+    assert_replayed(reference, ours, "LeRobot 0.6.1's own env (batch size 1)")
+    # --eval.batch_size 50: episode 3 is sub-env 3's first episode.
+    (theirs,) = lerobot_06_loop(root, suite, index, 3, 50, [LEROBOT_START_SEED + 3])
+    ours = staged_by_policybench(small(suite, LEROBOT), task_id(index), (3,))
+    ours[3].assert_equals(theirs, "episode 3 as LeRobot 0.6.1's own env stages it (batch 50)")

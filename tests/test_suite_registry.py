@@ -40,6 +40,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",
         "libero": "policybench.suites.libero",
         "libero-pro": "policybench.suites.libero_pro",
+        "lerobot-env": "policybench.suites.lerobot_env",
     }
     assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial", "kitchen"} <= set(
         registered_evals()

@@ -3,6 +3,7 @@ expert policies as the `scripted` policy. State observations by default, a camer
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -142,23 +143,38 @@ LEROBOT_CAMERA = "corner2"
 LEROBOT_CAMERA_POS = (0.75, 0.075, 0.7)  # where LeRobot moves corner2 (after arXiv 2206.14244)
 LEROBOT_SIZE = 480
 LEROBOT_MT1_SEED = 42
-DRAW = "draw"  # a LeRobot-protocol scene field: which placement of the seeded stream it takes
+LEROBOT_START_SEED = 1000  # lerobot-eval's default --seed
+DRAW = "draw"  # a LeRobot 0.4 scene field: which placement of the seeded stream it takes
+# What lerobot-eval hands a policy as `task`: LeRobot's descriptions of the tasks
+# (lerobot/envs/metaworld_config.json's TASK_DESCRIPTIONS, the same in LeRobot 0.4.4 and 0.6.1).
+LEROBOT_MT10 = {
+    "reach-v3": "Reach a goal position",
+    "push-v3": "Push the puck to a goal",
+    "pick-place-v3": "Pick and place a puck to a goal",
+    "door-open-v3": "Open a door with a revolving joint",
+    "drawer-open-v3": "Open a drawer",
+    "drawer-close-v3": "Push and close a drawer",
+    "button-press-topdown-v3": "Press a button from the top",
+    "peg-insert-side-v3": "Insert a peg sideways",
+    "window-open-v3": "Push and open a window",
+    "window-close-v3": "Push and close a window",
+}
 
 
-class LeRobotPlacement(gym.Env):
-    """A MetaWorld task env built as LeRobot's MetaworldEnv builds it: `MT1(task, seed=42)`'s
-    first train task with randomization unfrozen, the `corner2` camera moved to
-    LEROBOT_CAMERA_POS and its 480x480 image flipped upright, up to MetaWorld's 500 steps.
+class LeRobotMetaWorld(gym.Env):
+    """A MetaWorld task env built as LeRobot's MetaworldEnv builds it (0.4.4 and 0.6.1 alike):
+    `MT1(task, seed=42)`'s first train task, reset once, randomization unfrozen, the `corner2`
+    camera moved to LEROBOT_CAMERA_POS and its 480x480 image flipped upright, up to MetaWorld's
+    500 steps. Observes `image` and the full 39-d `state`; success is MetaWorld's
+    `info["success"]` (LeRobot's `is_success`).
 
-    LeRobot's env ignores the reset seed: each reset draws the placement from numpy's global
-    generator, which lerobot-eval seeds once (`--seed S`). So `reset(seed=s, options={"draw":
-    i})` stages the placement of the i-th reset after `np.random.seed(s - i)`: lerobot-eval's
-    episode i of a run with `--seed S` (one env at a time), unless an earlier episode of that
-    run succeeded (LeRobot's env then resets once more, moving every later placement on).
-    Observes `image` and the full 39-d `state`; success is MetaWorld's `info["success"]`.
+    Reset as LeRobot 0.6.1's env resets (PR 3727): `reset(seed=s)` seeds the env's own
+    generator (`env.seed(s)`, `seeded_rand_vec`), so the placement is the seed's alone: the same
+    on any worker, after any earlier episode, in any batch.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_HZ}
+    seeded = True  # placements from the env's own seeded generator (LeRobot 0.6.1)
 
     def __init__(self, task: str, shadows: bool = True) -> None:
         import metaworld
@@ -171,9 +187,9 @@ class LeRobotPlacement(gym.Env):
             env.model.light_castshadow[:] = 0
         env.reset()
         env._freeze_rand_vec = False
+        env.seeded_rand_vec = self.seeded
         self._env = env
         self._staging = MujocoStaging(env.model)  # the perturbation axes: cameras, lights
-        self._stream: tuple[int, int, Any] | None = None  # (stream seed, next draw, its state)
         self.action_space = env.action_space
         self.observation_space = gym.spaces.Dict(
             {
@@ -181,6 +197,45 @@ class LeRobotPlacement(gym.Env):
                 keys.STATE: env.observation_space,
             }
         )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:
+            self._env.seed(seed)
+        state, info = self._env.reset(seed=seed)
+        return self._staged(state, options), info
+
+    def _staged(self, state: np.ndarray, options: dict[str, Any] | None) -> dict[str, np.ndarray]:
+        self._staging.stage(options)
+        if self._staging.displace(self._env.data, options):
+            state = _observed_again(self._env)
+        return self._observe(state)
+
+    def step(self, action: np.ndarray):
+        state, reward, terminated, truncated, info = self._env.step(action)
+        return self._observe(state), reward, terminated, truncated, info
+
+    def _observe(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        image = np.ascontiguousarray(np.flip(rendered(self._env, self._staging), (0, 1)))
+        return {keys.IMAGE: image, keys.STATE: state}
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class LeRobot04MetaWorld(LeRobotMetaWorld):
+    """LeRobotMetaWorld reset as LeRobot 0.4.4's env resets: it ignores the reset seed, and
+    each reset draws the placement from numpy's global generator, which lerobot-eval seeds once
+    (`--seed S`). So `reset(seed=s, options={"draw": i})` stages the placement of the i-th reset
+    after `np.random.seed(s - i)`: lerobot-eval's episode i of a run with `--seed S` (one env at
+    a time), unless an earlier episode of that run succeeded (LeRobot 0.4's env then resets once
+    more, moving every later placement on).
+    """
+
+    seeded = False
+
+    def __init__(self, task: str, shadows: bool = True) -> None:
+        super().__init__(task, shadows)
+        self._stream: tuple[int, int, Any] | None = None  # (stream seed, next draw, its state)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         draw = int((options or {}).get(DRAW, 0))
@@ -197,21 +252,7 @@ class LeRobotPlacement(gym.Env):
             self._stream = (stream_seed, draw + 1, np.random.get_state())
         finally:
             np.random.set_state(saved)
-        self._staging.stage(options)
-        if self._staging.displace(self._env.data, options):
-            state = _observed_again(self._env)
-        return self._observe(state), info
-
-    def step(self, action: np.ndarray):
-        state, reward, terminated, truncated, info = self._env.step(action)
-        return self._observe(state), reward, terminated, truncated, info
-
-    def _observe(self, state: np.ndarray) -> dict[str, np.ndarray]:
-        image = np.ascontiguousarray(np.flip(rendered(self._env, self._staging), (0, 1)))
-        return {keys.IMAGE: image, keys.STATE: state}
-
-    def close(self) -> None:
-        self._env.close()
+        return self._staged(state, options), info
 
 
 @dataclass(frozen=True)
@@ -400,14 +441,45 @@ def _paraphrases(tasks: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     return {task: PARAPHRASES[task] for task in tasks}
 
 
-def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
-    """The MT10 tasks as lerobot-eval runs LeRobot's MetaWorld env (LeRobotPlacement): a
-    480x480 `corner2` image and the state, up to 500 steps (MetaWorld's max_path_length, which
-    lerobot-eval takes as its step limit), ending at the first success."""
+# The LeRobot versions whose MetaWorld staging an Eval follows: how a seed becomes a placement,
+# as each version's env and lerobot-eval stage it, and its plan.
+LEROBOT_VERSIONS = {
+    "0.6.1": (
+        "seed s: the env's own generator seeded with env.seed(s) at reset (seeded_rand_vec); "
+        f"rollout i of every task is seeded {LEROBOT_START_SEED} + --seed + i (lerobot-eval: "
+        "start seed + episode index, any batch size)"
+    ),
+    "0.4.4": (
+        "scene draw i, seed s: the placement of the i-th reset after np.random.seed(s - i)"
+        " (lerobot-eval: episode i of --seed s - i, one env at a time, no earlier success)"
+    ),
+}
+
+
+def mt10_lerobot(
+    tasks: Mapping[str, str] = LEROBOT_MT10, shadows: bool = True, version: str = "0.6.1"
+) -> Eval:
+    """The MT10 tasks as lerobot-eval `version` runs LeRobot's MetaWorld env: a 480x480
+    `corner2` image and the state, LeRobot's task descriptions as instructions, up to 500 steps
+    (MetaWorld's max_path_length, which lerobot-eval takes as its step limit), ending at the
+    first success. 0.6.1 (`metaworld-mt10-lerobot`) seeds each placement; 0.4.4
+    (`metaworld-mt10-lerobot-0.4`) draws them in turn from one seeded stream."""
+    if version not in LEROBOT_VERSIONS:
+        raise ValueError(
+            f"no LeRobot MetaWorld staging {version!r}; known: {list(LEROBOT_VERSIONS)}"
+        )
+    latest = version == "0.6.1"
+    timeout_s = MAX_STEPS / CONTROL_HZ
     return Eval(
-        name="metaworld-mt10-lerobot" + ("" if shadows else "-noshadows"),
-        make_env=lambda task: LeRobotPlacement(task, shadows),
-        plan=LeRobotDraws(dict(tasks), timeout_s=MAX_STEPS / CONTROL_HZ),
+        name="metaworld-mt10-lerobot"
+        + ("" if latest else "-" + version.rpartition(".")[0])
+        + ("" if shadows else "-noshadows"),
+        make_env=functools.partial(
+            LeRobotMetaWorld if latest else LeRobot04MetaWorld, shadows=shadows
+        ),
+        plan=seeded_per_task(tasks, timeout_s, LEROBOT_START_SEED)
+        if latest
+        else LeRobotDraws(dict(tasks), timeout_s=timeout_s),
         control_hz=CONTROL_HZ,
         hold=hold,
         hold_name="zero-delta, keep gripper",
@@ -417,13 +489,12 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
             "protocol": "lerobot",
+            "lerobot_version": version,
             "observation": f"state+{LEROBOT_CAMERA}@{LEROBOT_SIZE} flipped upright",
+            "instructions": "LeRobot's task descriptions (metaworld_config.json)",
             "camera_pos": list(LEROBOT_CAMERA_POS),
             "task_source": f"MT1(task, seed={LEROBOT_MT1_SEED}).train_tasks[0], unfrozen",
-            "placement": (
-                "scene draw i, seed s: the placement of the i-th reset after np.random.seed(s - i)"
-                " (lerobot-eval: episode i of --seed s - i, one env at a time, no earlier success)"
-            ),
+            "placement": LEROBOT_VERSIONS[version],
             "max_steps": MAX_STEPS,
             "shadows": shadows,
             "success_check": "MetaWorld info['success'] (LeRobot's is_success)",
@@ -439,3 +510,4 @@ def mt10_lerobot(tasks: Mapping[str, str] = MT10, shadows: bool = True) -> Eval:
 
 MT10_STATE = mt10()
 MT10_LEROBOT = mt10_lerobot()
+MT10_LEROBOT_04 = mt10_lerobot(version="0.4.4")

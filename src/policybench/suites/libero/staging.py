@@ -53,15 +53,20 @@ class OpenpiStaging:
 
 @dataclass(frozen=True)
 class LeRobotStaging:
-    """lerobot-eval with LeRobot's LiberoEnv: episode e of a task runs in sub-env
+    """lerobot-eval 0.6.1 with LeRobot's LiberoEnv: episode e of a task runs in sub-env
     e % `batch_size` of a vector env, in batch e // `batch_size`; the sub-env was built and reset
     once unseeded, then each batch seeds it (start seed + e) just before its reset, and it takes
-    init states e, e + batch_size, ... in turn.
+    init states e, e + batch_size, ... in turn. `--seed` is added to lerobot-eval's default
+    start seed, 1000.
 
-    Rollout i stages episode i as a run where no earlier episode of its sub-env succeeded
-    (LeRobot's env resets itself at a success, which moves that sub-env to a later init state):
-    always the case with the default batch size, 50, which runs 50 episodes in one batch.
-    `--seed` is added to lerobot-eval's default start seed, 1000.
+    LeRobot 0.6.1's env no longer resets itself at a success (PR 4273) and lerobot-eval freezes
+    a finished sub-env (PR 4247), so episode e is init state e in every run. LeRobot 0.4.4 staged
+    the same episode only where no earlier episode of its sub-env succeeded (its env then reset
+    once more, moving that sub-env to a later init state): always with a batch of 50 and at most
+    50 episodes. lerobot-eval 0.6.1's default batch size is floor(0.7 x the host's cores), at
+    most the episodes and 64, so for a task whose reset draws joint samplers (the number of
+    earlier batches matters) its scenes depend on the host unless `--eval.batch_size` is given:
+    this staging is `--eval.batch_size 50`'s.
     """
 
     seed: int = 1000
@@ -81,6 +86,7 @@ class LeRobotStaging:
     def settings(self) -> dict[str, Any]:
         return {
             "staging": "lerobot",
+            "lerobot_version": "0.6.1",
             "staging_seed": self.seed,
             "lerobot_batch_size": self.batch_size,
             "staging_rule": (
