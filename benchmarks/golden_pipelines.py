@@ -245,8 +245,16 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         actions = _waves(20, eval.make_env(task).action_space.shape[0])
         return eval, task, FixedActions(actions), 20 / eval.control_hz
 
+    def lerobot_plugin():
+        from policybench.suites.lerobot_env import plugin_eval
+
+        # lerobot_env_so101's pick-cube, its block placed by the seed (random_block_position).
+        eval = plugin_eval("lerobot_env_so101", name="so101-placed", random_block_position=True)
+        return eval, "SO101PickCube-v0", FixedActions(_waves(20, 4)), 2.0
+
     return {
         "metaworld-reach-v3": lambda: metaworld("reach-v3"),
+        "so101-pick-cube": lerobot_plugin,
         "kitchen-microwave": lambda: robotics("kitchen", "microwave"),
         "adroit-door": lambda: robotics("adroit", "door"),
         "metaworld-pick-place-v3": lambda: metaworld("pick-place-v3"),
@@ -278,6 +286,7 @@ SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "m
 SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
+SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"
 SIM_REQUIRES["libero-spatial-task0"] = "libero"
 SIM_REQUIRES["libero-spatial-task4-rollout3"] = "libero"
 SIM_REQUIRES["libero-10-task8-lerobot-rollout2"] = "libero"
