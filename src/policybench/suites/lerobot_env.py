@@ -36,7 +36,7 @@ import numpy as np
 from policybench import keys
 from policybench.envserver import isolable
 from policybench.policy.base import Observation
-from policybench.policy.codec import Codec, action_dims, concat, keep, prompt, rename
+from policybench.policy.codec import Codec, action_dims, keep, prompt, rename
 from policybench.spec import Eval, Rollout, Scene, numbered
 
 PREFIX = "lerobot_env_"  # lerobot.utils.import_utils.register_third_party_plugins
@@ -186,26 +186,19 @@ def lerobot_codec(entries: tuple[str, ...], actions: int) -> Codec:
 
 
 def openpi_codec(entries: tuple[str, ...], actions: int) -> Codec:
-    """openpi's keys in the style of its examples: the state vectors (`state`, then the env's
-    other vectors, in their order) joined as `observation/state`, one image as
-    `observation/image`, each camera's as `observation/<camera>_image`; the instruction as the
-    prompt; the first `actions` dimensions of each answered action are played."""
-    images = {keys.IMAGE: "observation/image"}
+    """openpi's keys in the style of its examples: `state` as `observation/state`, the env's
+    other entries as `observation/<entry>`, one image as `observation/image`, each camera's as
+    `observation/<camera>_image`; the instruction as the prompt; the first `actions` dimensions
+    of each answered action are played."""
+    names = {}
     for entry in entries:
         if entry.startswith(f"{keys.IMAGE}."):
-            images[entry] = "observation/" + entry.removeprefix(f"{keys.IMAGE}.") + "_image"
-    shown = {entry: name for entry, name in images.items() if entry in entries}
-    vectors = [keys.STATE] * (keys.STATE in entries)
-    vectors += [entry for entry in entries if entry not in shown and entry != keys.STATE]
+            names[entry] = "observation/" + entry.removeprefix(f"{keys.IMAGE}.") + "_image"
+        else:
+            names[entry] = f"observation/{entry}"
     return Codec(
         "openpi",
-        (
-            concat(*vectors, into="observation/state"),
-            rename(shown),
-            keep("observation/state", *shown.values()),
-            prompt(),
-            action_dims(actions),
-        ),
+        (rename(names), keep(*names.values()), prompt(), action_dims(actions)),
     )
 
 
