@@ -3,7 +3,8 @@ positions swapped (`_swap`), instructions reworded (`_lan`) or tasks replaced (`
 in LIBERO-PRO's own interpreter (`policybench env install libero-pro`), staged as LIBERO-PRO's
 evaluator stages its episodes; rollout i of a task starts from its init state i (`--rollouts` at
 most 50). Select with -k or --suite, e.g. -k "lan and task0". Its goldens (`-m golden`) pin one
-task of each kind where its interpreter is installed."""
+task of each kind on each stack (LIBERO-PRO's reference stack, MuJoCo 2.3.7; and MuJoCo 3.17)
+where its interpreter is installed."""
 
 import dataclasses
 
@@ -16,7 +17,7 @@ from policybench.harness import run_rollout
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.record.trace import TraceRecorder, canonical_trace
 from policybench.suites.libero_pro import (
-    INTERPRETER,
+    INTERPRETER_MUJOCO3,
     LIBERO_10_LAN,
     LIBERO_10_OBJECT,
     LIBERO_10_SWAP,
@@ -33,6 +34,7 @@ from policybench.suites.libero_pro import (
     LIBERO_SPATIAL_OBJECT,
     LIBERO_SPATIAL_SWAP,
     LIBERO_SPATIAL_TASK,
+    libero_pro,
 )
 from policybench.world import World
 
@@ -42,6 +44,11 @@ GOLDENS = {
     "goal-lan-task2": (LIBERO_GOAL_LAN, "task2"),
     "10-task-task3": (LIBERO_10_TASK, "task3"),
 }
+# The same on MuJoCo 3.17 (`<suite>-mujoco3`, its interpreter `libero-pro-mujoco3`).
+GOLDENS.update(
+    (f"mujoco3-{name}", (libero_pro(eval.name, INTERPRETER_MUJOCO3), task))
+    for name, (eval, task) in list(GOLDENS.items())
+)
 
 
 @pytest.mark.golden
@@ -50,7 +57,7 @@ def test_libero_pro_golden(name, golden):
     """Rollout 0 of the task as LIBERO-PRO's evaluator stages it, then 8 fixed actions."""
     eval, task = GOLDENS[name]
     try:
-        python_of(INTERPRETER)
+        python_of(eval.make_env.interpreter)
     except InterpreterMissing as missing:
         pytest.skip(str(missing))
     rollout = next(r for r in eval.rollouts(1, 0) if r.scene.task == task)

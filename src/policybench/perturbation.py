@@ -319,9 +319,10 @@ class MujocoStaging:
                 STAGES[perturbation.axis](self.model, perturbation.level, perturbation.draws(seed))
 
     def sync(self, context: Any) -> None:
-        """The model's material textures into a renderer's context (an MjrContext): MuJoCo
-        copies them there when the context is made, and draws from that copy."""
-        if context is not None:
+        """The model's material textures into a renderer's context (an MjrContext): MuJoCo 3
+        copies them there when the context is made, and draws from that copy (MuJoCo 2 draws
+        from the model's, and its context holds none)."""
+        if context is not None and hasattr(context, "mat_texid"):
             context.mat_texid[: self.model.mat_texid.size] = self.model.mat_texid.ravel()
 
     def displace(self, data: Any, options: Mapping[str, Any] | None) -> bool:
@@ -379,16 +380,16 @@ def _recolour(model: Any, level: float, rng: np.random.Generator) -> None:
 def _retexture(model: Any, level: float, rng: np.random.Generator) -> None:
     """The textured materials in a seeded order, each with a seeded other texture of its
     texture's kind (2D, cube, skybox): the first `level` share of them take it. The draws are
-    the same at every level, so a higher level changes what a lower one did, and more."""
-    textured = list(zip(*np.nonzero(model.mat_texid >= 0), strict=True))
+    the same at every level, so a higher level changes what a lower one did, and more. A
+    material's textures are one per role since MuJoCo 3.2 (a 2-d mat_texid), one before (1-d)."""
+    textured = [tuple(where) for where in np.argwhere(model.mat_texid >= 0)]
     order, picks = rng.permutation(len(textured)), rng.random(len(textured))
     for index in order[: round(level * len(textured))]:
-        material, role = textured[index]
-        texture = model.mat_texid[material, role]
+        texture = model.mat_texid[textured[index]]
         others = np.flatnonzero(model.tex_type == model.tex_type[texture])
         others = others[others != texture]
         if len(others):
-            model.mat_texid[material, role] = others[int(picks[index] * len(others))]
+            model.mat_texid[textured[index]] = others[int(picks[index] * len(others))]
 
 
 STAGES: dict[str, Callable[[Any, float, np.random.Generator], None]] = {

