@@ -15,8 +15,9 @@ as both tools run them:
 - pusht: gym-pusht, 300 steps; env i seeded S + i by both.
 - aloha: gym-aloha TransferCube, 400 steps, top camera 480x640; env i seeded S + i by both.
 - metaworld: LeRobot's MetaWorld env (reach-v3, corner2 480x480 flipped, 500 steps) and
-  policybench's `metaworld-mt10-lerobot-0.4` protocol (LeRobot 0.4.4's); lerobot-eval seeds numpy's global generator
-  with S and each reset draws the next placement, which policybench's draw i reproduces (equal
+  policybench's `metaworld-mt10-lerobot-0.4` protocol (LeRobot 0.4.4's, the LeRobot installed
+  here); lerobot-eval seeds numpy's global generator with S and each reset draws the next
+  placement, which policybench's draw i reproduces (equal
   only with --batch-sizes 1 and while no episode succeeds: a success resets LeRobot's env once
   more).
 - libero: libero_spatial task 0 under policybench's `libero_spatial-lerobot` protocol; needs
