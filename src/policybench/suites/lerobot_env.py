@@ -37,6 +37,7 @@ from policybench import keys
 from policybench.envserver import isolable
 from policybench.policy.base import Observation
 from policybench.policy.codec import Codec, action_dims, keep, prompt, rename
+from policybench.policy.contract import Contract
 from policybench.spec import Eval, Rollout, Scene, numbered
 
 PREFIX = "lerobot_env_"  # lerobot.utils.import_utils.register_third_party_plugins
@@ -168,7 +169,7 @@ def hold_still(size: int, last: np.ndarray | None, obs: Observation) -> np.ndarr
     return np.zeros(size, np.float32) if last is None else last
 
 
-def lerobot_codec(entries: tuple[str, ...], actions: int) -> Codec:
+def lerobot_codec(entries: tuple[str, ...], actions: int, contract: Contract) -> Codec:
     """LeRobot's names for a gym env's observation `entries` (`preprocess_observation`):
     `agent_pos` as `observation.state`, `environment_state` as `observation.environment_state`,
     one image as `observation.image`, each camera's as `observation.images.<camera>`; the
@@ -182,10 +183,11 @@ def lerobot_codec(entries: tuple[str, ...], actions: int) -> Codec:
     return Codec(
         "lerobot",
         (rename(renamed), keep(*renamed.values()), prompt("task"), action_dims(actions)),
+        contract,
     )
 
 
-def openpi_codec(entries: tuple[str, ...], actions: int) -> Codec:
+def openpi_codec(entries: tuple[str, ...], actions: int, contract: Contract) -> Codec:
     """openpi's keys in the style of its examples: `state` as `observation/state`, the env's
     other entries as `observation/<entry>`, one image as `observation/image`, each camera's as
     `observation/<camera>_image`; the instruction as the prompt; the first `actions` dimensions
@@ -199,6 +201,7 @@ def openpi_codec(entries: tuple[str, ...], actions: int) -> Codec:
     return Codec(
         "openpi",
         (rename(names), keep(*names.values()), prompt(), action_dims(actions)),
+        contract,
     )
 
 
@@ -215,6 +218,8 @@ def plugin_eval(distribution: str, name: str | None = None, **gym_kwargs: Any) -
             f"({sorted(shared)}): one Eval needs them alike"
         )
     ((control_hz, actions, entries),) = shared
+    # What a plugin says of its actions' meaning is in its docs, not its code: the rate alone.
+    contract = Contract(control_hz=control_hz)
     return Eval(
         name=name or "lerobot-env-" + distribution.removeprefix(PREFIX),
         make_env=isolable(make_plugin_env, distribution=distribution, **gym_kwargs),
@@ -237,9 +242,10 @@ def plugin_eval(distribution: str, name: str | None = None, **gym_kwargs: Any) -
             "success_check": f"the first of info{list(SUCCESS_KEYS)} the env gives "
             "(lerobot-eval reads is_success alone)",
         },
+        contract=contract,
         codecs={
-            "lerobot": lerobot_codec(entries, actions),
-            "openpi": openpi_codec(entries, actions),
+            "lerobot": lerobot_codec(entries, actions, contract),
+            "openpi": openpi_codec(entries, actions, contract),
         },
     )
 
