@@ -96,7 +96,7 @@ def test_list_eval_shows_its_tasks_and_the_overview_one_line_per_interpreter():
     assert lines[1].split() == ["reach-v3", "reach", "the", "goal", "position"]
     overview = subprocess.run(command, env=env, capture_output=True, text=True).stdout
     pro = [line for line in overview.splitlines() if "interpreter libero-pro" in line]
-    assert len(pro) == 1 and "and 13 more" in pro[0], pro
+    assert len(pro) == 1 and "and 43 more" in pro[0], pro
     assert "pusht                      1 task  " in overview + " "
     unknown = subprocess.run([*command, "--eval", "nope"], env=env, capture_output=True, text=True)
     assert unknown.returncode == 1 and "known: [" in unknown.stderr
