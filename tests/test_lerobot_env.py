@@ -104,6 +104,15 @@ def test_first_observation_and_trajectory_are_lerobot_evals_bit_for_bit(task, gy
     env.close()
 
 
+def test_an_unknown_task_lists_the_plugins_tasks():
+    with pytest.raises(
+        ValueError,
+        match=r"lerobot_env_so101 has no task 'Nope-v0'; known: "
+        r"SO101PickCube-v0, SO101PickPlace-v0",
+    ):
+        lerobot_env.make_plugin_env("Nope-v0", PLUGIN)
+
+
 def test_its_defaults_stage_one_scene_for_every_seed_and_random_placement_one_per_seed():
     """lerobot-eval's defaults (EnvConfig: random_block_position=False) put the block in one
     place whatever the seed: its episodes are repeats; with random_block_position=True the seed

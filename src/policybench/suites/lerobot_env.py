@@ -136,6 +136,11 @@ def make_plugin_env(task: str, distribution: str, **gym_kwargs: Any) -> gym.Env:
     """Task `task` of plugin `distribution`, built as lerobot-eval builds it (`gym_kwargs`: an
     EnvConfig's `gym_kwargs`, as `--env.<field>` would set them)."""
     importlib.import_module(distribution)
+    if f"{distribution}/{task}" not in gym.registry:
+        known = [
+            s.id.partition("/")[2] for s in gym.registry.values() if s.namespace == distribution
+        ]
+        raise ValueError(f"{distribution} has no task {task!r}; known: {', '.join(known)}")
     made = gym.make(f"{distribution}/{task}", disable_env_checker=True, **gym_kwargs)
     return PluginEnv(made)
 
