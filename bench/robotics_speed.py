@@ -2,15 +2,16 @@
 same actions: the kitchen (microwave) and each Adroit task, a seeded uniform action sequence
 played for the episode's full length, through the harness (World, ChunkPlayer, trace) and
 through `gym.make(id)`, `reset(seed)`, `step(a)`; and the kitchen behind an env server in
-another interpreter (one round trip a step).
+another interpreter: one rollout (one round trip a step), and K=8 rollouts side by side as
+`--envs-per-worker 8` runs them (the 8 envs in one server, their steps 8 to a frame).
 
     python bench/robotics_speed.py [--repeats 3]
 
 Each (task, mode) runs `repeats` times in one process, the env built once (as a run's worker
 keeps it); the best CPU time of this thread (time.thread_time) is kept for the in-process
-modes, and for the isolated one the best wall time, beside the plain loop's (its env steps in
-the other process). Prints a markdown table of steps/s and the ratio to the plain loop (target:
-0.95 in process) and the command that made it.
+modes, and for the isolated ones the best wall time, beside the plain loop's (its env steps in
+the other process). Prints a markdown table of steps/s and the ratio to the plain loop (targets:
+0.95 in process, 0.90 isolated side by side at K=8) and the command that made it.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ import numpy as np
 
 from policybench.envserver import Interpreter, Isolated
 from policybench.harness import run_rollout
+from policybench.lockstep import Lockstep
 from policybench.policy.base import Chunk, SessionContext
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.suites import gymnasium_robotics as robotics
 from policybench.world import World
 
 TARGET = 0.95
+TARGET_SIDE_BY_SIDE = 0.90
+SIDE_BY_SIDE = 8  # the K of --envs-per-worker K
 SEED = 0
 
 
@@ -71,6 +75,13 @@ def harnessed(world: World, task: str, actions: np.ndarray) -> int:
     return run_rollout(rollout, world, ChunkPolicy(Played(actions))).steps
 
 
+def side_by_side(lockstep: Lockstep, task: str, actions: np.ndarray) -> int:
+    """K rollouts of `task` through the harness, side by side on `lockstep`'s K slots."""
+    rollouts = [r for r in lockstep.eval.rollouts(lockstep.slots, SEED) if r.scene.task == task]
+    episodes = lockstep.run(rollouts, ChunkPolicy(Played(actions)))
+    return sum(episode.steps for episode in episodes)
+
+
 def cases() -> dict[str, tuple[Any, str, str, dict[str, Any], int]]:
     kitchen = ("FrankaKitchen-v1", {"tasks_to_complete": ["microwave"]})
     found = {"kitchen microwave": (robotics.KITCHEN, "microwave", *kitchen, 280)}
@@ -106,6 +117,7 @@ def main() -> None:
         actions = rng.uniform(space.low, space.high, (steps, *space.shape)).astype(space.dtype)
         eval = dataclasses.replace(eval, stop_on_success=False)  # every step, as the plain loop
         worlds = [World(eval)]
+        closing: list[Any] = []
         modes = {
             "plain loop": (partial(plain, plain_env(env_id, **kwargs), actions), time.thread_time),
             "policybench": (partial(harnessed, worlds[0], task, actions), time.thread_time),
@@ -121,18 +133,26 @@ def main() -> None:
                 partial(harnessed, worlds[1], task, actions),
                 time.perf_counter,
             )
+            lockstep = Lockstep(worlds[1].eval, SIDE_BY_SIDE)
+            closing.append(lockstep)
+            modes[f"policybench, isolated, K={SIDE_BY_SIDE} side by side, wall"] = (
+                partial(side_by_side, lockstep, task, actions),
+                time.perf_counter,
+            )
         for run, _ in modes.values():
             run()  # warm: the env built, its first reset done
         rates = {}
         for mode, (done, seconds) in interleaved(modes, args.repeats).items():
             rates[mode] = done / seconds
             ratio = rates[mode] / rates["plain loop" if "wall" not in mode else "plain loop, wall"]
-            target = f">= {TARGET}" if mode == "policybench" else ""
+            target = {"policybench": f">= {TARGET}"}.get(mode, "")
+            if "side by side" in mode:
+                target = f">= {TARGET_SIDE_BY_SIDE}"
             print(
                 f"| {name} | {mode} | {done} | {seconds:.3f} | {rates[mode]:.0f} | "
                 f"{ratio:.3f} | {target} |"
             )
-        for world in worlds:
+        for world in [*worlds, *closing]:
             world.close()
 
 

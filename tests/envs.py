@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -17,15 +18,28 @@ class PointEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, raise_at_step: int | None = None, raise_on_reset: bool = False) -> None:
+    def __init__(
+        self,
+        raise_at_step: int | None = None,
+        raise_on_reset: bool = False,
+        seed_that_raises: int | None = None,
+        seed_that_dies: int | None = None,
+    ) -> None:
         self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float64)
         self.observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float64)
         self.raise_at_step = raise_at_step
+        # Only the rollout of this seed raises at raise_at_step (None: every rollout's); with
+        # seed_that_dies, that seed's rollout ends its whole process there instead, as a
+        # segfault would, and no other raises.
+        self.seed_that_raises = seed_that_raises
+        self.seed_that_dies = seed_that_dies
+        self._seed = None
         self.raise_on_reset = raise_on_reset
         self.resets = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self._seed = seed
         if self.raise_on_reset:
             raise RuntimeError("simulated reset failure")
         self.resets += 1
@@ -37,13 +51,22 @@ class PointEnv(gym.Env):
     def step(self, action):
         self._steps += 1
         if self.raise_at_step is not None and self._steps >= self.raise_at_step:
-            raise RuntimeError(f"simulated physics blow-up at step {self._steps}")
+            if self.seed_that_dies is not None:
+                if self._seed == self.seed_that_dies:
+                    os._exit(9)
+            elif self.seed_that_raises in (None, self._seed):
+                raise RuntimeError(f"simulated physics blow-up at step {self._steps}")
         self._pos += float(np.clip(action[0], -1.0, 1.0))
         distance = abs(self._pos - self._goal)
         return self._obs(), -distance, False, False, {"is_success": distance < 0.05}
 
     def _obs(self) -> np.ndarray:
         return np.array([self._pos, self._goal])
+
+
+def make_point(task: str, **kwargs: Any) -> PointEnv:
+    """A PointEnv as an env server's entry makes it (`tests.envs:make_point`)."""
+    return PointEnv(**kwargs)
 
 
 def hold(last, obs):

@@ -254,6 +254,45 @@ def test_the_env_server_itself_makes_one_env_of_its_own_entry(entries, tmp_path)
     assert not target.exists()
 
 
+def test_a_connection_cannot_ask_the_relay_for_rounds_of_steps_or_other_envs(served):
+    """`steps` and env numbers are a lockstep worker's, over its own pipes: through the relay a
+    connection holds its one env, and a round of steps is refused and ends it."""
+    _, port = served
+    client = made(port)
+    assert (
+        "no live env 1" in client.ask(op="reset", seed=0, options=None, env=1)["error"]["message"]
+    )
+    client.ask(op="reset", seed=0, options=None)
+    answer = client.ask(op="steps", steps=[[0, np.ones(1)]] * 1000)
+    assert "asks spaces, reset, step, render, close; got 'steps'" in answer["error"]["message"]
+    assert client.closed()
+
+
+def test_a_server_of_k_envs_makes_k_and_answers_a_bad_step_of_a_round_alone(entries):  # noqa: F811
+    """The bound a lockstep worker starts its env server with holds, and a round naming an env
+    it does not hold (or no number at all) is an error of that step only."""
+    server = EnvServer(PYTHON, "echo_env:Echo", most=2)
+    try:
+        numbers = [server.request("make", entry="echo_env:Echo", task="t", kwargs={})["env"]]
+        numbers.append(server.request("make", entry="echo_env:Echo", task="t", kwargs={})["env"])
+        with pytest.raises(EnvServerError, match="has made 2 envs, as its starter allowed"):
+            server.request("make", entry="echo_env:Echo", task="t", kwargs={})
+        action = {"arm": np.ones(3, np.float32), "grip": 1}
+        answers = server.request(
+            "steps", steps=[[0, action], [7, action], ["0; rm -rf /", action], [1, action]]
+        )
+        assert [sorted(answer) for answer in answers] == [["ok"], ["error"], ["error"], ["ok"]]
+        assert "no live env 7" in answers[1]["error"]["message"]
+        server.request("close", env=0)
+        with pytest.raises(
+            EnvServerError, match=r"no live env 0 in this env server; its live envs: \[1\]"
+        ):
+            server.request("step", action=action, env=0)
+        assert numbers == [0, 1]
+    finally:
+        server.close()
+
+
 def test_a_make_whose_task_or_arguments_are_no_string_or_map_is_refused(served):
     _, port = served
     for make in (

@@ -9,6 +9,10 @@ runs at a time, up to its next model call, as one thread stepping K envs would; 
 step Python envs at once only fight over the interpreter lock. A model without `predict_batch`
 (a served one, say) is asked by each rollout on its own, the K calls in flight together.
 
+An Eval whose envs run in an interpreter of their own puts a worker's K envs in one env server,
+and the barrier sends their steps together: one frame of K actions, one answer of K observations,
+so stepping K isolated envs costs one round trip, not K (envserver.proxy.ServerPool).
+
 A slot's wall clock, as its ChunkPlayer reads it to time a model call, stands still while the
 slot waits for the other slots' turns: a call is timed at its batch's forward, as it would be on
 a machine running the K rollouts for real, so `--inference-latency measured` charges each
@@ -16,12 +20,14 @@ rollout what the model took and not the other rollouts' steps."""
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from policybench.envserver import Isolated
 from policybench.harness import run_rollout
 from policybench.policy.base import Chunk, Observation, Policy, SessionContext
 from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy, rollout_draws
@@ -29,6 +35,11 @@ from policybench.record.episode import Episode
 from policybench.serve.batcher import BatchedModel, Request, RolloutState, infer
 from policybench.spec import Eval, Rollout
 from policybench.world import EnvCache, World
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from policybench.envserver.proxy import EnvProxy, ServerPool, Stepped
 
 
 class Lockstep:
@@ -49,6 +60,7 @@ class Lockstep:
         self.eval = eval
         self.worlds = [World(eval, envs, slot) for slot in range(slots)]
         self._slots = [_SlotThread(f"lockstep-{eval.name}-{i}") for i in range(slots)]
+        self._servers: ServerPool | None = None
 
     @property
     def slots(self) -> int:
@@ -60,6 +72,7 @@ class Lockstep:
         raises is raised here once every slot is done."""
         if len(rollouts) > self.slots:
             raise ValueError(f"{len(rollouts)} rollouts for {self.slots} lockstep slots")
+        pool = self._pool()
         barrier = _Barrier(policy, len(rollouts))
         done: list[queue.Queue[Episode]] = []
         for slot, rollout in enumerate(rollouts):
@@ -68,7 +81,12 @@ class Lockstep:
             def run_one(rollout=rollout, world=world, policy=policy_of_slot, slot=slot) -> Episode:
                 barrier.enter(slot)
                 try:
-                    return run_rollout(rollout, world, policy)
+                    if pool is None:
+                        return run_rollout(rollout, world, policy)
+                    from policybench.envserver.proxy import gathered
+
+                    with gathered(functools.partial(barrier.step, slot), pool):
+                        return run_rollout(rollout, world, policy)
                 finally:
                     barrier.leave(slot)
 
@@ -78,6 +96,20 @@ class Lockstep:
             if isinstance(episode, Exception):
                 raise episode
         return episodes
+
+    def _pool(self) -> ServerPool | None:
+        """Where the slots' envs are made when they run in env servers here: K to a server,
+        their steps K to a frame (None: the Eval's envs run in this process or are served from
+        elsewhere, one connection each)."""
+        from policybench.envserver import remote
+
+        if not isinstance(self.eval.make_env, Isolated) or remote.endpoint_in_use() is not None:
+            return None
+        if self._servers is None:
+            from policybench.envserver.proxy import ServerPool
+
+            self._servers = ServerPool(self.slots)
+        return self._servers
 
     def close(self) -> None:
         for slot in self._slots:
@@ -112,10 +144,13 @@ class _SlotThread:
 
 
 class _Barrier:
-    """Where the slots' model calls meet. With a batching model, the calls of every slot still
-    running go to the model together, and the slots take turns in slot order: a slot runs from
-    its answer (or its start) to its next call (or its end), then hands the turn on; the last to
-    call asks the model for all. Otherwise each slot asks its own source and runs freely."""
+    """Where the slots' model calls and isolated env steps meet. A slot blocks at a model call
+    (with a batching model) or at a step of an env server's env (`gathering`); when every slot
+    still running is blocked, the steps go first, every env server's in one frame
+    (proxy.step_together), and the model is asked for all only when every slot waits on it.
+    With a batching model the slots also take turns in slot order: a slot runs from its answer
+    (or its start) to its next block (or its end), then hands the turn on; the last to block
+    dispatches. Otherwise each slot asks its own source and runs freely up to its steps."""
 
     def __init__(self, policy: Policy, live: int) -> None:
         self._policy = policy
@@ -125,6 +160,8 @@ class _Barrier:
         self._waiting: dict[int, Request] = {}
         # Each answered slot's chunk (or the exception in its place) and its batch's forward time.
         self._answers: dict[int, tuple[Chunk | Exception, int]] = {}
+        self._stepping: dict[int, tuple[EnvProxy, np.ndarray]] = {}  # slots blocked at a step
+        self._stepped: dict[int, Stepped | BaseException] = {}  # their answers
         self._paused_ns = [0] * live  # each slot's time waiting for other slots' turns
         self._ready = list(range(live))  # slots that may run, in the order they take turns
         # The slot running now: the first, from the start (None once every slot has left).
@@ -158,19 +195,49 @@ class _Barrier:
             raise answer
         return answer
 
+    def step(self, slot: int, proxy: EnvProxy, action: np.ndarray) -> Stepped:
+        """Slot `slot`'s step of its isolated env, sent with the other slots' steps."""
+        with self._lock:
+            self._stepping[slot] = (proxy, action)
+            self._hand_on()
+            self._lock.wait_for(
+                lambda: slot in self._stepped and (not self._batching or self._turn == slot)
+            )
+            answer = self._stepped.pop(slot)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
     def leave(self, slot: int) -> None:
-        if not self._batching:
-            return
         with self._lock:
             self._live -= 1
             self._hand_on()
 
     def _hand_on(self) -> None:
-        """The turn goes to the next slot that may run; when every slot still running waits on
-        the model, this thread asks it for all of them first."""
-        if not self._ready and self._waiting and len(self._waiting) == self._live:
+        """The turn goes to the next slot that may run; when none may, the steps waiting are
+        sent, or, when every slot still running waits on the model, it is asked for all."""
+        if not self._batching:
+            if self._stepping and len(self._stepping) == self._live:
+                self._step_round()
+            return
+        if not self._ready and self._stepping:
+            self._step_round()
+        elif not self._ready and self._waiting and len(self._waiting) == self._live:
             self._dispatch()
         self._turn = self._ready.pop(0) if self._ready else None
+        self._lock.notify_all()
+
+    def _step_round(self) -> None:
+        slots = sorted(self._stepping)
+        steps = [self._stepping.pop(slot) for slot in slots]
+        from policybench.envserver.proxy import step_together
+
+        try:
+            answers: list[Any] = step_together(steps)
+        except BaseException as error:  # interrupted mid-round: every slot of it is told
+            answers = [error] * len(slots)
+        self._stepped.update(zip(slots, answers, strict=True))
+        self._ready.extend(slots)
         self._lock.notify_all()
 
     def _dispatch(self) -> None:

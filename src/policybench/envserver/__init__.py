@@ -44,17 +44,19 @@ class Isolated:
     modules: tuple[str, ...] = ()
 
     def __call__(self, task: str) -> gym.Env:
-        from policybench.envserver import remote
+        from policybench.envserver import proxy, remote
         from policybench.envserver.interpreters import python_of
-        from policybench.envserver.proxy import EnvProxy, EnvServerError, server_script
+        from policybench.envserver.proxy import EnvProxy, EnvServerError
 
         served = remote.endpoint_in_use()  # --env-url: served by `policybench env serve`
         try:
             if served is not None:
                 server = remote.RemoteEnvServer(served)
                 return EnvProxy(None, self.entry, task, self.kwargs, server=server)
-            script = server_script(self.modules)
-            return EnvProxy(python_of(self.interpreter), self.entry, task, self.kwargs, script)
+            script, python = proxy.server_script(self.modules), python_of(self.interpreter)
+            pool = proxy.pool_in_use()  # a lockstep slot's: its K envs share a server
+            shared = None if pool is None else pool.server_for(python, self.entry, script)
+            return EnvProxy(python, self.entry, task, self.kwargs, script, server=shared)
         except EnvServerError as error:
             hint = self._import_hint(str(error), remote_side=served is not None)
             if hint is None:

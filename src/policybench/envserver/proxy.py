@@ -1,6 +1,7 @@
 """Our side of an env server: `EnvServer` starts envserver/server.py in another interpreter (a
 child that dies with this process) and makes requests of it; `EnvProxy` is the gymnasium env
-the World holds, one server per env."""
+the World holds, one server per env, or, for a lockstep worker's K slots, K envs to a server
+(`ServerPool`) whose steps cross K to a frame (`gathered`, `step_together`)."""
 
 from __future__ import annotations
 
@@ -91,10 +92,14 @@ def server_script(modules: tuple[str, ...] = ()) -> Path:
 class EnvServer:
     """One env server process and its pipes. Requests are answered in order, one at a time."""
 
-    def __init__(self, python: Path, entry: str, script: Path | None = None) -> None:
+    def __init__(self, python: Path, entry: str, script: Path | None = None, most: int = 1) -> None:
         self.python = python
+        self.most = most  # the envs it may make
+        self.made = 0
+        self._live: set[int] = set()
+        self._one_at_a_time = threading.Lock()  # the threads of the envs it holds
         self._codec = protocol.Codec()
-        command = [str(python), str(script or server_script()), entry]
+        command = [str(python), str(script or server_script()), entry, str(most)]
         self._process = _spawn(
             lambda: subprocess.Popen(
                 command,
@@ -123,9 +128,31 @@ class EnvServer:
     def pid(self) -> int:
         return self._process.pid
 
+    @property
+    def has_room(self) -> bool:
+        """Whether it may make another env, and is still there to."""
+        with self._one_at_a_time:  # a request in flight shows as interrupted until it ends
+            broken = self._answering.interrupted
+        return self._process.poll() is None and not broken and self.made < self.most
+
+    def made_env(self, number: int) -> None:
+        """Counts env `number`, made by a proxy, as live."""
+        self._live.add(number)
+
+    def release(self, number: int | None) -> None:
+        """A proxy's env `number` is done with (None: its make failed): closed alone while
+        other envs live here, else with the server."""
+        self._live.discard(number)
+        if not self._live:
+            self.close()
+            return
+        if number is not None and self._process.poll() is None:
+            with contextlib.suppress(EnvServerError):  # gone or broken: closed with the rest
+                self.request("close", env=number)
+
     def request(self, op: str, **args: Any) -> Any:
         process = self._process
-        with self._answering.request(op):
+        with self._one_at_a_time, self._answering.request(op):
             try:
                 frame = self._codec.frame({"op": op, **args})
                 protocol.write_frame(process.stdin.fileno(), frame)
@@ -135,13 +162,17 @@ class EnvServer:
         if answer is None:
             raise EnvServerGone(self._stderr.ended(self.python, op))
         if "error" in answer:
-            error = answer["error"]
-            where = " | ".join(line.strip() for line in error["traceback"][-3:-1])
-            raise EnvServerError(
-                f"{error['type']} in the env server ({self.python}) at {op}: {error['message']}"
-                f" [{where}]"
-            )
+            raise self.failed(answer, op)
         return answer["ok"]
+
+    def failed(self, answer: dict[str, Any], op: str = "step") -> EnvServerError:
+        """The error an {"error": ...} answer to `op` says."""
+        error = answer["error"]
+        where = " | ".join(line.strip() for line in error["traceback"][-3:-1])
+        return EnvServerError(
+            f"{error['type']} in the env server ({self.python}) at {op}: {error['message']}"
+            f" [{where}]"
+        )
 
     def close(self) -> None:
         """Ends the server: asks it to close its env, and kills it if it does not end (or is
@@ -211,7 +242,8 @@ def widen(fd: int) -> None:
 class EnvProxy(gym.Env):
     """The env `entry(task, **kwargs)` built by an env server in `python`, as a gymnasium env:
     reset, step, render, close and the spaces are the server's env's. A `server` given (one
-    connected elsewhere, envserver.remote's) is used instead of starting one in `python`."""
+    connected elsewhere, envserver.remote's, or one of a ServerPool's) is used instead of
+    starting one in `python`. Its steps go to the gathering of the thread that steps it, if any."""
 
     def __init__(
         self,
@@ -226,8 +258,10 @@ class EnvProxy(gym.Env):
         try:
             made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
         except BaseException:
-            self._server.close()
+            self._server.release(None)
             raise
+        self.number = made.get("env", 0)  # the env's number in its server
+        self._server.made_env(self.number)
         self.action_space = space_of(made["action_space"])
         self.observation_space = space_of(made["observation_space"])
         self.metadata = made["metadata"]
@@ -237,21 +271,94 @@ class EnvProxy(gym.Env):
     def server_pid(self) -> int:
         return self._server.pid
 
+    @property
+    def server(self) -> EnvServer:
+        return self._server
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = self._server.request("reset", seed=seed, options=options)
+        obs, info = self._server.request("reset", seed=seed, options=options, env=self.number)
         return obs, info
 
     def step(self, action: Any):
+        gathering = getattr(_gathering, "step", None)
+        if gathering is not None:
+            return gathering(self, np.asarray(action))
         obs, reward, terminated, truncated, info = self._server.request(
-            "step", action=np.asarray(action)
+            "step", action=np.asarray(action), env=self.number
         )
         return obs, reward, terminated, truncated, info
 
     def render(self) -> Any:
-        return self._server.request("render")
+        return self._server.request("render", env=self.number)
 
     def close(self) -> None:
-        self._server.close()
+        self._server.release(self.number)
+
+
+Stepped = tuple[Any, float, bool, bool, dict[str, Any]]  # what EnvProxy.step returns
+
+
+def step_together(steps: list[tuple[EnvProxy, np.ndarray]]) -> list[Stepped | Exception]:
+    """Each (proxy, action) of `steps` stepped, with one request per server: `steps` of every
+    env it holds in one frame. In `steps`' order, each its step's answer or the error to raise
+    in its place (a server that failed is every one of its steps' error)."""
+    by_server: dict[int, list[int]] = {}
+    for at, (proxy, _) in enumerate(steps):
+        by_server.setdefault(id(proxy.server), []).append(at)
+    answers: list[Stepped | Exception] = [EnvServerError("not stepped")] * len(steps)
+    for ats in by_server.values():
+        server = steps[ats[0]][0].server
+        try:
+            if len(ats) == 1:
+                proxy, action = steps[ats[0]]
+                answers[ats[0]] = tuple(server.request("step", action=action, env=proxy.number))
+                continue
+            asked = [[steps[at][0].number, steps[at][1]] for at in ats]
+            for at, answer in zip(ats, server.request("steps", steps=asked), strict=True):
+                answers[at] = tuple(answer["ok"]) if "ok" in answer else server.failed(answer)
+        except EnvServerError as error:
+            for at in ats:
+                answers[at] = error
+    return answers
+
+
+_gathering = threading.local()  # a lockstep slot's thread: where its proxies' steps go
+
+
+@contextlib.contextmanager
+def gathered(step: Callable[[EnvProxy, np.ndarray], Stepped], pool: ServerPool) -> Iterator[None]:
+    """Within the block, this thread's isolated envs come from `pool` and their steps are
+    `step(proxy, action)`'s, which gathers them with other threads' (lockstep's barrier)."""
+    _gathering.step, _gathering.pool = step, pool
+    try:
+        yield
+    finally:
+        _gathering.step = _gathering.pool = None
+
+
+def pool_in_use() -> ServerPool | None:
+    """The ServerPool of this thread's `gathered` block, if any."""
+    return getattr(_gathering, "pool", None)
+
+
+class ServerPool:
+    """Env servers that hold up to `most` envs each (a lockstep worker's K slots): an env is
+    made in the latest server of its interpreter and entry while that has room, else in a new
+    one. A server ends when its last env closes."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self._latest: dict[tuple[Path, str, Path | None], EnvServer] = {}
+        self._lock = threading.Lock()
+
+    def server_for(self, python: Path, entry: str, script: Path | None) -> EnvServer:
+        with self._lock:
+            key = (python, entry, script)
+            server = self._latest.get(key)
+            if server is None or not server.has_room:
+                server = self._latest[key] = EnvServer(python, entry, script, self.most)
+            server.made += 1  # promised to the proxy that asked
+            return server
 
 
 def space_of(described: Mapping[str, Any] | None) -> gym.Space | None:

@@ -164,6 +164,13 @@ class RemoteEnvServer:
             )
         return answer["ok"]
 
+    def made_env(self, number: int) -> None:
+        """A connection's one env is made (EnvServer's, for the proxy)."""
+
+    def release(self, number: int | None) -> None:
+        """The connection's env is done with: the connection ends."""
+        self.close()
+
     def close(self) -> None:
         """Ends the connection, and with it the env server there: asks it to close its env
         first, unless it is still busy with an interrupted request (the relay then kills it)."""

@@ -7,8 +7,15 @@ the map out of band (Codec). A request is {"op": name, **args}; an answer is {"o
 and 2.x read each other's), tuples as a msgpack ext.
 The proxy's first request is `hello` with its protocol version; the server answers with its own.
 The env comes from `make`: `entry` ("module:callable") is imported and called with the task.
-A server makes one env, and only of the entry it was started for (its command line's argument):
-whoever can send it requests cannot make it import or call anything else.
+A server makes envs only of the entry it was started for (its command line's first argument),
+and at most as many as its second says (default 1): whoever can send it requests cannot make it
+import or call anything else, nor hold more envs than its starter allowed.
+
+A server of several envs (a lockstep worker's K slots) names each by the number `make` answers
+with; the env ops take it as `env` (default 0). `steps` steps several of them in one round trip:
+[[env, action], ...] in, one {"ok": ...} or {"error": ...} per step out, in order. Each env after
+the first lives on a thread of its own, as each lockstep slot's env does in one process (a
+renderer's context stays on the thread that made it); a round steps them one after another.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import ctypes
 import functools
 import importlib
 import os
+import queue
 import signal
 import struct
 import sys
@@ -28,7 +36,7 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
-PROTOCOL = 2  # raise it on any change to the ops or the encoding
+PROTOCOL = 3  # raise it on any change to the ops or the encoding
 PARENT_PID_VARIABLE = "POLICYBENCH_PARENT_PID"  # policybench.lifetime's, spelled here again:
 PR_SET_PDEATHSIG = 1  # this module imports nothing of policybench
 HEADER = struct.Struct(">II")  # a frame's msgpack bytes, then its raw bytes
@@ -54,7 +62,7 @@ def frame_size(header: bytes | memoryview, limit: int = FRAME_LIMIT) -> tuple[in
 
 ALIGN = 16  # where each array's bytes start in a frame's raw bytes
 ARRAY, TUPLE = 1, 2  # msgpack ext type codes
-OPS = ("hello", "make", "spaces", "reset", "step", "render", "close")  # Server's methods
+OPS = ("hello", "make", "spaces", "reset", "step", "steps", "render", "close")  # Server's methods
 METADATA = ("render_modes", "render_fps")  # what crosses of an env's metadata
 
 
@@ -243,11 +251,14 @@ def describe_space(space: Any) -> dict[str, Any] | None:
 
 
 class Server:
-    """One env, of the entry `allowed` (the one it may make), and the ops on it."""
+    """The envs of the entry `allowed` (the one it may make), at most `most` of them, and the
+    ops on them."""
 
-    def __init__(self, allowed: str | None) -> None:
+    def __init__(self, allowed: str | None, most: int = 1) -> None:
         self.allowed = allowed
-        self.env: Any = None
+        self.most = most
+        self.envs: list[Any] = []  # by number; None once closed
+        self._homes: list[_Home | None] = []  # each env's thread (None: this one)
 
     def hello(self, protocol: int) -> dict[str, Any]:
         if protocol != PROTOCOL:
@@ -258,8 +269,9 @@ class Server:
         return {"protocol": PROTOCOL, "python": sys.version.split()[0], "numpy": np.__version__}
 
     def make(self, entry: str, task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        if self.env is not None:
-            raise PermissionError("this env server has made its env: it makes one env")
+        if len(self.envs) >= self.most:
+            made = "its env: it makes one env" if self.most == 1 else f"{self.most} envs"
+            raise PermissionError(f"this env server has made {made}, as its starter allowed")
         if entry != self.allowed:
             raise PermissionError(
                 f"this env server was started for the env {self.allowed!r}: it makes no other "
@@ -271,41 +283,118 @@ class Server:
         factory = importlib.import_module(module)
         for part in name.split("."):
             factory = getattr(factory, part)
-        self.env = factory(task, **kwargs)
-        return self.spaces()
+        number = len(self.envs)
+        home = _Home(f"env-{number}") if number else None
+        try:
+            self.envs.append(_on(home, lambda: factory(task, **kwargs)))
+        except BaseException:
+            if home is not None:
+                home.stop()
+            raise
+        self._homes.append(home)
+        return {**self.spaces(number), "env": number}
 
-    def spaces(self) -> dict[str, Any]:
-        env = self.env
-        metadata = getattr(env, "metadata", None) or {}
+    def spaces(self, env: int = 0) -> dict[str, Any]:
+        made = self._env(env)
+        metadata = getattr(made, "metadata", None) or {}
         return {
-            "action_space": describe_space(env.action_space),
-            "observation_space": describe_space(getattr(env, "observation_space", None)),
+            "action_space": describe_space(made.action_space),
+            "observation_space": describe_space(getattr(made, "observation_space", None)),
             "metadata": {key: metadata[key] for key in METADATA if key in metadata},
-            "render_mode": getattr(env, "render_mode", None),
+            "render_mode": getattr(made, "render_mode", None),
         }
 
     # An answer of several values is a list (msgpack's own array): a tuple would cross packed
     # twice, as ext TUPLE.
-    def reset(self, seed: int | None, options: dict[str, Any] | None) -> list[Any]:
-        obs, info = self.env.reset(seed=seed, options=options)
+    def reset(self, seed: int | None, options: dict[str, Any] | None, env: int = 0) -> list[Any]:
+        made = self._env(env)
+        obs, info = _on(self._homes[env], lambda: made.reset(seed=seed, options=options))
         return [obs, info]
 
-    def step(self, action: Any) -> list[Any]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
+    def step(self, action: Any, env: int = 0) -> list[Any]:
+        made = self._env(env)
+        obs, reward, terminated, truncated, info = _on(self._homes[env], lambda: made.step(action))
         return [obs, float(reward), bool(terminated), bool(truncated), info]
 
-    def render(self) -> Any:
-        return self.env.render()
+    def steps(self, steps: list[Any]) -> list[dict[str, Any]]:
+        """Each [env, action] of `steps` stepped in turn: its answer, or its env's error (the
+        other envs' steps are not lost with it)."""
+        answers = []
+        for env, action in steps:
+            try:
+                answers.append({"ok": self.step(action, env)})
+            except Exception as error:
+                answers.append({"error": failure(error)})
+        return answers
 
-    def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
+    def render(self, env: int = 0) -> Any:
+        made = self._env(env)
+        return _on(self._homes[env], made.render)
+
+    def close(self, env: int | None = None) -> None:
+        """Closes env `env`, or every env (the server then ends)."""
+        if env is not None:
+            self._env(env)  # a live one
+        for number in range(len(self.envs)) if env is None else [env]:
+            made, home = self.envs[number], self._homes[number]
+            self.envs[number] = None
+            if made is not None:
+                try:
+                    _on(home, made.close)
+                finally:
+                    if home is not None:
+                        home.stop()
+
+    def _env(self, env: Any) -> Any:
+        """The live env numbered `env`."""
+        if type(env) is not int or not 0 <= env < len(self.envs) or self.envs[env] is None:
+            live = [number for number, made in enumerate(self.envs) if made is not None]
+            raise ValueError(f"no live env {env!r:.20} in this env server; its live envs: {live}")
+        return self.envs[env]
 
 
-def serve(requests: BinaryIO, answers: int, allowed: str | None) -> None:
-    """Answers requests from `requests` on the file descriptor `answers` until `close` or the
-    end of `requests`; `allowed` is the one entry it may make (None: none)."""
-    server = Server(allowed)
+class _Home:
+    """The thread an env lives on: what is asked of the env runs there, one call at a time."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def call(self, work: Any) -> Any:
+        self._calls.put(work)
+        done, value = self._answers.get()
+        if not done:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while (work := self._calls.get()) is not None:
+            try:
+                self._answers.put((True, work()))
+            except BaseException as error:  # raised again in the thread that asked
+                self._answers.put((False, error))
+
+
+def _on(home: _Home | None, work: Any) -> Any:
+    """`work()` on `home`'s thread (None: this thread)."""
+    return work() if home is None else home.call(work)
+
+
+def failure(error: BaseException) -> dict[str, Any]:
+    """An error as an answer carries it."""
+    tail = traceback.format_exception(type(error), error, error.__traceback__)[-6:]
+    return {"type": type(error).__name__, "message": str(error), "traceback": tail}
+
+
+def serve(requests: BinaryIO, answers: int, allowed: str | None, most: int = 1) -> None:
+    """Answers requests from `requests` on the file descriptor `answers` until a `close` of every
+    env or the end of `requests`; `allowed` is the one entry it may make (None: none), `most`
+    the most envs it makes."""
+    server = Server(allowed, most)
     codec = Codec()
     while (request := codec.read(requests)) is not None:
         op = request.pop("op")
@@ -314,11 +403,9 @@ def serve(requests: BinaryIO, answers: int, allowed: str | None) -> None:
                 raise ValueError(f"an env server answers the ops {', '.join(OPS)}; got {op!r}")
             frame = codec.frame({"ok": getattr(server, op)(**request)})
         except Exception as error:
-            tail = traceback.format_exception(type(error), error, error.__traceback__)[-6:]
-            failure = {"type": type(error).__name__, "message": str(error), "traceback": tail}
-            frame = codec.frame({"error": failure})
+            frame = codec.frame({"error": failure(error)})
         write_frame(answers, frame)
-        if op == "close":
+        if op == "close" and request.get("env") is None:
             return
 
 
@@ -354,11 +441,12 @@ def _watch(parent_pid: int) -> None:
 def main() -> None:
     die_with_starter()
     allowed = sys.argv[1] if len(sys.argv) > 1 else None
+    most = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     # The frames own the real stdout; whatever the env prints goes to stderr.
     answers = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(sys.stdin.buffer, answers, allowed)
+    serve(sys.stdin.buffer, answers, allowed, most)
 
 
 if __name__ == "__main__":

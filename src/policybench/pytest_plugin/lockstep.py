@@ -30,7 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="step K rollouts of an Eval side by side in each process, the model asked once per "
         "step for all of them (one batched forward for a model with predict_batch; K calls in "
         "flight for a served one); each rollout keeps its own item and record; a process "
-        "keeps up to max(K, --max-envs-per-worker) live envs (default 1)",
+        "keeps up to max(K, --max-envs-per-worker) live envs; an Eval whose envs run in an "
+        "interpreter of their own holds the K in one env server, stepped K to a round trip "
+        "(default 1)",
     )
 
 
