@@ -41,10 +41,16 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "libero": "policybench.suites.libero",
         "libero-pro": "policybench.suites.libero_pro",
         "lerobot-env": "policybench.suites.lerobot_env",
+        "robomimic": "policybench.suites.robomimic",
     }
-    assert {"metaworld-mt10", "pusht", "aloha", "libero_spatial", "kitchen"} <= set(
-        registered_evals()
-    )
+    assert {
+        "metaworld-mt10",
+        "pusht",
+        "aloha",
+        "libero_spatial",
+        "kitchen",
+        "robomimic-lift",
+    } <= set(registered_evals())
 
 
 def test_an_eval_is_found_by_registered_name_or_module_attr_and_a_wrong_one_is_named():

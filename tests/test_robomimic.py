@@ -1,0 +1,93 @@
+"""robomimic's tasks, in their interpreter (robosuite 1.4.1, MuJoCo 2.3.7): each Eval's first
+observation and a fixed action sequence's trajectory equal, bit for bit, a plain loop written
+as Diffusion Policy's image runner runs its test episodes on robomimic 0.3.0's own env code
+(tests/robomimic_03.py; same interpreter, same stack)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.suites import robomimic
+from policybench.world import World
+
+HERE = Path(__file__).resolve().parent
+STEPS = 6
+EVALS = [robomimic.LIFT, robomimic.CAN, robomimic.SQUARE, robomimic.TRANSPORT, robomimic.TOOL_HANG]
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    try:
+        return python_of(robomimic.INTERPRETER)
+    except InterpreterMissing as missing:
+        pytest.skip(str(missing))
+
+
+@pytest.fixture(scope="module")
+def sdist() -> Path:
+    """robomimic 0.3.0's sdist (`pip download --no-deps --no-binary :all: robomimic==0.3.0`)."""
+    folder = os.environ.get("ROBOMIMIC_SDIST")
+    found = sorted(Path(folder).glob("robomimic-0.3.0.tar.gz")) if folder else []
+    if not found:
+        pytest.skip(
+            "needs $ROBOMIMIC_SDIST, a folder holding robomimic-0.3.0.tar.gz (tox fetches it)"
+        )
+    return found[0]
+
+
+def reference(python: Path, sdist: Path, task: str, seed: int, out: Path) -> dict[str, np.ndarray]:
+    command = [str(python), str(HERE / "robomimic_03.py"), str(sdist), task, str(seed), str(STEPS)]
+    subprocess.run([*command, str(out)], check=True, cwd=out.parent)
+    with np.load(out) as saved:
+        return dict(saved)
+
+
+def assert_same(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], at: str) -> None:
+    assert sorted(ours) == sorted(theirs), at
+    for key, array in theirs.items():
+        assert ours[key].dtype == array.dtype and ours[key].shape == array.shape, (at, key)
+        assert np.array_equal(ours[key], array), (at, key)
+
+
+@pytest.mark.parametrize("eval", EVALS, ids=[e.name for e in EVALS])
+def test_first_observation_and_trajectory_are_diffusion_policys_bit_for_bit(
+    eval, python, sdist, tmp_path
+):
+    [rollout] = eval.rollouts(1, 0)
+    task, seed = rollout.scene.task, rollout.scene.seed
+    assert seed == robomimic.TEST_START_SEED  # the runner's first test episode
+    saved = reference(python, sdist, task, seed, tmp_path / "reference.npz")
+    world = World(eval)
+    try:
+        first = world.reset(rollout.scene)
+        assert_same(first, part(saved, "first"), "first observation")
+        for i, action in enumerate(saved["actions"]):
+            step = world.step(action)
+            assert_same(step.obs, part(saved, f"step{i}"), f"step {i}")
+            assert (
+                step.reward == saved[f"step{i}/reward"]
+                and step.success == saved[f"step{i}/success"]
+            )
+    finally:
+        world.close()
+
+
+def part(saved: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {
+        key.removeprefix(f"{prefix}/"): value
+        for key, value in saved.items()
+        if key.startswith(f"{prefix}/") and key.rpartition("/")[2] not in ("reward", "success")
+    }
+
+
+def test_a_task_robomimic_lacks_is_refused_with_its_tasks(python):
+    from policybench.envserver.proxy import EnvServerError
+
+    with pytest.raises(EnvServerError, match="no robomimic task 'stack'; its tasks: lift, can"):
+        robomimic.LIFT.make_env("stack")
