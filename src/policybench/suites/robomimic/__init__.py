@@ -9,10 +9,11 @@ import numpy as np
 
 from policybench.envserver import Interpreter, Isolated
 from policybench.policy.base import Observation
-from policybench.policy.codec import Codec, action_dims, keep
+from policybench.policy.codec import Codec, action_dims, keep, prompt
 from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, seeded_per_task
+from policybench.suites.robomimic import expert
 from policybench.suites.robomimic.robomimic_env import CONTROL_HZ, CONTROLLER, TASKS, image_keys
 
 INTERPRETER = Interpreter(
@@ -65,6 +66,12 @@ def diffusion_policy_codec(task: str) -> Codec:
     return Codec("diffusion-policy", steps, contract(task))
 
 
+def openpi_codec(task: str) -> Codec:
+    """For a served model (`--policy=openpi`): the same observations, the instruction as `prompt`."""
+    steps = (keep(*model_keys(task)), prompt(), action_dims(7 * len(robots(task))))
+    return Codec("openpi", steps, contract(task))
+
+
 def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     """Zero motion (OSC_POSE's deltas), each gripper's last command kept (robosuite's grippers
     move by the command's sign: zero keeps them as they are, so before any command, zero)."""
@@ -72,6 +79,9 @@ def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     if last is not None:
         held[6::7] = last[6::7]
     return held
+
+
+EXPERTS = {"lift": expert.lift_expert, "can": expert.can_expert}
 
 
 def robomimic(task: str) -> Eval:
@@ -86,6 +96,7 @@ def robomimic(task: str) -> Eval:
         control_hz=CONTROL_HZ,
         hold=hold,
         hold_name="zero motion, grippers kept",
+        scripted=EXPERTS.get(task),
         renderer=MUJOCO,
         packages=("robosuite", "mujoco"),
         metadata={
@@ -106,7 +117,7 @@ def robomimic(task: str) -> Eval:
             "here: robosuite's sparse reward is 1 exactly on a step in the goal state",
             "reference_loop": "diffusion_policy/env_runner/robomimic_image_runner.py",
         },
-        codecs={"diffusion-policy": diffusion_policy_codec(task)},
+        codecs={"diffusion-policy": diffusion_policy_codec(task), "openpi": openpi_codec(task)},
         contract=actions_only(contract(task)),
     )
 
