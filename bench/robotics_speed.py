@@ -126,6 +126,7 @@ def main() -> None:
             isolated = Isolated(
                 "policybench.suites.gymnasium_robotics:make_kitchen",
                 Interpreter("bench", python=sys.executable),
+                renders=False,
             )
             worlds.append(World(dataclasses.replace(eval, make_env=isolated)))
             modes["plain loop, wall"] = (modes["plain loop"][0], time.perf_counter)

@@ -36,12 +36,17 @@ class Isolated:
     there as `callable(task, **kwargs)` and returns a gymnasium env. `modules` names modules of
     ours (dotted, importable here, needing nothing of policybench) that the launcher puts beside
     the server as top-level modules under their last name: an entry that interpreter cannot
-    import otherwise, and the leaf modules it imports."""
+    import otherwise, and the leaf modules it imports. `renders`: see the field."""
 
     entry: str
     interpreter: Interpreter
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     modules: tuple[str, ...] = ()
+    # Whether an env renders through a GL context of its own, which must stay on the thread
+    # that made it: in a server of several envs (--envs-per-worker), each such env then lives on
+    # a thread of its own; envs that render nothing so share the server's (a thread's hand-off
+    # costs more than a state-only step's round trip saves).
+    renders: bool = True
 
     def __call__(self, task: str) -> gym.Env:
         from policybench.envserver import proxy, remote
@@ -56,7 +61,9 @@ class Isolated:
             script, python = proxy.server_script(self.modules), python_of(self.interpreter)
             pool = proxy.pool_in_use()  # a lockstep slot's: its K envs share a server
             shared = None if pool is None else pool.server_for(python, self.entry, script)
-            return EnvProxy(python, self.entry, task, self.kwargs, script, server=shared)
+            return EnvProxy(
+                python, self.entry, task, self.kwargs, script, server=shared, thread=self.renders
+            )
         except EnvServerError as error:
             hint = self._import_hint(str(error), remote_side=served is not None)
             if hint is None:
@@ -113,15 +120,17 @@ ENV_PYTHON_VARIABLE = "POLICYBENCH_ENV_PYTHON"
 NOT_INSTALLED = "not installed"  # a package's version where it is not installed
 
 
-def isolable(make: Callable[..., gym.Env], **kwargs: Any) -> Callable[[str], gym.Env]:
+def isolable(
+    make: Callable[..., gym.Env], renders: bool = True, **kwargs: Any
+) -> Callable[[str], gym.Env]:
     """A suite's `make_env`, `make(task, **kwargs)`: in this process, or, when
     $POLICYBENCH_ENV_PYTHON names a Python, in that interpreter behind an env server (`make`'s
-    module, the suite's own, must import there)."""
+    module, the suite's own, must import there; `renders`: Isolated's)."""
     python = os.environ.get(ENV_PYTHON_VARIABLE)
     if not python:
         return functools.partial(make, **kwargs)
     entry = f"{make.__module__}:{make.__qualname__}"
-    return Isolated(entry, Interpreter("env-python", python=python), kwargs)
+    return Isolated(entry, Interpreter("env-python", python=python), kwargs, renders=renders)
 
 
 def builds_nothing(url: str | None, evals: Iterable[Eval]) -> str | None:

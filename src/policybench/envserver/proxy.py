@@ -243,7 +243,8 @@ class EnvProxy(gym.Env):
     """The env `entry(task, **kwargs)` built by an env server in `python`, as a gymnasium env:
     reset, step, render, close and the spaces are the server's env's. A `server` given (one
     connected elsewhere, envserver.remote's, or one of a ServerPool's) is used instead of
-    starting one in `python`. Its steps go to the gathering of the thread that steps it, if any."""
+    starting one in `python`. Its steps go to the gathering of the thread that steps it, if any.
+    `thread`: in a server of several envs, the env lives on a thread of its own (server.py)."""
 
     def __init__(
         self,
@@ -253,10 +254,13 @@ class EnvProxy(gym.Env):
         kwargs: Mapping[str, Any] | None = None,
         script: Path | None = None,
         server: EnvServer | None = None,
+        thread: bool = True,
     ) -> None:
         self._server = server or EnvServer(python, entry, script)
         try:
-            made = self._server.request("make", entry=entry, task=task, kwargs=dict(kwargs or {}))
+            made = self._server.request(
+                "make", entry=entry, task=task, kwargs=dict(kwargs or {}), thread=thread
+            )
         except BaseException:
             self._server.release(None)
             raise

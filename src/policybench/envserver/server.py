@@ -15,7 +15,8 @@ A server of several envs (a lockstep worker's K slots) names each by the number 
 with; the env ops take it as `env` (default 0). `steps` steps several of them in one round trip:
 [[env, action], ...] in, one {"ok": ...} or {"error": ...} per step out, in order. Each env after
 the first lives on a thread of its own, as each lockstep slot's env does in one process (a
-renderer's context stays on the thread that made it); a round steps them one after another.
+renderer's context stays on the thread that made it), unless its make says `thread: false` (an
+env that renders nothing); a round steps them one after another.
 """
 
 from __future__ import annotations
@@ -268,7 +269,9 @@ class Server:
             )
         return {"protocol": PROTOCOL, "python": sys.version.split()[0], "numpy": np.__version__}
 
-    def make(self, entry: str, task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def make(
+        self, entry: str, task: str, kwargs: dict[str, Any], thread: bool = True
+    ) -> dict[str, Any]:
         if len(self.envs) >= self.most:
             made = "its env: it makes one env" if self.most == 1 else f"{self.most} envs"
             raise PermissionError(f"this env server has made {made}, as its starter allowed")
@@ -284,7 +287,7 @@ class Server:
         for part in name.split("."):
             factory = getattr(factory, part)
         number = len(self.envs)
-        home = _Home(f"env-{number}") if number else None
+        home = _Home(f"env-{number}") if number and thread else None
         try:
             self.envs.append(_on(home, lambda: factory(task, **kwargs)))
         except BaseException:

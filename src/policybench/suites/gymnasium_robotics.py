@@ -187,7 +187,7 @@ def kitchen() -> Eval:
     tasks = {task: _listed(kitchen_tasks(task)) for task in kitchen_task_names()}
     return Eval(
         name="kitchen",
-        make_env=isolable(make_kitchen),
+        make_env=isolable(make_kitchen, renders=False),
         plan=seeded_per_task(tasks, timeout_s=KITCHEN_STEPS / KITCHEN_HZ),
         control_hz=KITCHEN_HZ,
         hold=hold_still,
@@ -217,7 +217,7 @@ def adroit(task: str) -> Eval:
     actions, state = ADROIT_SIZES[task]
     return Eval(
         name=f"adroit-{task}",
-        make_env=isolable(make_adroit),
+        make_env=isolable(make_adroit, renders=False),
         plan=seeded_per_task({task: ADROIT_INSTRUCTIONS[task]}, ADROIT_STEPS / ADROIT_HZ),
         control_hz=ADROIT_HZ,
         hold=functools.partial(hold_targets, actions),

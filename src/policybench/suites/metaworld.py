@@ -402,7 +402,9 @@ def mt10(
     """The MT10 tasks; `camera` (e.g. "corner") adds a rendered `image` to each observation."""
     return Eval(
         name="metaworld-mt10" if camera is None else f"metaworld-mt10-{camera}",
-        make_env=isolable(SeededPlacement, camera=camera, size=size, shadows=shadows),
+        make_env=isolable(
+            SeededPlacement, camera is not None, camera=camera, size=size, shadows=shadows
+        ),
         plan=seeded_per_task(tasks, timeout_s=MAX_STEPS / CONTROL_HZ),
         control_hz=CONTROL_HZ,
         hold=hold,

@@ -464,7 +464,7 @@ def pusht(scripted: Any = None, scenes: str = GYM_PUSHT) -> Eval:
     dp = scenes == DIFFUSION_POLICY
     return Eval(
         name="pusht-dp" if dp else "pusht",
-        make_env=isolable(make_env, scenes=scenes),
+        make_env=isolable(make_env, renders=False, scenes=scenes),
         plan=seeded_per_task(
             {TASK: INSTRUCTION},
             timeout_s=MAX_STEPS / CONTROL_HZ,

@@ -67,7 +67,8 @@ def diffusion_policy_codec(task: str) -> Codec:
 
 
 def openpi_codec(task: str) -> Codec:
-    """For a served model (`--policy=openpi`): the same observations, the instruction as `prompt`."""
+    """For a served model (`--policy=openpi`): the same observations, and the instruction as
+    `prompt`."""
     steps = (keep(*model_keys(task)), prompt(), action_dims(7 * len(robots(task))))
     return Codec("openpi", steps, contract(task))
 

@@ -61,16 +61,18 @@ class PickAndPlace:
         action[6] = grip
         return action
 
-    def _goal(self, state: _Rollout, eef: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, float]:
+    def _goal(
+        self, state: _Rollout, eef: np.ndarray, target: np.ndarray
+    ) -> tuple[np.ndarray, float]:
         """Where the gripper heads in its phase, and the gripper command; moves to the next phase
         once there."""
         if state.phase == "above":
-            goal = target + [0, 0, ABOVE]
+            goal = target + np.array([0.0, 0.0, ABOVE])
             if _near(eef, goal, 0.01):
                 state.phase = "down"
             return goal, OPEN
         if state.phase == "down":
-            grasp = target + [0, 0, GRASP_ABOVE]
+            grasp = target + np.array([0.0, 0.0, GRASP_ABOVE])
             if _near(eef, grasp, 0.01):
                 state.phase, state.grasped_at = "close", eef.copy()
             return grasp, OPEN
