@@ -5,6 +5,8 @@ as Diffusion Policy's image runner runs its test episodes on robomimic 0.3.0's o
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -91,3 +93,57 @@ def test_a_task_robomimic_lacks_is_refused_with_its_tasks(python):
 
     with pytest.raises(EnvServerError, match="no robomimic task 'stack'; its tasks: lift, can"):
         robomimic.LIFT.make_env("stack")
+
+
+class Seeing:
+    """A model that notes a digest of every observation it is asked about, per rollout, and
+    answers one fixed action (a move that closes the gripper)."""
+
+    name = "seeing"
+
+    def __init__(self) -> None:
+        self.seen: dict[int, list[str]] = {}
+
+    def open(self, context):
+        from policybench.policy.base import Chunk
+
+        log = self.seen.setdefault(id(context), [])
+
+        def predict(obs):
+            digest = hashlib.sha256()
+            for key in sorted(obs):
+                digest.update(key.encode() + np.ascontiguousarray(obs[key]).tobytes())
+            log.append(digest.hexdigest())
+            return Chunk(np.array([[0.3, -0.2, -0.3, 0, 0, 0.1, 1.0]]), context.control_hz)
+
+        return predict
+
+    def describe(self):
+        return {"policy_name": self.name}
+
+
+def test_rendering_envs_side_by_side_in_one_server_see_what_each_sees_alone(python):
+    """--envs-per-worker 2 on robomimic: both envs in one env server, each on a thread of its
+    own there (each renders through a GL context of its own); every observation, images
+    included, is the one its rollout shows alone."""
+    from policybench.harness import run_rollout
+    from policybench.lockstep import Lockstep
+    from policybench.policy.chunk_player import ChunkPolicy
+
+    rollouts = [dataclasses.replace(r, timeout_s=0.3) for r in robomimic.LIFT.rollouts(2, 0)]
+    alone = []
+    for rollout in rollouts:
+        model, world = Seeing(), World(robomimic.LIFT)
+        try:
+            run_rollout(rollout, world, ChunkPolicy(model))
+        finally:
+            world.close()
+        alone += model.seen.values()
+    model, lockstep = Seeing(), Lockstep(robomimic.LIFT, 2)
+    try:
+        lockstep.run(rollouts, ChunkPolicy(model))
+        servers = {world._env.server_pid for world in lockstep.worlds}
+    finally:
+        lockstep.close()
+    assert len(servers) == 1 and all(len(seen) == 6 for seen in alone)
+    assert sorted(model.seen.values()) == sorted(alone) and alone[0] != alone[1]
