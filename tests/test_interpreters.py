@@ -130,7 +130,8 @@ def test_a_failed_build_names_the_step_with_the_end_of_pips_output_and_leaves_no
     with pytest.raises(InterpreterBuildFailed) as failed:
         install(broken)
     command, _, output = str(failed.value).partition("; the end of its output:\n")
-    assert command.startswith("building interpreter 'broken': `")  # then pip's or uv's command
+    # The package pip stopped at, then pip's (or uv's) command.
+    assert command.startswith(f"building interpreter 'broken' ({REQUIREMENT} failed): `")
     assert " pip " in command and "install" in command and REQUIREMENT in command
     assert "exited with 1" in command
     assert "policybench-no-such-distribution" in output  # pip: "No matching distribution ..."
@@ -237,3 +238,46 @@ def test_an_interrupted_install_says_so_in_one_line_and_keeps_nothing(cache, tmp
     assert rest == said
     left = [path.name for path in cache.iterdir()]
     assert len(left) == 1 and left[0].endswith(".lock"), left  # no directory, half built or not
+
+
+def test_the_package_a_failed_install_stopped_at_is_read_from_pips_words():
+    from policybench.envserver.interpreters import failed_package
+
+    assert failed_package(["ERROR: No matching distribution found for mplib==0.1.1"]) == (
+        "mplib==0.1.1"
+    )
+    built = [
+        "  Building wheel for robomimic (setup.py) ... error",
+        "ERROR: Failed building wheel for robomimic",
+    ]
+    assert failed_package(built) == "robomimic"
+    assert (
+        failed_package(
+            ["Failed to build egl_probe", "ERROR: Could not build wheels for egl_probe,"]
+        )
+        == "egl_probe"
+    )
+    assert failed_package(["Killed"]) is None
+
+
+def test_a_failed_install_command_says_what_failed_and_how_to_retry(cache, tmp_path):
+    (tmp_path / "broken_interpreter.py").write_text(
+        "from policybench.envserver import Interpreter\n"
+        f"INTERPRETER = Interpreter('broken', ({REQUIREMENT!r},))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "policybench.cli", "env", "install"]
+    done = subprocess.run(
+        [*command, "broken_interpreter:INTERPRETER"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    said = [line for line in done.stderr.splitlines() if line.startswith("policybench env install")]
+    assert said[0].startswith(
+        f"policybench env install: building interpreter 'broken' ({REQUIREMENT} failed)"
+    )
+    retry = "retry with `policybench env install broken_interpreter:INTERPRETER`"
+    assert said[-1].startswith(f"policybench env install: {retry}")

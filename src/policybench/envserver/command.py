@@ -172,6 +172,11 @@ def run_install(args: argparse.Namespace) -> int:
         python, built = install(interpreter, building=said_building)
     except InterpreterBuildFailed as error:
         print(f"policybench env install: {error}", file=sys.stderr)
+        print(
+            f"policybench env install: retry with `policybench env install {args.name}` once "
+            "that is fixed (what was built is removed; nothing half-built is used)",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:  # the build's directory is removed: the next install starts anew
         print(

@@ -197,11 +197,31 @@ def _run(interpreter: Interpreter, command: list[str]) -> str:
     if done.returncode != 0:
         printed = (done.stdout + done.stderr).splitlines()
         tail = "\n".join(printed[-OUTPUT_TAIL_LINES:])
+        failed = failed_package(printed)
+        which = "" if failed is None else f" ({failed} failed)"
         raise InterpreterBuildFailed(
-            f"building interpreter {interpreter.name!r}: `{' '.join(command)}` exited with "
-            f"{done.returncode}; the end of its output:\n{tail}"
+            f"building interpreter {interpreter.name!r}{which}: `{' '.join(command)}` exited "
+            f"with {done.returncode}; the end of its output:\n{tail}"
         )
     return done.stdout
+
+
+# How pip names the package it stopped at: none to be found, or one that did not build.
+FAILED_PATTERNS = (
+    re.compile(r"No matching distribution found for (\S+)"),
+    re.compile(r"Failed (?:to build|building wheel for) (\S+)"),
+    re.compile(r"Could not build wheels for (\S+)"),
+)
+
+
+def failed_package(printed: list[str]) -> str | None:
+    """The package a failed pip install names as the one it stopped at (None: it names none)."""
+    for line in reversed(printed):
+        for pattern in FAILED_PATTERNS:
+            match = pattern.search(line)
+            if match:
+                return match.group(1).rstrip(",")
+    return None
 
 
 @contextlib.contextmanager
