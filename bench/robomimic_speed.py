@@ -20,13 +20,12 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from robotics_speed import Played  # bench/'s own: a fixed action sequence as one chunk
 
 from policybench.envserver.interpreters import python_of
 from policybench.harness import run_rollout
-from policybench.policy.base import Chunk, SessionContext
 from policybench.policy.chunk_player import ChunkPolicy
 from policybench.spec import Eval
 from policybench.suites import robomimic
@@ -48,20 +47,6 @@ for action in actions:
     env.step(action)
 print(json.dumps(time.perf_counter() - started))
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class Played:
-    """A model that answers once with the whole action sequence (the harness plays it)."""
-
-    actions: np.ndarray
-    name: str = "played"
-
-    def open(self, context: SessionContext) -> Any:
-        return lambda obs: Chunk(self.actions, context.control_hz)
-
-    def describe(self) -> dict[str, Any]:
-        return {"policy_name": self.name}
 
 
 def plain(eval: Eval, actions_file: Path, seed: int) -> float:
