@@ -278,10 +278,15 @@ def test_a_server_of_k_envs_makes_k_and_answers_a_bad_step_of_a_round_alone(entr
         with pytest.raises(EnvServerError, match="has made 2 envs, as its starter allowed"):
             server.request("make", entry="echo_env:Echo", task="t", kwargs={})
         action = {"arm": np.ones(3, np.float32), "grip": 1}
-        answers = server.request(
-            "steps", steps=[[0, action], [7, action], ["0; rm -rf /", action], [1, action]]
-        )
-        assert [sorted(answer) for answer in answers] == [["ok"], ["error"], ["error"], ["ok"]]
+        asked = [[0, action], [7, action], ["0; rm -rf /", action], [1, action], "no pair"]
+        answers = list(server.stream("steps", len(asked), steps=asked))
+        assert [sorted(answer) for answer in answers] == [
+            ["ok"],
+            ["error"],
+            ["error"],
+            ["ok"],
+            ["error"],
+        ]
         assert "no live env 7" in answers[1]["error"]["message"]
         server.request("close", env=0)
         with pytest.raises(

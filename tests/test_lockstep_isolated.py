@@ -31,9 +31,9 @@ def rounds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     seen: list[tuple[int, int]] = []
     step_together = proxy.step_together
 
-    def counted(steps):
+    def counted(steps, publish):
         seen.append((len(steps), len({id(p.server) for p, _ in steps})))
-        return step_together(steps)
+        return step_together(steps, publish)
 
     monkeypatch.setattr(proxy, "step_together", counted)
     return seen

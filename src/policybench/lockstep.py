@@ -199,7 +199,10 @@ class _Barrier:
         """Slot `slot`'s step of its isolated env, sent with the other slots' steps."""
         with self._lock:
             self._stepping[slot] = (proxy, action)
-            self._hand_on()
+            round = self._hand_on()
+        if round:
+            self._send(round)
+        with self._lock:
             self._lock.wait_for(
                 lambda: slot in self._stepped and (not self._batching or self._turn == slot)
             )
@@ -211,34 +214,68 @@ class _Barrier:
     def leave(self, slot: int) -> None:
         with self._lock:
             self._live -= 1
-            self._hand_on()
+            round = self._hand_on()
+        if round:
+            self._send(round)
 
-    def _hand_on(self) -> None:
+    def _hand_on(self) -> list[tuple[int, tuple[EnvProxy, np.ndarray]]] | None:
         """The turn goes to the next slot that may run; when none may, the steps waiting are
-        sent, or, when every slot still running waits on the model, it is asked for all."""
+        sent, or, when every slot still running waits on the model, it is asked for all. Without
+        turns, the slots whose steps the caller is to send (after letting go of the lock), once
+        every slot still running waits at a step."""
         if not self._batching:
             if self._stepping and len(self._stepping) == self._live:
-                self._step_round()
-            return
+                return [(slot, self._stepping.pop(slot)) for slot in sorted(self._stepping)]
+            return None
         if not self._ready and self._stepping:
             self._step_round()
         elif not self._ready and self._waiting and len(self._waiting) == self._live:
             self._dispatch()
         self._turn = self._ready.pop(0) if self._ready else None
         self._lock.notify_all()
+        return None
 
     def _step_round(self) -> None:
+        """With turns: the round sent under the lock, its slots ready in slot order after it."""
         slots = sorted(self._stepping)
-        steps = [self._stepping.pop(slot) for slot in slots]
+        answers: dict[int, Any] = {}
+        self._round([(slot, self._stepping.pop(slot)) for slot in slots], answers.__setitem__)
+        self._stepped.update(answers)
+        self._ready.extend(slots)
+
+    def _send(self, round: list[tuple[int, tuple[EnvProxy, np.ndarray]]]) -> None:
+        """Without turns: the round sent outside the lock, each answer handed to its slot as
+        it comes (its rollout runs on while the server steps the others)."""
+
+        def publish(slot: int, answer: Any) -> None:
+            with self._lock:
+                self._stepped[slot] = answer
+                self._lock.notify_all()
+
+        self._round(round, publish)
+
+    def _round(
+        self,
+        round: list[tuple[int, tuple[EnvProxy, np.ndarray]]],
+        publish: Callable[[int, Any], None],
+    ) -> None:
+        """The round's steps (each slot's) sent together (proxy.step_together), each answer
+        published for its slot; interrupted mid-round, every slot not yet answered is told."""
         from policybench.envserver.proxy import step_together
 
+        slots = [slot for slot, _ in round]
+        told: set[int] = set()
+
+        def tell(at: int, answer: Any) -> None:
+            told.add(slots[at])
+            publish(slots[at], answer)
+
         try:
-            answers: list[Any] = step_together(steps)
-        except BaseException as error:  # interrupted mid-round: every slot of it is told
-            answers = [error] * len(slots)
-        self._stepped.update(zip(slots, answers, strict=True))
-        self._ready.extend(slots)
-        self._lock.notify_all()
+            step_together([step for _, step in round], tell)
+        except BaseException as error:  # (a watchdog's) its own slot raises it when it reads it
+            for slot in slots:
+                if slot not in told:
+                    publish(slot, error)
 
     def _dispatch(self) -> None:
         policy = self._policy

@@ -165,6 +165,24 @@ class EnvServer:
             raise self.failed(answer, op)
         return answer["ok"]
 
+    def stream(self, op: str, count: int, **args: Any) -> Iterator[Any]:
+        """The `count` frames the server answers request `op` with (`steps`), each as it comes:
+        its {"ok": ...} or {"error": ...}. The server is this caller's until the last."""
+        process = self._process
+        with self._one_at_a_time, self._answering.request(op):
+            try:
+                protocol.write_frame(process.stdin.fileno(), self._codec.frame({"op": op, **args}))
+            except (BrokenPipeError, ValueError):
+                raise EnvServerGone(self._stderr.ended(self.python, op)) from None
+            for _ in range(count):
+                try:
+                    answer = self._codec.read(process.stdout)
+                except ValueError:  # the pipe was closed already
+                    answer = None
+                if answer is None:
+                    raise EnvServerGone(self._stderr.ended(self.python, op))
+                yield answer
+
     def failed(self, answer: dict[str, Any], op: str = "step") -> EnvServerError:
         """The error an {"error": ...} answer to `op` says."""
         error = answer["error"]
@@ -302,28 +320,31 @@ class EnvProxy(gym.Env):
 Stepped = tuple[Any, float, bool, bool, dict[str, Any]]  # what EnvProxy.step returns
 
 
-def step_together(steps: list[tuple[EnvProxy, np.ndarray]]) -> list[Stepped | Exception]:
-    """Each (proxy, action) of `steps` stepped, with one request per server: `steps` of every
-    env it holds in one frame. In `steps`' order, each its step's answer or the error to raise
-    in its place (a server that failed is every one of its steps' error)."""
+def step_together(
+    steps: list[tuple[EnvProxy, np.ndarray]], publish: Callable[[int, Stepped | Exception], None]
+) -> None:
+    """Steps each (proxy, action) of `steps` with one request per server (`steps` of every env
+    it holds), and publishes each answer by its index in `steps` as soon as it comes: the step's
+    answer, or the error to raise in its place (a server that failed is every one of its
+    unanswered steps' error)."""
     by_server: dict[int, list[int]] = {}
     for at, (proxy, _) in enumerate(steps):
         by_server.setdefault(id(proxy.server), []).append(at)
-    answers: list[Stepped | Exception] = [EnvServerError("not stepped")] * len(steps)
     for ats in by_server.values():
-        server = steps[ats[0]][0].server
+        server, left = steps[ats[0]][0].server, list(ats)
         try:
             if len(ats) == 1:
                 proxy, action = steps[ats[0]]
-                answers[ats[0]] = tuple(server.request("step", action=action, env=proxy.number))
+                answer = server.request("step", action=action, env=proxy.number)
+                publish(left.pop(0), tuple(answer))
                 continue
             asked = [[steps[at][0].number, steps[at][1]] for at in ats]
-            for at, answer in zip(ats, server.request("steps", steps=asked), strict=True):
-                answers[at] = tuple(answer["ok"]) if "ok" in answer else server.failed(answer)
+            for answer in server.stream("steps", len(ats), steps=asked):
+                at = left.pop(0)
+                publish(at, tuple(answer["ok"]) if "ok" in answer else server.failed(answer))
         except EnvServerError as error:
-            for at in ats:
-                answers[at] = error
-    return answers
+            for at in left:
+                publish(at, error)
 
 
 _gathering = threading.local()  # a lockstep slot's thread: where its proxies' steps go

@@ -13,7 +13,8 @@ import or call anything else, nor hold more envs than its starter allowed.
 
 A server of several envs (a lockstep worker's K slots) names each by the number `make` answers
 with; the env ops take it as `env` (default 0). `steps` steps several of them in one round trip:
-[[env, action], ...] in, one {"ok": ...} or {"error": ...} per step out, in order. Each env after
+[[env, action], ...] in, then one frame a step out, in order, {"ok": ...} or {"error": ...}, each
+written as soon as its env has stepped (a client runs on while the rest step). Each env after
 the first lives on a thread of its own, as each lockstep slot's env does in one process (a
 renderer's context stays on the thread that made it), unless its make says `thread: false` (an
 env that renders nothing); a round steps them one after another.
@@ -32,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import msgpack
@@ -319,16 +321,15 @@ class Server:
         obs, reward, terminated, truncated, info = _on(self._homes[env], lambda: made.step(action))
         return [obs, float(reward), bool(terminated), bool(truncated), info]
 
-    def steps(self, steps: list[Any]) -> list[dict[str, Any]]:
+    def steps(self, steps: list[Any]) -> Iterator[dict[str, Any]]:
         """Each [env, action] of `steps` stepped in turn: its answer, or its env's error (the
-        other envs' steps are not lost with it)."""
-        answers = []
-        for env, action in steps:
+        other envs' steps are not lost with it), each given as soon as it is stepped."""
+        for step in steps:
             try:
-                answers.append({"ok": self.step(action, env)})
+                env, action = step
+                yield {"ok": self.step(action, env)}
             except Exception as error:
-                answers.append({"error": failure(error)})
-        return answers
+                yield {"error": failure(error)}
 
     def render(self, env: int = 0) -> Any:
         made = self._env(env)
@@ -404,6 +405,10 @@ def serve(requests: BinaryIO, answers: int, allowed: str | None, most: int = 1) 
         try:
             if op not in OPS:
                 raise ValueError(f"an env server answers the ops {', '.join(OPS)}; got {op!r}")
+            if op == "steps":  # a frame a step, each written once stepped
+                for answer in server.steps(**request):
+                    write_frame(answers, codec.frame(answer))
+                continue
             frame = codec.frame({"ok": getattr(server, op)(**request)})
         except Exception as error:
             frame = codec.frame({"error": failure(error)})
