@@ -152,7 +152,7 @@ class Box:
 class RobomimicEnv:
     """One robomimic task's robosuite env. `reset(seed=s)` stages Diffusion Policy's test episode
     of seed s; `step(a)` is one control step, never ending the episode (the Eval's timeout does,
-    at the task's max steps); info carries `success` (robosuite's _check_success)."""
+    at the task's max steps); info carries `is_success` (robosuite's _check_success)."""
 
     metadata = {"render_modes": []}
     render_mode = None
@@ -183,7 +183,7 @@ class RobomimicEnv:
 
     def step(self, action: np.ndarray):
         raw, reward, _, _ = self.env.step(np.asarray(action))
-        info = {"success": bool(self.env._check_success())}
+        info = {"is_success": bool(self.env._check_success())}  # gymnasium's key, World reads it
         return observe(self.env, raw, self._images), float(reward), False, False, info
 
     def close(self) -> None:
