@@ -5,6 +5,7 @@ fails the Eval's preflight, so every rollout of it is an error naming the backen
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_a_backend_mujoco_refuses_is_named_with_the_fix(monkeypatch):
 
 def test_a_backend_that_hangs_is_reported_after_the_deadline():
     # A child that never renders stands for a GL backend that hangs in its first context.
-    problem = _mujoco_problem("osmesa", 1.0, "import time\ntime.sleep(60)\n")
+    problem = _mujoco_problem("osmesa", 1.0, sys.executable, "import time\ntime.sleep(60)\n")
     assert problem.startswith("MuJoCo did not render one frame within 1 s under MUJOCO_GL=osmesa")
 
 

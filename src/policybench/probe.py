@@ -40,7 +40,7 @@ from policybench.preflight import (
     shown_preflight,
 )
 from policybench.registry import OPENPI, PolicySettings, build_policy, check_policy_name
-from policybench.rendering import render_problem
+from policybench.rendering import env_render_problem
 from policybench.serve.client import DEFAULT_URL, Endpoint, RemoteModel
 from policybench.serve.server import SERVED_MODEL
 from policybench.spec import Eval, Rollout
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _probe(args: argparse.Namespace, eval: Eval, endpoint: Endpoint | None) -> int:
     """`run`'s probe of `eval`'s first observation (of --task) with the policy at `endpoint`."""
-    unrenderable = render_problem(eval.renderer)
+    unrenderable = env_render_problem(eval)
     if unrenderable is not None:
         raise SystemExit(f"policybench probe: {eval.name}: {unrenderable}")
     rollout = _first_rollout(eval, args.task, args.seed)

@@ -8,6 +8,10 @@ import functools
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from policybench.spec import Eval
 
 MUJOCO = "mujoco"  # an Eval's `renderer`: MuJoCo's OpenGL, which honours MUJOCO_GL
 
@@ -22,9 +26,10 @@ try:
     )
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
-    with mujoco.Renderer(model, 32, 32) as renderer:
-        renderer.update_scene(data)
-        frame = renderer.render()
+    renderer = mujoco.Renderer(model, 32, 32)  # no context manager before MuJoCo 3
+    renderer.update_scene(data)
+    frame = renderer.render()
+    getattr(renderer, "close", lambda: None)()
     assert frame.shape == (32, 32, 3) and frame.any(), "it rendered an empty frame"
 except Exception as error:
     print(f"{type(error).__name__}: {error}")
@@ -34,19 +39,31 @@ except Exception as error:
 DEADLINE_S = 60.0
 
 
-def render_problem(renderer: str | None, deadline_s: float = DEADLINE_S) -> str | None:
+def render_problem(
+    renderer: str | None, deadline_s: float = DEADLINE_S, python: str | None = None
+) -> str | None:
     """Why `renderer` cannot render here under the current MUJOCO_GL; None when it can (or
-    the Eval renders nothing that needs it)."""
+    the Eval renders nothing that needs it). `python`: the interpreter the env renders in (an
+    isolated Eval's), default this one."""
     if renderer is None:
         return None
     if renderer != MUJOCO:
         raise ValueError(f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}")
-    return _mujoco_problem(os.environ.get("MUJOCO_GL"), deadline_s)
+    return _mujoco_problem(os.environ.get("MUJOCO_GL"), deadline_s, python or sys.executable)
+
+
+def env_render_problem(eval: Eval) -> str | None:
+    """render_problem for `eval`'s renderer where its env renders: in its own interpreter for
+    an isolated Eval (Isolated.render_problem), else here."""
+    render_problem_there = getattr(eval.make_env, "render_problem", None)
+    if render_problem_there is not None:
+        return render_problem_there(eval.renderer)
+    return render_problem(eval.renderer)
 
 
 @functools.cache
 def _mujoco_problem(
-    backend: str | None, deadline_s: float, script: str = RENDER_ONE_FRAME
+    backend: str | None, deadline_s: float, python: str, script: str = RENDER_ONE_FRAME
 ) -> str | None:
     shown = f"MUJOCO_GL={backend}" if backend else "MUJOCO_GL unset (MuJoCo then wants a display)"
     fix = (
@@ -55,7 +72,7 @@ def _mujoco_problem(
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script],
+            [python, "-c", script],
             capture_output=True,
             text=True,
             timeout=deadline_s,

@@ -89,6 +89,22 @@ class Isolated:
             f"on {where}, or name it in Isolated(modules=...)"
         )
 
+    def render_problem(self, renderer: str | None) -> str | None:
+        """rendering.render_problem asked in the interpreter the env renders in: None under
+        --env-url (it renders on the serving machine) or while the interpreter is not installed
+        (building the env says so)."""
+        from policybench import rendering
+        from policybench.envserver import remote
+        from policybench.envserver.interpreters import InterpreterMissing, python_of
+
+        if remote.endpoint_in_use() is not None:
+            return None
+        try:
+            python = python_of(self.interpreter)
+        except InterpreterMissing:
+            return None
+        return rendering.render_problem(renderer, python=str(python))
+
     def versions(self) -> dict[str, str]:
         """The distributions installed in the interpreter (normalized name -> version), the
         serving machine's under --env-url."""

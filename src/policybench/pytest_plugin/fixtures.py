@@ -27,7 +27,7 @@ from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.record.rollout_trace import StateRecorder
 from policybench.registry import PolicyUnavailable, build_policy
-from policybench.rendering import render_problem
+from policybench.rendering import env_render_problem
 from policybench.spec import Rollout
 from policybench.world import EnvCache, World
 
@@ -185,7 +185,7 @@ class Runner:
         process runs: its env is built for the rollout anyway), once the machine has shown it
         renders what the Eval's env needs."""
         eval = world.eval
-        unrenderable = render_problem(eval.renderer)
+        unrenderable = env_render_problem(eval)
         if unrenderable is not None:
             return Preflight(eval.name, Verdict.FAILED, unrenderable)
         return preflight(world, rollout, policy, self._settings.contract_mismatch)
