@@ -151,37 +151,33 @@ class EnvServer:
                 self.request("close", env=number)
 
     def request(self, op: str, **args: Any) -> Any:
-        process = self._process
-        with self._one_at_a_time, self._answering.request(op):
-            try:
-                frame = self._codec.frame({"op": op, **args})
-                protocol.write_frame(process.stdin.fileno(), frame)
-                answer = self._codec.read(process.stdout)
-            except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
-                answer = None
-        if answer is None:
-            raise EnvServerGone(self._stderr.ended(self.python, op))
+        [answer] = self.stream(op, 1, **args)
         if "error" in answer:
             raise self.failed(answer, op)
         return answer["ok"]
 
     def stream(self, op: str, count: int, **args: Any) -> Iterator[Any]:
-        """The `count` frames the server answers request `op` with (`steps`), each as it comes:
-        its {"ok": ...} or {"error": ...}. The server is this caller's until the last."""
+        """The `count` frames the server answers request `op` with (`steps`; one for any other),
+        each as it comes: its {"ok": ...} or {"error": ...}. The server is this caller's until
+        the last; EnvServerGone, with the end of its stderr, when it ends before."""
         process = self._process
+        gone = False
         with self._one_at_a_time, self._answering.request(op):
             try:
                 protocol.write_frame(process.stdin.fileno(), self._codec.frame({"op": op, **args}))
-            except (BrokenPipeError, ValueError):
-                raise EnvServerGone(self._stderr.ended(self.python, op)) from None
-            for _ in range(count):
+            except (BrokenPipeError, ValueError):  # ValueError: the pipe was closed already
+                gone = True
+            for _ in range(0 if gone else count):
                 try:
                     answer = self._codec.read(process.stdout)
-                except ValueError:  # the pipe was closed already
+                except ValueError:
                     answer = None
                 if answer is None:
-                    raise EnvServerGone(self._stderr.ended(self.python, op))
+                    gone = True
+                    break
                 yield answer
+        if gone:
+            raise EnvServerGone(self._stderr.ended(self.python, op))
 
     def failed(self, answer: dict[str, Any], op: str = "step") -> EnvServerError:
         """The error an {"error": ...} answer to `op` says."""
