@@ -20,7 +20,7 @@ from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
 from policybench.policy.latency import InferenceLatency, LatencyMode
 from policybench.record.trace import TraceRecorder, canonical_trace
-from policybench.rendering import render_problem
+from policybench.rendering import env_render_problem
 from policybench.spec import Eval, Plan
 from policybench.world import World
 
@@ -327,10 +327,31 @@ def sim_trace(
     return canonical_trace(episode, recorder.observations)
 
 
+def isolated_trace(eval: Eval, task: str, actions: np.ndarray, timeout_s: float) -> dict[str, Any]:
+    """Rollout 0 of `task` of an Eval whose env runs in an interpreter of its own, `actions`
+    played as one chunk for `timeout_s`; skipped where that interpreter is not installed."""
+    import pytest
+
+    from policybench.envserver.interpreters import InterpreterMissing, python_of
+
+    try:
+        python_of(eval.make_env.interpreter)
+    except InterpreterMissing as missing:
+        pytest.skip(str(missing))
+    rollout = dataclasses.replace(_first_rollout(eval, task), timeout_s=timeout_s)
+    recorder = TraceRecorder()
+    world = World(eval)
+    try:
+        episode = run_rollout(rollout, world, ChunkPolicy(FixedActions(actions)), recorder)
+    finally:
+        world.close()
+    return canonical_trace(episode, recorder.observations)
+
+
 def _world(eval: Eval) -> World:
     """The Eval's World, once this machine has shown it renders what the Eval needs (a GL
     backend that hangs would otherwise hang the golden in its first reset)."""
-    unrenderable = render_problem(eval.renderer)
+    unrenderable = env_render_problem(eval)
     if unrenderable is not None:
         raise RuntimeError(f"{eval.name}: {unrenderable}")
     return World(eval)

@@ -6,16 +6,10 @@ most 50). Select with -k or --suite, e.g. -k "lan and task0". Its goldens (`-m g
 task of each kind on each stack (LIBERO-PRO's reference stack, MuJoCo 2.3.7; and MuJoCo 3.17)
 where its interpreter is installed."""
 
-import dataclasses
-
 import pytest
 
 import policybench
-from benchmarks.golden_pipelines import FixedActions, _libero_moves
-from policybench.envserver.interpreters import InterpreterMissing, python_of
-from policybench.harness import run_rollout
-from policybench.policy.chunk_player import ChunkPolicy
-from policybench.record.trace import TraceRecorder, canonical_trace
+from benchmarks.golden_pipelines import _libero_moves, isolated_trace
 from policybench.suites import libero_pro as suite
 from policybench.suites.libero_pro import (
     INTERPRETER_MUJOCO3,
@@ -38,7 +32,6 @@ from policybench.suites.libero_pro import (
     libero_pro,
 )
 from policybench.suites.libero_pro.tasks import EXTRA_INSTRUCTIONS
-from policybench.world import World
 
 GOLDENS = {
     "spatial-object-task0": (LIBERO_SPATIAL_OBJECT, "task0"),
@@ -58,19 +51,7 @@ GOLDENS.update(
 def test_libero_pro_golden(name, golden):
     """Rollout 0 of the task as LIBERO-PRO's evaluator stages it, then 8 fixed actions."""
     eval, task = GOLDENS[name]
-    try:
-        python_of(eval.make_env.interpreter)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
-    rollout = next(r for r in eval.rollouts(1, 0) if r.scene.task == task)
-    rollout = dataclasses.replace(rollout, timeout_s=0.4)
-    recorder = TraceRecorder()
-    world = World(eval)
-    try:
-        episode = run_rollout(rollout, world, ChunkPolicy(FixedActions(_libero_moves())), recorder)
-    finally:
-        world.close()
-    assert canonical_trace(episode, recorder.observations) == golden
+    assert isolated_trace(eval, task, _libero_moves(), timeout_s=0.4) == golden
 
 
 @policybench.parametrize(LIBERO_SPATIAL_OBJECT)

@@ -5,19 +5,12 @@ Diffusion Policy's image runner stages its test episodes: rollout i is its test 
 (`-m golden`) pin each Eval's first test episode under a fixed action sequence where the
 interpreter is installed."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import policybench
-from benchmarks.golden_pipelines import FixedActions
-from policybench.envserver.interpreters import InterpreterMissing, python_of
-from policybench.harness import run_rollout
-from policybench.policy.chunk_player import ChunkPolicy
-from policybench.record.trace import TraceRecorder, canonical_trace
+from benchmarks.golden_pipelines import isolated_trace
 from policybench.suites.robomimic import CAN, LIFT, SQUARE, TOOL_HANG, TRANSPORT
-from policybench.world import World
 
 EVALS = {e.name: e for e in (LIFT, CAN, SQUARE, TRANSPORT, TOOL_HANG)}
 
@@ -36,20 +29,9 @@ def moves(arms: int, steps: int = 8) -> np.ndarray:
 def test_robomimic_golden(name, golden):
     """The Eval's first test episode (seed 100000), then 8 fixed actions."""
     eval = EVALS[name]
-    try:
-        python_of(eval.make_env.interpreter)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
     [rollout] = eval.rollouts(1, 0)
-    rollout = dataclasses.replace(rollout, timeout_s=0.4)
-    recorder = TraceRecorder()
-    world = World(eval)
     arms = len(eval.metadata["robots"])
-    try:
-        episode = run_rollout(rollout, world, ChunkPolicy(FixedActions(moves(arms))), recorder)
-    finally:
-        world.close()
-    assert canonical_trace(episode, recorder.observations) == golden
+    assert isolated_trace(eval, rollout.scene.task, moves(arms), timeout_s=0.4) == golden
 
 
 @policybench.parametrize(LIFT)
