@@ -11,7 +11,8 @@ step Python envs at once only fight over the interpreter lock. A model without `
 
 An Eval whose envs run in an interpreter of their own puts a worker's K envs in one env server,
 and the barrier sends their steps together: one frame of K actions, answered a frame a step as
-each env steps, so stepping K isolated envs costs one round trip, not K (envserver.proxy.ServerPool).
+each env steps, so stepping K isolated envs costs one round trip, not K
+(envserver.proxy.ServerPool).
 
 A slot's wall clock, as its ChunkPlayer reads it to time a model call, stands still while the
 slot waits for the other slots' turns: a call is timed at its batch's forward, as it would be on
