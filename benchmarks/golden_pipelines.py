@@ -329,15 +329,20 @@ def sim_trace(
 
 def isolated_trace(eval: Eval, task: str, actions: np.ndarray, timeout_s: float) -> dict[str, Any]:
     """Rollout 0 of `task` of an Eval whose env runs in an interpreter of its own, `actions`
-    played as one chunk for `timeout_s`; skipped where that interpreter is not installed."""
+    played as one chunk for `timeout_s`; skipped where that interpreter is not installed, or
+    the rendering device its env needs is missing (SAPIEN's Vulkan device)."""
     import pytest
 
     from policybench.envserver.interpreters import InterpreterMissing, python_of
+    from policybench.rendering import NEEDS_DEVICE
 
     try:
         python_of(eval.make_env.interpreter)
     except InterpreterMissing as missing:
         pytest.skip(str(missing))
+    lacking = env_render_problem(eval) if eval.renderer in NEEDS_DEVICE else None
+    if lacking is not None:
+        pytest.skip(f"{eval.name}: {lacking}")
     rollout = dataclasses.replace(_first_rollout(eval, task), timeout_s=timeout_s)
     recorder = TraceRecorder()
     world = World(eval)

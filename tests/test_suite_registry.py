@@ -42,6 +42,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "libero-pro": "policybench.suites.libero_pro",
         "lerobot-env": "policybench.suites.lerobot_env",
         "robomimic": "policybench.suites.robomimic",
+        "maniskill": "policybench.suites.maniskill",
     }
     assert {
         "metaworld-mt10",
@@ -50,6 +51,8 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "libero_spatial",
         "kitchen",
         "robomimic-lift",
+        "maniskill-pick-cube",
+        "maniskill-push-t-rgb",
     } <= set(registered_evals())
 
 

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from policybench.spec import Eval
 
 MUJOCO = "mujoco"  # an Eval's `renderer`: MuJoCo's OpenGL, which honours MUJOCO_GL
+# SAPIEN's Vulkan renderer (ManiSkill's), which needs a Vulkan device even to build a scene. A
+# device is the machine's, not a setting: an Eval that needs one is skipped where there is none.
+SAPIEN = "sapien"
+NEEDS_DEVICE = (SAPIEN,)
 
 # One frame of a one-geom model: what every MuJoCo camera of a suite needs from the backend.
 # It prints why it failed as its last line of output.
@@ -36,6 +40,22 @@ except Exception as error:
     sys.exit(1)
 """
 
+# SAPIEN's render system, which ManiSkill's envs build first; its last line says why not.
+FIND_VULKAN_DEVICE = """
+import sys
+try:
+    import sapien
+    sapien.render.RenderSystem()
+except Exception as error:
+    print(f"{type(error).__name__}: {error}")
+    sys.exit(1)
+"""
+SAPIEN_FIX = (
+    "install a Vulkan driver: Mesa's lavapipe >= 25 on a machine without a GPU (Debian 12: add "
+    "the bookworm-backports suite, then apt-get install -t bookworm-backports "
+    "mesa-vulkan-drivers; .ci/setup does this), or a GPU's Vulkan driver"
+)
+
 DEADLINE_S = 60.0
 
 
@@ -47,8 +67,10 @@ def render_problem(
     isolated Eval's), default this one."""
     if renderer is None:
         return None
+    if renderer == SAPIEN:
+        return _vulkan_problem(deadline_s, python or sys.executable)
     if renderer != MUJOCO:
-        raise ValueError(f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}")
+        raise ValueError(f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}, {SAPIEN!r}")
     return _mujoco_problem(os.environ.get("MUJOCO_GL"), deadline_s, python or sys.executable)
 
 
@@ -86,4 +108,19 @@ def _mujoco_problem(
         output = (done.stdout.strip() or done.stderr.strip()).splitlines()
         last = output[-1] if output else f"exit status {done.returncode}"
         return f"MuJoCo cannot render under {shown}: {last}; {fix}"
+    return None
+
+
+@functools.cache
+def _vulkan_problem(deadline_s: float, python: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [python, "-c", FIND_VULKAN_DEVICE], capture_output=True, text=True, timeout=deadline_s
+        )
+    except subprocess.TimeoutExpired:
+        return f"SAPIEN found no Vulkan device within {deadline_s:g} s; {SAPIEN_FIX}"
+    if done.returncode != 0:
+        output = (done.stdout.strip() or done.stderr.strip()).splitlines()
+        last = output[-1] if output else f"exit status {done.returncode}"
+        return f"SAPIEN finds no Vulkan device here ({last}); {SAPIEN_FIX}"
     return None

@@ -27,7 +27,7 @@ from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.record.rollout_trace import StateRecorder
 from policybench.registry import PolicyUnavailable, build_policy
-from policybench.rendering import env_render_problem
+from policybench.rendering import NEEDS_DEVICE, env_render_problem
 from policybench.spec import Rollout
 from policybench.world import EnvCache, World
 
@@ -86,6 +86,11 @@ class RolloutError(Exception):
 
 class PolicyCannotRun(pytest.skip.Exception):
     """Skips a rollout whose policy cannot run on its Eval (no scripted expert, no codec)."""
+
+
+class EvalCannotRender(pytest.skip.Exception):
+    """Skips a rollout whose Eval needs a rendering device this machine lacks (a Vulkan device
+    for SAPIEN's envs), saying what to install."""
 
 
 class Runner:
@@ -152,6 +157,10 @@ class Runner:
         """The World and Policy of the rollout once its Eval's preflight passed; else the
         rollout's error Episode."""
         eval, rollout = planned.eval, planned.rollout
+        if eval.renderer in NEEDS_DEVICE:
+            lacking = env_render_problem(eval)  # asked once a process (rendering caches it)
+            if lacking is not None:
+                raise EvalCannotRender(f"{eval.name}: {lacking}")
         world = self._worlds.get(eval.name)
         if world is None:
             world = self._worlds[eval.name] = World(eval, self.envs)

@@ -1,0 +1,102 @@
+"""ManiSkill3's tabletop tasks on ManiSkill 3.0.1 (SAPIEN's CPU physics), each env in ManiSkill's
+own interpreter (`policybench env install maniskill`), staged as ManiSkill's Diffusion Policy
+baseline evaluates them on CPU: rollout i is the episode of seed 1 + i, run for the baseline's
+episode length (100 steps; StackCube 200, PegInsertionSide 300, PushT 150), scored by
+success_once. State Evals and RGB Evals (`-rgb`, 128x128 base camera). Its goldens (`-m golden`)
+pin each Eval's first episode under a fixed action sequence where the interpreter is installed
+and SAPIEN finds a Vulkan device."""
+
+import numpy as np
+import pytest
+
+import policybench
+from benchmarks.golden_pipelines import isolated_trace
+from policybench.suites import maniskill
+
+EVALS = {
+    e.name: e
+    for e in (
+        maniskill.PICK_CUBE,
+        maniskill.PUSH_CUBE,
+        maniskill.STACK_CUBE,
+        maniskill.PEG_INSERTION_SIDE,
+        maniskill.PUSH_T,
+        maniskill.PICK_CUBE_RGB,
+        maniskill.PUSH_CUBE_RGB,
+        maniskill.STACK_CUBE_RGB,
+        maniskill.PEG_INSERTION_SIDE_RGB,
+        maniskill.PUSH_T_RGB,
+    )
+}
+
+
+def moves(width: int, steps: int = 8) -> np.ndarray:
+    """Down and sideways a little, turning slowly where the control turns, the gripper closing
+    halfway through."""
+    k = np.arange(steps)[:, None] / steps
+    move = np.hstack([0.3 * k, -0.2 * k, -0.4 * k, 0 * k, 0 * k, 0.2 * k])
+    if width == 4:
+        return np.hstack([move[:, :3], np.where(k < 0.5, 1.0, -1.0)])
+    if width == 7:
+        return np.hstack([move, np.where(k < 0.5, 1.0, -1.0)])
+    return move
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("name", EVALS)
+def test_maniskill_golden(name, golden):
+    """The Eval's first episode (seed 1), then 8 fixed actions."""
+    eval = EVALS[name]
+    [rollout] = eval.rollouts(1, 0)
+    width = maniskill.action_width(rollout.scene.task)
+    assert isolated_trace(eval, rollout.scene.task, moves(width), timeout_s=0.4) == golden
+
+
+@policybench.parametrize(maniskill.PICK_CUBE)
+def test_maniskill_pick_cube(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PUSH_CUBE)
+def test_maniskill_push_cube(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.STACK_CUBE)
+def test_maniskill_stack_cube(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PEG_INSERTION_SIDE)
+def test_maniskill_peg_insertion_side(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PUSH_T)
+def test_maniskill_push_t(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PICK_CUBE_RGB)
+def test_maniskill_pick_cube_rgb(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PUSH_CUBE_RGB)
+def test_maniskill_push_cube_rgb(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.STACK_CUBE_RGB)
+def test_maniskill_stack_cube_rgb(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PEG_INSERTION_SIDE_RGB)
+def test_maniskill_peg_insertion_side_rgb(rollout, harness):
+    harness(rollout)
+
+
+@policybench.parametrize(maniskill.PUSH_T_RGB)
+def test_maniskill_push_t_rgb(rollout, harness):
+    harness(rollout)

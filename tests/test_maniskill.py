@@ -1,0 +1,106 @@
+"""ManiSkill3's tasks, in their interpreter (ManiSkill 3.0.1, SAPIEN 3.0.3, CPU physics): each
+Eval's first observation and a fixed action sequence's trajectory equal, bit for bit, a plain loop
+written as ManiSkill's Diffusion Policy baseline evaluates on CPU (tests/maniskill_reference.py,
+same interpreter, same stack). Skipped where the interpreter is not installed (`policybench env
+install maniskill`); SAPIEN needs a Vulkan device (.ci/setup installs Mesa's)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policybench import keys
+from policybench.envserver.interpreters import InterpreterMissing, python_of
+from policybench.rendering import SAPIEN, render_problem
+from policybench.suites import maniskill
+from policybench.world import World
+
+HERE = Path(__file__).resolve().parent
+STEPS = 6
+EVALS = [
+    maniskill.PICK_CUBE,
+    maniskill.PUSH_CUBE,
+    maniskill.STACK_CUBE,
+    maniskill.PEG_INSERTION_SIDE,
+    maniskill.PUSH_T,
+    maniskill.PICK_CUBE_RGB,
+    maniskill.PUSH_T_RGB,
+]
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    try:
+        python = python_of(maniskill.INTERPRETER)
+    except InterpreterMissing as missing:
+        pytest.skip(str(missing))
+    lacking = render_problem(SAPIEN, python=str(python))
+    if lacking is not None:
+        pytest.skip(lacking)
+    return python
+
+
+def reference(python: Path, task: str, obs_mode: str, seed: int, out: Path) -> dict:
+    script = HERE / "maniskill_reference.py"
+    command = [str(python), str(script), task, obs_mode, str(seed), str(STEPS), str(out)]
+    subprocess.run(command, check=True, cwd=out.parent)
+    with np.load(out) as saved:
+        return dict(saved)
+
+
+def seen(saved: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {
+        key.removeprefix(f"{prefix}/"): value
+        for key, value in saved.items()
+        if key.startswith(f"{prefix}/") and key.rpartition("/")[2] not in ("reward", "success")
+    }
+
+
+def assert_same(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], at: str) -> None:
+    """The baseline's observation entries, bit for bit (ours adds the state's named parts)."""
+    for key, array in theirs.items():
+        assert ours[key].dtype == array.dtype and ours[key].shape == array.shape, (at, key)
+        assert np.array_equal(ours[key], array), (at, key)
+
+
+@pytest.mark.parametrize("eval", EVALS, ids=[e.name for e in EVALS])
+def test_first_observation_and_trajectory_are_the_baselines_bit_for_bit(eval, python, tmp_path):
+    [rollout] = eval.rollouts(1, 0)
+    task, seed = rollout.scene.task, rollout.scene.seed
+    assert seed == maniskill.FIRST_SEED
+    obs_mode = eval.metadata["obs_mode"]
+    saved = reference(python, task, obs_mode, seed, tmp_path / "reference.npz")
+    world = World(eval)
+    try:
+        first = world.reset(rollout.scene)
+        assert_same(first, seen(saved, "first"), "first observation")
+        succeeded = False
+        for i, action in enumerate(saved["actions"]):
+            step = world.step(action)
+            assert_same(step.obs, seen(saved, f"step{i}"), f"step {i}")
+            succeeded = succeeded or bool(saved[f"step{i}/success"])
+            assert step.reward == saved[f"step{i}/reward"] and step.success == succeeded
+    finally:
+        world.close()
+
+
+def test_the_states_named_entries_are_its_flat_vector(python):
+    """The state Evals add ManiSkill's state dict by name; flattened in order, it is `state`."""
+    world = World(maniskill.STACK_CUBE)
+    try:
+        [rollout] = maniskill.STACK_CUBE.rollouts(1, 0)
+        obs = world.reset(rollout.scene)
+        parts = [np.atleast_1d(v).astype(np.float32) for k, v in obs.items() if "/" in k]
+        assert np.array_equal(np.concatenate(parts), obs[keys.STATE])
+    finally:
+        world.close()
+
+
+def test_a_task_maniskill_lacks_is_refused_with_its_tasks(python):
+    from policybench.envserver.proxy import EnvServerError
+
+    with pytest.raises(EnvServerError, match="no ManiSkill task 'lift'; its tasks: pick_cube"):
+        maniskill.PICK_CUBE.make_env("lift")
