@@ -43,7 +43,7 @@ def main(task: str, obs_mode: str, seed: int, steps: int, out: str) -> None:
     saved = {"actions": actions}
 
     def keep(prefix, obs):
-        for key, value in (obs.items() if isinstance(obs, dict) else [("state", obs)]):
+        for key, value in obs.items() if isinstance(obs, dict) else [("state", obs)]:
             saved[f"{prefix}/{key}"] = np.asarray(value)[-1]  # the newest frame
 
     obs, _ = env.reset(seed=seed)

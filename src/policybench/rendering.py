@@ -70,7 +70,9 @@ def render_problem(
     if renderer == SAPIEN:
         return _vulkan_problem(deadline_s, python or sys.executable)
     if renderer != MUJOCO:
-        raise ValueError(f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}, {SAPIEN!r}")
+        raise ValueError(
+            f"unknown renderer {renderer!r}; policybench checks {MUJOCO!r}, {SAPIEN!r}"
+        )
     return _mujoco_problem(os.environ.get("MUJOCO_GL"), deadline_s, python or sys.executable)
 
 

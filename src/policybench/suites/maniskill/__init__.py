@@ -24,7 +24,13 @@ from policybench.suites.maniskill.maniskill_env import CONTROL_HZ, TASKS
 INTERPRETER = Interpreter(
     "maniskill",
     # mplib 0.1.1 (ManiSkill's pin, for its motion planners) crashes under numpy 2.
-    requirements=("mani-skill==3.0.1", "sapien==3.0.3", "torch==2.13.0", "numpy==1.26.4", "msgpack"),
+    requirements=(
+        "mani-skill==3.0.1",
+        "sapien==3.0.3",
+        "torch==2.13.0",
+        "numpy==1.26.4",
+        "msgpack",
+    ),
 )
 ENTRY = "maniskill_env:make"
 MODULES = ("policybench.suites.maniskill.maniskill_env",)
