@@ -43,6 +43,11 @@ def _at(key: str, offset: tuple[float, float, float] = (0.0, 0.0, 0.0)):
     return lambda obs, held: np.asarray(obs[key][:3], dtype=float) + offset
 
 
+def _above_grasp(height: float):
+    """Over where the gripper last held still (where it grasped), `height` up."""
+    return lambda obs, held: held.held["grasped"] + (0.0, 0.0, height)
+
+
 def _pushed(obs: Observation, held: _Rollout) -> tuple[np.ndarray, np.ndarray]:
     """The cube's position and the unit direction from it to the goal, in the table's plane."""
     cube = np.asarray(obs[OBJECT][:3], dtype=float)
@@ -80,7 +85,7 @@ STACK_CUBE: list[Waypoint] = [
     (_at(CUBE_A, (0, 0, ABOVE)), OPEN, 0.01),
     (_at(CUBE_A), OPEN, 0.005),
     (None, CLOSE, 0.0),
-    (_at(CUBE_A, (0, 0, 0.08)), CLOSE, 0.01),
+    (_above_grasp(0.08), CLOSE, 0.01),
     (_at(CUBE_B, (0, 0, 0.08)), CLOSE, 0.005),
     (_at(CUBE_B, (0, 0, 2 * HALF + 0.005)), CLOSE, 0.004),
     (None, OPEN, 0.0),  # let go where it is
@@ -114,7 +119,7 @@ class Waypoints:
             state.closing += 1
             if state.closing >= CLOSING_STEPS:
                 state.phase, state.closing = state.phase + 1, 0
-                state.held.pop("still")
+                state.held["grasped"] = state.held.pop("still")
         else:
             goal = where(obs, state)
             if not last and float(np.linalg.norm(goal - tcp)) < within:
