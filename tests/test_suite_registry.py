@@ -43,6 +43,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "lerobot-env": "policybench.suites.lerobot_env",
         "robomimic": "policybench.suites.robomimic",
         "maniskill": "policybench.suites.maniskill",
+        "kinetix": "policybench.suites.kinetix",
     }
     assert {
         "metaworld-mt10",
@@ -53,6 +54,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "robomimic-lift",
         "maniskill-pick-cube",
         "maniskill-push-t-rgb",
+        "kinetix",
     } <= set(registered_evals())
 
 
