@@ -43,11 +43,13 @@ def run_list(args: argparse.Namespace) -> int:
     print("evals:")
     interpreters: dict[str, list[str]] = {}  # an interpreter's name -> the Evals it runs
     statuses: dict[str, str] = {}
-    for value in registered_evals().values():
+    evals = registered_evals().values()
+    width = max((len(value.name) for value in evals), default=0)
+    for value in evals:
         extra = f"  ([{value.extra}])" if value.extra else ""  # an isolated Eval needs none
         count = len(value.tasks)
         own = f"  axes +{','.join(value.perturbations)}" if value.perturbations else ""
-        print(f"  {value.name:<24} {count:>3} task{'s' * (count != 1)}{extra}{own}")
+        print(f"  {value.name:<{width}} {count:>3} task{'s' * (count != 1)}{extra}{own}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
             interpreters.setdefault(interpreter.name, []).append(value.name)
