@@ -6,7 +6,9 @@ install maniskill`); SAPIEN needs a Vulkan device (.ci/setup installs Mesa's).""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +106,35 @@ def test_a_task_maniskill_lacks_is_refused_with_its_tasks(python):
 
     with pytest.raises(EnvServerError, match="no ManiSkill task 'lift'; its tasks: pick_cube"):
         maniskill.PICK_CUBE.make_env("lift")
+
+
+def test_without_a_vulkan_device_the_evals_are_skipped_saying_what_to_install(python, tmp_path):
+    """The Vulkan loader pointed at no driver stands for a machine without a device: each rollout
+    is skipped with one line naming SAPIEN's error and the driver to install; nothing errors."""
+    repo = HERE.parent
+    env = {
+        **os.environ,
+        "VK_ICD_FILENAMES": str(tmp_path / "none.json"),  # the loader's old name and new one
+        "VK_DRIVER_FILES": str(tmp_path / "none.json"),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "benchmarks/test_maniskill.py",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "pick_cube and not rgb and not golden",
+        "--rollouts",
+        "1",
+        "-rs",
+        "--report-dir",
+        str(tmp_path / "reports"),
+    ]
+    done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 skipped" in done.stdout and "error" not in done.stdout.split("short test summary")[-1]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert "maniskill-pick-cube: SAPIEN finds no Vulkan device here" in line
+    assert "failed to find a rendering device" in line and "mesa-vulkan-drivers" in line
