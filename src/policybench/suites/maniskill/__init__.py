@@ -101,7 +101,9 @@ def maniskill(task: str, obs_mode: str = "state") -> Eval:
     return Eval(
         name=f"maniskill-{task.replace('_', '-')}{suffix}",
         make_env=Isolated(ENTRY, INTERPRETER, {"obs_mode": obs_mode}, MODULES),
-        plan=seeded_per_task({task: INSTRUCTIONS[task]}, spec["steps"] / CONTROL_HZ, FIRST_SEED),
+        plan=seeded_per_task(
+            {task: INSTRUCTIONS[task]}, spec["max_steps"] / CONTROL_HZ, FIRST_SEED
+        ),
         control_hz=CONTROL_HZ,
         hold=functools.partial(hold, task),
         hold_name="zero motion, gripper kept",
@@ -112,7 +114,7 @@ def maniskill(task: str, obs_mode: str = "state") -> Eval:
             "maniskill_env": spec["env_id"],
             "control_mode": spec["control_mode"],
             "obs_mode": obs_mode,
-            "max_steps": spec["steps"],
+            "max_steps": spec["max_steps"],
             "sim_backend": "physx_cpu",
             "interpreter": list(INTERPRETER.requirements),
             "observation": "state: `state` (ManiSkill's flat state vector) and its entries "

@@ -29,15 +29,15 @@ import numpy as np
 # (baselines.sh), and the backend that renders its observations: state observations need no
 # renderer except PushT-v1's (its goal region is a render-only actor).
 TASKS: dict[str, dict[str, Any]] = {
-    "pick_cube": {"env_id": "PickCube-v1", "control_mode": "pd_ee_delta_pos", "steps": 100},
-    "push_cube": {"env_id": "PushCube-v1", "control_mode": "pd_ee_delta_pos", "steps": 100},
-    "stack_cube": {"env_id": "StackCube-v1", "control_mode": "pd_ee_delta_pos", "steps": 200},
+    "pick_cube": {"env_id": "PickCube-v1", "control_mode": "pd_ee_delta_pos", "max_steps": 100},
+    "push_cube": {"env_id": "PushCube-v1", "control_mode": "pd_ee_delta_pos", "max_steps": 100},
+    "stack_cube": {"env_id": "StackCube-v1", "control_mode": "pd_ee_delta_pos", "max_steps": 200},
     "peg_insertion_side": {
         "env_id": "PegInsertionSide-v1",
         "control_mode": "pd_ee_delta_pose",
-        "steps": 300,
+        "max_steps": 300,
     },
-    "push_t": {"env_id": "PushT-v1", "control_mode": "pd_ee_delta_pose", "steps": 150},
+    "push_t": {"env_id": "PushT-v1", "control_mode": "pd_ee_delta_pose", "max_steps": 150},
 }
 CONTROL_HZ = 20  # every task's control_freq
 OBS_MODES = ("state", "rgb")
@@ -57,7 +57,7 @@ def make_kwargs(task: str, obs_mode: str) -> dict[str, Any]:
         "control_mode": spec["control_mode"],
         "reward_mode": "sparse",
         "render_mode": "rgb_array",
-        "max_episode_steps": spec["steps"],
+        "max_episode_steps": spec["max_steps"],
         "reconfiguration_freq": 1,
         "sim_backend": "physx_cpu",
         "render_backend": "cpu" if needs_renderer else "none",
