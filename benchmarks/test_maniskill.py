@@ -13,21 +13,7 @@ import policybench
 from benchmarks.golden_pipelines import isolated_trace
 from policybench.suites import maniskill
 
-EVALS = {
-    e.name: e
-    for e in (
-        maniskill.PICK_CUBE,
-        maniskill.PUSH_CUBE,
-        maniskill.STACK_CUBE,
-        maniskill.PEG_INSERTION_SIDE,
-        maniskill.PUSH_T,
-        maniskill.PICK_CUBE_RGB,
-        maniskill.PUSH_CUBE_RGB,
-        maniskill.STACK_CUBE_RGB,
-        maniskill.PEG_INSERTION_SIDE_RGB,
-        maniskill.PUSH_T_RGB,
-    )
-}
+EVALS = {e.name: e for e in (*maniskill.STATE_EVALS, *maniskill.RGB_EVALS)}
 
 
 def moves(width: int, steps: int = 8) -> np.ndarray:
@@ -52,51 +38,11 @@ def test_maniskill_golden(name, golden):
     assert isolated_trace(eval, rollout.scene.task, moves(width), timeout_s=0.4) == golden
 
 
-@policybench.parametrize(maniskill.PICK_CUBE)
-def test_maniskill_pick_cube(rollout, harness):
+@policybench.parametrize(*maniskill.STATE_EVALS)
+def test_maniskill(rollout, harness):
     harness(rollout)
 
 
-@policybench.parametrize(maniskill.PUSH_CUBE)
-def test_maniskill_push_cube(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.STACK_CUBE)
-def test_maniskill_stack_cube(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PEG_INSERTION_SIDE)
-def test_maniskill_peg_insertion_side(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PUSH_T)
-def test_maniskill_push_t(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PICK_CUBE_RGB)
-def test_maniskill_pick_cube_rgb(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PUSH_CUBE_RGB)
-def test_maniskill_push_cube_rgb(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.STACK_CUBE_RGB)
-def test_maniskill_stack_cube_rgb(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PEG_INSERTION_SIDE_RGB)
-def test_maniskill_peg_insertion_side_rgb(rollout, harness):
-    harness(rollout)
-
-
-@policybench.parametrize(maniskill.PUSH_T_RGB)
-def test_maniskill_push_t_rgb(rollout, harness):
+@policybench.parametrize(*maniskill.RGB_EVALS)
+def test_maniskill_rgb(rollout, harness):
     harness(rollout)

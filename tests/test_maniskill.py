@@ -22,15 +22,7 @@ from policybench.world import World
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6
-EVALS = [
-    maniskill.PICK_CUBE,
-    maniskill.PUSH_CUBE,
-    maniskill.STACK_CUBE,
-    maniskill.PEG_INSERTION_SIDE,
-    maniskill.PUSH_T,
-    maniskill.PICK_CUBE_RGB,
-    maniskill.PUSH_T_RGB,
-]
+EVALS = [*maniskill.STATE_EVALS, maniskill.PICK_CUBE_RGB, maniskill.PUSH_T_RGB]
 
 
 @pytest.fixture(scope="module")
