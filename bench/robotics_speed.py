@@ -3,7 +3,8 @@ same actions: the kitchen (microwave) and each Adroit task, a seeded uniform act
 played for the episode's full length, through the harness (World, ChunkPlayer, trace) and
 through `gym.make(id)`, `reset(seed)`, `step(a)`; and the kitchen behind an env server in
 another interpreter: one rollout (one round trip a step), and K=8 rollouts side by side as
-`--envs-per-worker 8` runs them (the 8 envs in one server, their steps 8 to a frame).
+`--envs-per-worker 8` runs them (the 8 envs in one server, their steps 8 to a frame), beside a
+plain loop of 8 envs stepped in turn in one process.
 
     python bench/robotics_speed.py [--repeats 3]
 
@@ -62,6 +63,17 @@ def plain(env: gym.Env, actions: np.ndarray) -> int:
     return len(actions)
 
 
+def plain_in_turn(envs: list[gym.Env], actions: np.ndarray) -> int:
+    """The reference loop over K envs stepped in turn in one process (K scenes alive cost each
+    step some cache, whoever steps them): each reset(seed), then each action to every env."""
+    for number, env in enumerate(envs):
+        env.reset(seed=SEED + number)
+    for action in actions:
+        for env in envs:
+            env.step(action)
+    return len(actions) * len(envs)
+
+
 def plain_env(env_id: str, **kwargs: Any) -> gym.Env:
     import gymnasium_robotics
 
@@ -109,8 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"$ python bench/robotics_speed.py --repeats={args.repeats}")
     print()
-    print("| task | mode | steps | best s | steps/s | vs plain | target |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| task | mode | steps | best s | steps/s | vs plain | vs plain, K envs | target |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, (eval, task, env_id, kwargs, steps) in cases().items():
         space = eval.make_env(task).action_space
         rng = np.random.default_rng(SEED)
@@ -136,6 +148,12 @@ def main() -> None:
             )
             lockstep = Lockstep(worlds[1].eval, SIDE_BY_SIDE)
             closing.append(lockstep)
+            in_turn = [plain_env(env_id, **kwargs) for _ in range(SIDE_BY_SIDE)]
+            closing.extend(in_turn)
+            modes[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"] = (
+                partial(plain_in_turn, in_turn, actions),
+                time.perf_counter,
+            )
             modes[f"policybench, isolated, K={SIDE_BY_SIDE} side by side, wall"] = (
                 partial(side_by_side, lockstep, task, actions),
                 time.perf_counter,
@@ -146,12 +164,14 @@ def main() -> None:
         for mode, (done, seconds) in interleaved(modes, args.repeats).items():
             rates[mode] = done / seconds
             ratio = rates[mode] / rates["plain loop" if "wall" not in mode else "plain loop, wall"]
-            target = {"policybench": f">= {TARGET}"}.get(mode, "")
+            target, versus_k = {"policybench": f">= {TARGET}"}.get(mode, ""), ""
             if "side by side" in mode:
                 target = f">= {TARGET_SIDE_BY_SIDE}"
+                in_turn_rate = rates[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"]
+                versus_k = f"{rates[mode] / in_turn_rate:.3f}"
             print(
                 f"| {name} | {mode} | {done} | {seconds:.3f} | {rates[mode]:.0f} | "
-                f"{ratio:.3f} | {target} |"
+                f"{ratio:.3f} | {versus_k} | {target} |"
             )
         for world in [*worlds, *closing]:
             world.close()

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from policybench import keys
-from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.suites import kinetix
 from policybench.world import World
+from tests.interpreters import built_python
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6
@@ -22,10 +22,7 @@ STEPS = 6
 
 @pytest.fixture(scope="module")
 def python() -> Path:
-    try:
-        return python_of(kinetix.INTERPRETER)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
+    return built_python(kinetix.INTERPRETER)
 
 
 @pytest.mark.parametrize("level", ["grasp_easy", "car_launch"])

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from policybench import keys
-from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.envserver.proxy import EnvServerError, server_script
 from policybench.suites import libero_pro, registered_evals
 from policybench.suites.libero_pro import (
@@ -28,6 +27,7 @@ from policybench.suites.libero_pro import (
 )
 from policybench.suites.libero_pro.tasks import EXTRA_INSTRUCTIONS, INSTRUCTIONS
 from policybench.world import World
+from tests.interpreters import built_python
 
 # One task of each perturbation kind, over the four base suites.
 ONE_OF_EACH = (
@@ -150,10 +150,7 @@ LIBERO_PRO_LOOP = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def libero_pro_python() -> Path:
-    try:
-        return python_of(INTERPRETER)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
+    return built_python(INTERPRETER)
 
 
 @pytest.mark.slow

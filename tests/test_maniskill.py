@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from policybench import keys
-from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.rendering import SAPIEN, render_problem
 from policybench.suites import maniskill
 from policybench.world import World
+from tests.interpreters import built_python
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6
@@ -27,10 +27,7 @@ EVALS = [*maniskill.STATE_EVALS, maniskill.PICK_CUBE_RGB, maniskill.PUSH_T_RGB]
 
 @pytest.fixture(scope="module")
 def python() -> Path:
-    try:
-        python = python_of(maniskill.INTERPRETER)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
+    python = built_python(maniskill.INTERPRETER)
     lacking = render_problem(SAPIEN, python=str(python))
     if lacking is not None:
         pytest.skip(lacking)

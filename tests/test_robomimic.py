@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policybench.envserver.interpreters import InterpreterMissing, python_of
 from policybench.suites import robomimic
 from policybench.world import World
+from tests.interpreters import built_python
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6
@@ -25,10 +25,7 @@ EVALS = [robomimic.LIFT, robomimic.CAN, robomimic.SQUARE, robomimic.TRANSPORT, r
 
 @pytest.fixture(scope="module")
 def python() -> Path:
-    try:
-        return python_of(robomimic.INTERPRETER)
-    except InterpreterMissing as missing:
-        pytest.skip(str(missing))
+    return built_python(robomimic.INTERPRETER)
 
 
 @pytest.fixture(scope="module")

@@ -129,6 +129,11 @@ ChunkSource = Callable[[Observation], Chunk]
 its rollout (a server connection) has a `close()`, called when the rollout's session ends."""
 
 
+def one_action_a_call(act: Callable[[Observation], np.ndarray], fps: float) -> ChunkSource:
+    """A ChunkSource whose every chunk is the one action `act(obs)` (a scripted expert's)."""
+    return lambda obs: Chunk(np.asarray(act(obs))[None], fps)
+
+
 class Model(Protocol):
     """Predicts action chunks. `open` starts one rollout (a model may keep per-rollout state):
     what it holds for the rollout belongs to the source it returns, not to the model, so that

@@ -15,7 +15,7 @@ import numpy as np
 from policybench import keys
 from policybench.envserver import isolable
 from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, MujocoStaging
-from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.base import ChunkSource, Observation, SessionContext, one_action_a_call
 from policybench.policy.codec import (
     Codec,
     CodecStep,
@@ -317,13 +317,11 @@ class MetaWorldExpert:
                 f"no MetaWorld expert for instruction {context.instruction!r}; "
                 f"known: {sorted(self._task_of)}"
             )
-        expert, fps = ENV_POLICY_MAP[task](), context.control_hz
-
-        def predict(obs: Observation) -> Chunk:
-            # A copy: some experts write into the state, and a served one arrives read-only.
-            return Chunk(expert.get_action(np.array(obs[keys.STATE]))[None], fps)
-
-        return predict
+        expert = ENV_POLICY_MAP[task]()
+        # A copy of the state: some experts write into it, and a served one arrives read-only.
+        return one_action_a_call(
+            lambda obs: expert.get_action(np.array(obs[keys.STATE])), context.control_hz
+        )
 
     def describe(self) -> dict[str, Any]:
         return {keys.POLICY_NAME: self.name, "expert": "metaworld.policies"}

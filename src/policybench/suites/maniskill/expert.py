@@ -9,6 +9,7 @@ millimetres) and PushT have no expert."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
-from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.base import ChunkSource, Observation, SessionContext, one_action_a_call
 
 GAIN = 10.0  # action units per metre of error: pd_ee_delta_pos moves 0.1 m for 1
 OPEN, CLOSE = 1.0, -1.0
@@ -103,12 +104,7 @@ class Waypoints:
         self.task, self.waypoints = task, waypoints
 
     def open(self, context: SessionContext) -> ChunkSource:
-        state, fps = _Rollout(), context.control_hz
-
-        def predict(obs: Observation) -> Chunk:
-            return Chunk(self._act(state, obs)[None], fps)
-
-        return predict
+        return one_action_a_call(functools.partial(self._act, _Rollout()), context.control_hz)
 
     def _act(self, state: _Rollout, obs: Observation) -> np.ndarray:
         tcp = np.asarray(obs[TCP][:3], dtype=float)

@@ -7,13 +7,14 @@ and ToolHang (an insertion to millimetres) have none."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from policybench import keys
-from policybench.policy.base import Chunk, ChunkSource, Observation, SessionContext
+from policybench.policy.base import ChunkSource, Observation, SessionContext, one_action_a_call
 
 GAIN = 10.0  # action units per metre of error: OSC_POSE moves 0.05 m for 1
 ABOVE = 0.08  # m above the object before going down to it
@@ -45,12 +46,7 @@ class PickAndPlace:
         self.place = place
 
     def open(self, context: SessionContext) -> ChunkSource:
-        state, fps = _Rollout(), context.control_hz
-
-        def predict(obs: Observation) -> Chunk:
-            return Chunk(self._act(state, obs)[None], fps)
-
-        return predict
+        return one_action_a_call(functools.partial(self._act, _Rollout()), context.control_hz)
 
     def _act(self, state: _Rollout, obs: Observation) -> np.ndarray:
         eef = np.asarray(obs["robot0_eef_pos"], dtype=float)
