@@ -19,7 +19,7 @@ A formula's robustness over a rollout is its value at the first step."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,7 +358,3 @@ def margin_of(formula: Formula, signals: Signals) -> Margin:
         ]
         first = start + int(np.argmax(inner < 0))
     return Margin(value, step, float(np.asarray(signals[TIME])[step]), shown, first)
-
-
-def names_in(formulas: Sequence[Formula]) -> set[str]:
-    return set().union(*(formula.signal_names() for formula in formulas)) if formulas else set()
