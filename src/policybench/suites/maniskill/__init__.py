@@ -19,7 +19,7 @@ from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import SAPIEN
 from policybench.spec import Eval, seeded_per_task
 from policybench.suites.maniskill import expert
-from policybench.suites.maniskill.maniskill_env import CONTROL_HZ, TASKS
+from policybench.suites.maniskill.maniskill_env import CONTROL_HZ, TASKS, needs_renderer
 
 INTERPRETER = Interpreter(
     "maniskill",
@@ -94,21 +94,20 @@ def hold(task: str, last: np.ndarray | None, obs: Observation) -> np.ndarray:
     return held
 
 
-def renders(task: str, obs_mode: str) -> bool:
-    """Whether the task's envs render (RGB, and PushT-v1's state with its render-only goal): a
-    renderer's env keeps a thread of its own in a server of several; the others share the
-    server's, which at --envs-per-worker 8 steps PickCube about 15% faster."""
-    return obs_mode == RGB or task == "push_t"
-
-
 def maniskill(task: str, obs_mode: str = "state") -> Eval:
     """One ManiSkill task, its episodes seeded FIRST_SEED, FIRST_SEED + 1, ..."""
     spec = TASKS[task]
     suffix = "-rgb" if obs_mode == RGB else ""
     return Eval(
         name=f"maniskill-{task.replace('_', '-')}{suffix}",
+        # An env that renders keeps a thread of its own in a server of several; the others
+        # share the server's (at --envs-per-worker 8, PickCube steps about 15% faster so).
         make_env=Isolated(
-            ENTRY, INTERPRETER, {"obs_mode": obs_mode}, MODULES, renders=renders(task, obs_mode)
+            ENTRY,
+            INTERPRETER,
+            {"obs_mode": obs_mode},
+            MODULES,
+            renders=needs_renderer(task, obs_mode),
         ),
         plan=seeded_per_task(
             {task: INSTRUCTIONS[task]}, spec["max_steps"] / CONTROL_HZ, FIRST_SEED

@@ -47,10 +47,15 @@ OBS_MODES = ("state", "rgb")
 STATE_KEY, SUCCESS_KEY = "state", "success"
 
 
+def needs_renderer(task: str, obs_mode: str) -> bool:
+    """Whether the env renders: RGB observations, and PushT-v1's state (its goal region is a
+    render-only actor)."""
+    return obs_mode == "rgb" or task == "push_t"
+
+
 def make_kwargs(task: str, obs_mode: str) -> dict[str, Any]:
     """gym.make's arguments for `task` as the baseline's CPU evaluation env passes them."""
     spec = TASKS[task]
-    needs_renderer = obs_mode == "rgb" or task == "push_t"
     return {
         "num_envs": 1,
         "obs_mode": "state_dict" if obs_mode == "state" else "rgb",
@@ -60,7 +65,7 @@ def make_kwargs(task: str, obs_mode: str) -> dict[str, Any]:
         "max_episode_steps": spec["max_steps"],
         "reconfiguration_freq": 1,
         "sim_backend": "physx_cpu",
-        "render_backend": "cpu" if needs_renderer else "none",
+        "render_backend": "cpu" if needs_renderer(task, obs_mode) else "none",
     }
 
 
