@@ -17,31 +17,50 @@ _TEN_LIBERO = (
     "put the yellow and white mug in the microwave and close it",
 )
 
+# The object and swap perturbations keep their base suite's instructions: these three suites'
+# tasks as they state them, like _TEN_LIBERO
+_SPATIAL = (
+    "pick the akita black bowl between the plate and the ramekin and place it on the plate",
+    "pick the akita black bowl next to the ramekin and place it on the plate",
+    "pick the akita black bowl from table center and place it on the plate",
+    "pick the akita black bowl on the cookies box and place it on the plate",
+    "pick the akita black bowl in the top layer of the wooden cabinet and place it on the plate",
+    "pick the akita black bowl on the ramekin and place it on the plate",
+    "pick the akita black bowl next to the cookies box and place it on the plate",
+    "pick the akita black bowl on the stove and place it on the plate",
+    "pick the akita black bowl next to the plate and place it on the plate",
+    "pick the akita black bowl on the wooden cabinet and place it on the plate",
+)
+
+_OBJECT = (
+    "pick the alphabet soup and place it in the basket",
+    "pick the cream cheese and place it in the basket",
+    "pick the salad dressing and place it in the basket",
+    "pick the bbq sauce and place it in the basket",
+    "pick the ketchup and place it in the basket",
+    "pick the tomato sauce and place it in the basket",
+    "pick the butter and place it in the basket",
+    "pick the milk and place it in the basket",
+    "pick the chocolate pudding and place it in the basket",
+    "pick the orange juice and place it in the basket",
+)
+
+_GOAL = (
+    "open the middle layer of the drawer",
+    "put the bowl on the stove",
+    "put the wine bottle on the top of the drawer",
+    "open the top layer of the drawer and put the bowl inside",
+    "put the bowl on the top of the drawer",
+    "push the plate to the front of the stove",
+    "put the cream cheese on the bowl",
+    "turn on the stove",
+    "put the bowl on the plate",
+    "put the wine bottle on the rack",
+)
+
 INSTRUCTIONS: dict[str, tuple[str, ...]] = {
-    "libero_spatial_object": (
-        "pick the akita black bowl between the plate and the ramekin and place it on the plate",
-        "pick the akita black bowl next to the ramekin and place it on the plate",
-        "pick the akita black bowl from table center and place it on the plate",
-        "pick the akita black bowl on the cookies box and place it on the plate",
-        "pick the akita black bowl in the top layer of the wooden cabinet and place it on the plate",  # noqa: E501
-        "pick the akita black bowl on the ramekin and place it on the plate",
-        "pick the akita black bowl next to the cookies box and place it on the plate",
-        "pick the akita black bowl on the stove and place it on the plate",
-        "pick the akita black bowl next to the plate and place it on the plate",
-        "pick the akita black bowl on the wooden cabinet and place it on the plate",
-    ),
-    "libero_spatial_swap": (
-        "pick the akita black bowl between the plate and the ramekin and place it on the plate",
-        "pick the akita black bowl next to the ramekin and place it on the plate",
-        "pick the akita black bowl from table center and place it on the plate",
-        "pick the akita black bowl on the cookies box and place it on the plate",
-        "pick the akita black bowl in the top layer of the wooden cabinet and place it on the plate",  # noqa: E501
-        "pick the akita black bowl on the ramekin and place it on the plate",
-        "pick the akita black bowl next to the cookies box and place it on the plate",
-        "pick the akita black bowl on the stove and place it on the plate",
-        "pick the akita black bowl next to the plate and place it on the plate",
-        "pick the akita black bowl on the wooden cabinet and place it on the plate",
-    ),
+    "libero_spatial_object": _SPATIAL,
+    "libero_spatial_swap": _SPATIAL,
     "libero_spatial_lan": (
         "lift the black bowl between the plate and ramekin and set it on the plate",
         "take black bowl next to ramekin and place on plate",
@@ -66,30 +85,8 @@ INSTRUCTIONS: dict[str, tuple[str, ...]] = {
         "pick the akita black bowl next to the ramekin and place it on the plate",
         "pick the akita black bowl on the stove and place it on the plate",
     ),
-    "libero_object_object": (
-        "pick the alphabet soup and place it in the basket",
-        "pick the cream cheese and place it in the basket",
-        "pick the salad dressing and place it in the basket",
-        "pick the bbq sauce and place it in the basket",
-        "pick the ketchup and place it in the basket",
-        "pick the tomato sauce and place it in the basket",
-        "pick the butter and place it in the basket",
-        "pick the milk and place it in the basket",
-        "pick the chocolate pudding and place it in the basket",
-        "pick the orange juice and place it in the basket",
-    ),
-    "libero_object_swap": (
-        "pick the alphabet soup and place it in the basket",
-        "pick the cream cheese and place it in the basket",
-        "pick the salad dressing and place it in the basket",
-        "pick the bbq sauce and place it in the basket",
-        "pick the ketchup and place it in the basket",
-        "pick the tomato sauce and place it in the basket",
-        "pick the butter and place it in the basket",
-        "pick the milk and place it in the basket",
-        "pick the chocolate pudding and place it in the basket",
-        "pick the orange juice and place it in the basket",
-    ),
+    "libero_object_object": _OBJECT,
+    "libero_object_swap": _OBJECT,
     "libero_object_lan": (
         "grab alphabet soup and put it into basket",
         "grab cream cheese and put into basket",
@@ -114,30 +111,8 @@ INSTRUCTIONS: dict[str, tuple[str, ...]] = {
         "pick the salad dressing and place it in the basket",
         "pick the chocolate pudding and place it in the basket",
     ),
-    "libero_goal_object": (
-        "open the middle layer of the drawer",
-        "put the bowl on the stove",
-        "put the wine bottle on the top of the drawer",
-        "open the top layer of the drawer and put the bowl inside",
-        "put the bowl on the top of the drawer",
-        "push the plate to the front of the stove",
-        "put the cream cheese on the bowl",
-        "turn on the stove",
-        "put the bowl on the plate",
-        "put the wine bottle on the rack",
-    ),
-    "libero_goal_swap": (
-        "open the middle layer of the drawer",
-        "put the bowl on the stove",
-        "put the wine bottle on the top of the drawer",
-        "open the top layer of the drawer and put the bowl inside",
-        "put the bowl on the top of the drawer",
-        "push the plate to the front of the stove",
-        "put the cream cheese on the bowl",
-        "turn on the stove",
-        "put the bowl on the plate",
-        "put the wine bottle on the rack",
-    ),
+    "libero_goal_object": _GOAL,
+    "libero_goal_swap": _GOAL,
     "libero_goal_lan": (
         "open the cabinet\u2019s middle drawer",
         "place the bowl on the stove",
@@ -249,7 +224,6 @@ _SPATIAL_AKITA = (
     "pick the akita black bowl on the wooden cabinet and place it on the plate",
 )
 
-# libero_goal's tasks in LIBERO's words and order
 _GOAL_LIBERO = (
     "open the middle drawer of the cabinet",
     "put the bowl on the stove",
