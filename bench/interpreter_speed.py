@@ -23,12 +23,13 @@ import argparse
 import dataclasses
 import json
 import subprocess
-import time
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-from robotics_speed import Played  # bench/'s own: a fixed action sequence as one chunk
+
+# bench/'s own: a fixed action sequence as one chunk, and modes timed in rounds taken in turn
+from robotics_speed import Played, best, in_rounds, ratio, timed
 
 from policybench.envserver.interpreters import python_of
 from policybench.harness import run_rollout
@@ -114,12 +115,6 @@ class Plain:
         self.process.wait()
 
 
-def timed(run) -> tuple[int, float]:
-    started = time.perf_counter()
-    steps = run()
-    return steps, time.perf_counter() - started
-
-
 def one_rollout(rollout: Rollout, world: World, play: ChunkPolicy) -> int:
     return run_rollout(rollout, world, play).steps
 
@@ -165,21 +160,10 @@ def modes_of(name: str, actions_file: Path) -> tuple[dict, list]:
 def measure(name: str, rounds: int) -> dict[str, list[tuple[int, float]]]:
     """Each mode's steps and seconds in each round on the Eval `name`, the modes taking turns."""
     modes, closing = modes_of(name, Path(f"/tmp/interpreter-speed-{name}.npy"))
-    for run in modes.values():
-        run()  # warm
-    timed_rounds: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}
-    for _ in range(rounds):
-        for mode, run in modes.items():
-            timed_rounds[mode].append(run())
+    timed_rounds = in_rounds(modes, rounds)
     for thing in closing:
         thing.close()
     return timed_rounds
-
-
-def ratio(of: list[tuple[int, float]], to: list[tuple[int, float]]) -> float:
-    """The median over rounds of one mode's steps/s over another's in the same round (a round's
-    modes run back to back, so a machine slowed for a while slows both alike)."""
-    return float(np.median([(a / s) / (b / t) for (a, s), (b, t) in zip(of, to, strict=True)]))
 
 
 def main() -> None:
@@ -195,7 +179,7 @@ def main() -> None:
         timed_rounds = measure(name, args.rounds)
         plain_k = timed_rounds.get(f"plain loop, K={SIDE_BY_SIDE} envs in turn")
         for mode, each in timed_rounds.items():
-            steps, seconds = min(each, key=lambda round: round[1])
+            steps, seconds = best(each)
             target, versus_k = "", ""
             if mode.startswith("policybench"):
                 target = f">= {TARGET}"

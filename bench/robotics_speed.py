@@ -8,11 +8,12 @@ plain loop of 8 envs stepped in turn in one process.
 
     python bench/robotics_speed.py [--repeats 3]
 
-Each (task, mode) runs `repeats` times in one process, the env built once (as a run's worker
-keeps it); the best CPU time of this thread (time.thread_time) is kept for the in-process
-modes, and for the isolated ones the best wall time, beside the plain loop's (its env steps in
-the other process). Prints a markdown table of steps/s and the ratio to the plain loop (targets:
-0.95 in process, 0.90 isolated side by side at K=8) and the command that made it.
+Each (task, mode) runs `repeats` rounds in one process, the env built once (as a run's worker
+keeps it) and the modes taking turns a round at a time; the in-process modes are timed by this
+thread's CPU time (time.thread_time), the isolated ones by the wall clock, beside the plain
+loop's (its env steps in the other process). Prints a markdown table of each mode's best round
+in steps/s, its ratio to the plain loop (the median of the rounds' ratios; targets: 0.95 in
+process, 0.90 isolated side by side at K=8) and the command that made it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -102,17 +104,39 @@ def cases() -> dict[str, tuple[Any, str, str, dict[str, Any], int]]:
     return found
 
 
-def interleaved(modes: dict[str, Any], repeats: int) -> dict[str, tuple[int, float]]:
-    """Each mode's steps and best time over `repeats` rounds, the modes taking turns in each
-    round (a machine busy for a while slows every mode alike)."""
-    times: dict[str, list[float]] = {mode: [] for mode in modes}
-    steps = {}
-    for _ in range(repeats):
-        for mode, (run, clock) in modes.items():
-            started = clock()
-            steps[mode] = run()
-            times[mode].append(clock() - started)
-    return {mode: (steps[mode], min(times[mode])) for mode in modes}
+def timed(
+    run: Callable[[], int], clock: Callable[[], float] = time.perf_counter
+) -> tuple[int, float]:
+    """The steps `run` took and the seconds it took by `clock`."""
+    started = clock()
+    steps = run()
+    return steps, clock() - started
+
+
+def in_rounds(
+    modes: dict[str, Callable[[], tuple[int, float]]], rounds: int
+) -> dict[str, list[tuple[int, float]]]:
+    """Each mode's steps and seconds in each of `rounds` rounds, every mode run once first (its
+    env built and warm) and the modes taking turns in each round (a machine busy for a while
+    slows every mode alike)."""
+    for run in modes.values():
+        run()
+    timed_rounds: dict[str, list[tuple[int, float]]] = {mode: [] for mode in modes}
+    for _ in range(rounds):
+        for mode, run in modes.items():
+            timed_rounds[mode].append(run())
+    return timed_rounds
+
+
+def ratio(of: list[tuple[int, float]], to: list[tuple[int, float]]) -> float:
+    """The median over rounds of one mode's steps/s over another's in the same round (a round's
+    modes run back to back, so a machine slowed for a while slows both alike)."""
+    return float(np.median([(a / s) / (b / t) for (a, s), (b, t) in zip(of, to, strict=True)]))
+
+
+def best(each: list[tuple[int, float]]) -> tuple[int, float]:
+    """The fastest round's steps and seconds."""
+    return min(each, key=lambda round: round[1])
 
 
 def main() -> None:
@@ -130,9 +154,11 @@ def main() -> None:
         eval = dataclasses.replace(eval, stop_on_success=False)  # every step, as the plain loop
         worlds = [World(eval)]
         closing: list[Any] = []
+        cpu = partial(timed, clock=time.thread_time)  # in process: this thread's CPU time
+        plain_run = partial(plain, plain_env(env_id, **kwargs), actions)
         modes = {
-            "plain loop": (partial(plain, plain_env(env_id, **kwargs), actions), time.thread_time),
-            "policybench": (partial(harnessed, worlds[0], task, actions), time.thread_time),
+            "plain loop": partial(cpu, plain_run),
+            "policybench": partial(cpu, partial(harnessed, worlds[0], task, actions)),
         }
         if name.startswith("kitchen"):
             isolated = Isolated(
@@ -141,37 +167,32 @@ def main() -> None:
                 renders=False,
             )
             worlds.append(World(dataclasses.replace(eval, make_env=isolated)))
-            modes["plain loop, wall"] = (modes["plain loop"][0], time.perf_counter)
-            modes["policybench, isolated, wall"] = (
-                partial(harnessed, worlds[1], task, actions),
-                time.perf_counter,
+            modes["plain loop, wall"] = partial(timed, plain_run)
+            modes["policybench, isolated, wall"] = partial(
+                timed, partial(harnessed, worlds[1], task, actions)
             )
             lockstep = Lockstep(worlds[1].eval, SIDE_BY_SIDE)
             closing.append(lockstep)
             in_turn = [plain_env(env_id, **kwargs) for _ in range(SIDE_BY_SIDE)]
             closing.extend(in_turn)
-            modes[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"] = (
-                partial(plain_in_turn, in_turn, actions),
-                time.perf_counter,
+            modes[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"] = partial(
+                timed, partial(plain_in_turn, in_turn, actions)
             )
-            modes[f"policybench, isolated, K={SIDE_BY_SIDE} side by side, wall"] = (
-                partial(side_by_side, lockstep, task, actions),
-                time.perf_counter,
+            modes[f"policybench, isolated, K={SIDE_BY_SIDE} side by side, wall"] = partial(
+                timed, partial(side_by_side, lockstep, task, actions)
             )
-        for run, _ in modes.values():
-            run()  # warm: the env built, its first reset done
-        rates = {}
-        for mode, (done, seconds) in interleaved(modes, args.repeats).items():
-            rates[mode] = done / seconds
-            ratio = rates[mode] / rates["plain loop" if "wall" not in mode else "plain loop, wall"]
+        timed_rounds = in_rounds(modes, args.repeats)
+        for mode, each in timed_rounds.items():
+            done, seconds = best(each)
+            plain_rounds = timed_rounds["plain loop" if "wall" not in mode else "plain loop, wall"]
             target, versus_k = {"policybench": f">= {TARGET}"}.get(mode, ""), ""
             if "side by side" in mode:
                 target = f">= {TARGET_SIDE_BY_SIDE}"
-                in_turn_rate = rates[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"]
-                versus_k = f"{rates[mode] / in_turn_rate:.3f}"
+                in_turn_rounds = timed_rounds[f"plain loop, K={SIDE_BY_SIDE} envs in turn, wall"]
+                versus_k = f"{ratio(each, in_turn_rounds):.3f}"
             print(
-                f"| {name} | {mode} | {done} | {seconds:.3f} | {rates[mode]:.0f} | "
-                f"{ratio:.3f} | {versus_k} | {target} |"
+                f"| {name} | {mode} | {done} | {seconds:.3f} | {done / seconds:.0f} | "
+                f"{ratio(each, plain_rounds):.3f} | {versus_k} | {target} |"
             )
         for world in [*worlds, *closing]:
             world.close()
