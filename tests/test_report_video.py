@@ -7,7 +7,7 @@ import av
 import numpy as np
 
 from policybench import keys
-from policybench.report.video import VideoRecorder
+from policybench.record.video import VideoRecorder
 
 
 def frames(count: int, height: int = 48, width: int = 64) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ import pytest
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import add_observer, add_to_record
 from policybench.pytest_plugin.rundir import run_dir_of
-from policybench.report.video import VideoRecorder
+from policybench.record.video import VideoRecorder
 from policybench.run.layout import VIDEOS, video_fields, video_name
 
 

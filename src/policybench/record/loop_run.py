@@ -23,7 +23,7 @@ from policybench.policy.base import control_period_ns
 from policybench.record.episode import Episode, Outcome, OutcomeKind, TraceStep
 from policybench.record.protocol import Protocol
 from policybench.record.rollout_trace import StateRecorder, rollout_trace, write_trace
-from policybench.report.video import VideoRecorder
+from policybench.record.video import VideoRecorder
 from policybench.run.arms import (
     ARMS,
     BLINDED,

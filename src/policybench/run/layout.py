@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from policybench import keys
 
 if TYPE_CHECKING:
-    from policybench.report.video import Video
+    from policybench.record.video import Video
 
 TRACES = "traces"  # the folder of a run's rollout traces
 VIDEOS = "videos"  # the folder of a run's videos
