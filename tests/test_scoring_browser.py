@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from policybench import cli
+from policybench.pages.server import PageServer
 from policybench.run.records import rollout_id
 from policybench.run.verdicts import VERDICTS
 from policybench.scoring.app import ScoringApp
-from policybench.scoring.server import PageServer
 from tests.test_html_browser import CHROMIUM, NO_CHROMIUM, pytestmark  # noqa: F401
 
 # Two MetaWorld tasks (state only: fast, the scripted expert solves them within the second)

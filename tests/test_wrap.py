@@ -24,6 +24,7 @@ import pytest
 import policybench
 from policybench import keys
 from policybench.cli import main as policybench_main
+from policybench.pages.server import Request
 from policybench.record.rollout_trace import read_trace
 from policybench.report.html import Findings, write_html
 from policybench.report.summary import Summary
@@ -34,7 +35,6 @@ from policybench.run.results import LATEST, RESULTS, read_results
 from policybench.run.unfinished import UNFINISHED
 from policybench.run.verdicts import Verdict, append_verdict, read_verdicts
 from policybench.scoring.app import PAGE, ScoringApp
-from policybench.scoring.server import Request
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).with_name("policybench")

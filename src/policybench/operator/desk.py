@@ -16,9 +16,9 @@ from typing import Any
 
 from policybench import keys
 from policybench.operator.base import Ask, OperatorError, Request
+from policybench.pages.server import HttpError, Response
+from policybench.pages.server import Request as PageRequest
 from policybench.run.verdicts import BadVerdict, Verdict
-from policybench.scoring.server import HttpError, Response
-from policybench.scoring.server import Request as PageRequest
 
 PAGE = "operator.html.j2"
 POLL_S = 20.0  # how long one long poll for an answer waits before asking again
@@ -95,29 +95,25 @@ class Desk:
 
 
 class DeskServer:
-    """Serves a Desk on loopback with the page where a person answers it (on the page server
-    and page shell that `policybench score` uses), and its JSON API for the run's processes."""
+    """Serves a Desk on loopback with the page where a person answers it (on the pages' server
+    and shell, as `policybench score`'s), and its JSON API for the run's processes."""
 
     def __init__(self, desk: Desk, port: int, run_dir: Path) -> None:
-        import jinja2
-
-        from policybench.scoring.server import PageServer, page_templates
+        from policybench.pages.server import PageServer, page_templates
 
         self.desk = desk
-        shared = page_templates()
-        templates = shared.overlay(
-            loader=jinja2.ChoiceLoader(
-                [jinja2.PackageLoader("policybench.operator", "templates"), shared.loader]
+        page = (
+            page_templates("policybench.operator")
+            .get_template(PAGE)
+            .render(
+                heading="Attended rollouts",
+                run_id=run_dir.name,
+                operator=desk.operator_name,
+                fields={
+                    name: getattr(keys, name)
+                    for name in ("VERDICT", "VERDICT_NOTE", "SCORER", "VERDICT_ROLLOUT")
+                },
             )
-        )
-        page = templates.get_template(PAGE).render(
-            heading="Attended rollouts",
-            run_id=run_dir.name,
-            operator=desk.operator_name,
-            fields={
-                name: getattr(keys, name)
-                for name in ("VERDICT", "VERDICT_NOTE", "SCORER", "VERDICT_ROLLOUT")
-            },
         )
         routes = {
             ("GET", "/"): lambda request: Response.of_html(page),

@@ -1,2 +1,2 @@
-"""Pages where a person works on a run: scoring rollouts from their recordings (`policybench
-score`), on a small loopback HTTP server (`server`) with one page shell."""
+"""Scoring rollouts from their recordings (`policybench score`): a page on the pages' server
+where a person gives each rollout a verdict."""

@@ -13,6 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.pages.server import (
+    FILES,
+    HttpError,
+    PageServer,
+    Request,
+    Response,
+    Routes,
+    page_templates,
+)
 from policybench.run.info import RunInfo
 from policybench.run.records import latest_by_rollout, rollout_id
 from policybench.run.results import RESULTS, read_results
@@ -22,15 +31,6 @@ from policybench.run.verdicts import (
     Verdict,
     append_verdict,
     read_verdicts,
-)
-from policybench.scoring.server import (
-    FILES,
-    HttpError,
-    PageServer,
-    Request,
-    Response,
-    Routes,
-    page_templates,
 )
 
 PAGE, VERDICT_PATH = "/", "/verdict"
@@ -100,7 +100,7 @@ class ScoringApp:
         self.run_dir, self.scorer = run_dir, scorer
         run = RunInfo.load(run_dir)
         self.run_id = run.run_id if run is not None else run_dir.name
-        self.templates = page_templates()
+        self.templates = page_templates("policybench.scoring")
         # results.jsonl as last read, and what its stat said then: a video's every range request
         # asks which files the page shows, and reading a long run's results for each is slow
         self._read: tuple[tuple[int, ...] | None, dict[str, dict[str, Any]]] = (None, {})

@@ -9,12 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
+from policybench.pages.server import LOOPBACK
 from policybench.report.agreement import Agreement
 from policybench.report.cli import rebuild_report
 from policybench.run.results import RESULTS, read_results, resolve_run
 from policybench.run.verdicts import read_verdicts
 from policybench.scoring.app import ScoringApp, unfilmed_line
-from policybench.scoring.server import LOOPBACK
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -75,15 +75,16 @@ Handler = Callable[[Request], Response]
 Routes = Mapping[tuple[str, str], Handler]  # (method, path) -> handler
 
 
-def page_templates() -> Any:
-    """The Jinja2 environment of these pages: this package's templates, then the report's (the
-    shell extends the report's base, so both look alike)."""
+def page_templates(own: str) -> Any:
+    """The Jinja2 environment of a front's pages: the templates of its package `own`, then the
+    pages' shell, then the report's (the shell extends the report's base, so both look alike)."""
     import jinja2
 
     return jinja2.Environment(
         loader=jinja2.ChoiceLoader(
             [
-                jinja2.PackageLoader("policybench.scoring", "templates"),
+                jinja2.PackageLoader(own, "templates"),
+                jinja2.PackageLoader("policybench.pages", "templates"),
                 jinja2.PackageLoader("policybench.report", "templates"),
             ]
         ),
