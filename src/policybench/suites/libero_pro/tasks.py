@@ -17,8 +17,9 @@ _TEN_LIBERO = (
     "put the yellow and white mug in the microwave and close it",
 )
 
-# The object and swap perturbations keep their base suite's instructions: these three suites'
-# tasks as they state them, like _TEN_LIBERO
+# The object and swap perturbations keep their base suite's instructions: libero_spatial's,
+# libero_object's and libero_goal's tasks as these perturbations state them, in task order (the
+# `_with_<object>` suites' tuples below list some of the same words in another order)
 _SPATIAL = (
     "pick the akita black bowl between the plate and the ramekin and place it on the plate",
     "pick the akita black bowl next to the ramekin and place it on the plate",
@@ -224,6 +225,7 @@ _SPATIAL_AKITA = (
     "pick the akita black bowl on the wooden cabinet and place it on the plate",
 )
 
+# libero_goal's tasks in LIBERO's words and order
 _GOAL_LIBERO = (
     "open the middle drawer of the cabinet",
     "put the bowl on the stove",
