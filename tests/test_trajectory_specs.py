@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from policybench.trajectory import (
     Until,
     no_progress,
 )
+from policybench.policy.base import control_period_ns
 from policybench.trajectory.stl import Predicate, margin_of, steps_of
 
 # The browser test's fixtures: `chromium` fails (never skips) under CI=true without a browser.
@@ -39,42 +41,64 @@ from tests.test_html_browser import (  # noqa: F401
     page,
 )
 
-PERIOD = 0.1
+HZ = 10.0
+# The rates the harness runs Evals at, each with its period rounded to whole nanoseconds as the
+# harness rounds it (1/30 s is 33,333,333 ns): windows in seconds must land on the same steps.
+RATES = (10.0, 12.5, 15.0, 20.0, 30.0, 50.0, 60.0, 80.0)
 
 
-# --- a reference written from the definitions, one step at a time ------------------------------
+# --- a reference written from the definitions, one step at a time, in exact seconds ---------------
 
 
-def reference(formula, signals, t: int) -> float:
+def in_window(window, hz: float, t: int, u: int) -> bool:
+    """Whether step u lies in `window` seconds from step t, at exactly 1/hz seconds a step (the
+    window's decimal edges and the rate as exact fractions: no rounding of any kind)."""
+    low, high = (Fraction(str(edge)) if math.isfinite(edge) else None for edge in window)
+    elapsed = Fraction(u - t) / Fraction(str(hz))
+    return elapsed >= low and (high is None or elapsed <= high)
+
+
+def reference(formula, signals, t: int, hz: float = HZ) -> float:
     steps = len(signals["time_s"])
+
+    def at(child, u):
+        return reference(child, signals, u, hz)
+
     if isinstance(formula, Predicate):
         values = np.atleast_1d(formula.signal.values(signals)[t])
         bounds = np.broadcast_to(np.asarray(formula.bound, dtype=float), values.shape)
         margins = bounds - values if formula.op == "<=" else values - bounds
         return float(margins.min())
     if isinstance(formula, Not):
-        return -reference(formula.formula, signals, t)
+        return -at(formula.formula, t)
     if isinstance(formula, And):
-        return min(reference(f, signals, t) for f in formula.formulas)
+        return min(at(f, t) for f in formula.formulas)
     if isinstance(formula, Or):
-        return max(reference(f, signals, t) for f in formula.formulas)
-    first, last = steps_of(formula.window, signals)
-    window = [u for u in range(t, steps) if u - t >= first and (last is None or u - t <= last)]
+        return max(at(f, t) for f in formula.formulas)
+    window = [u for u in range(t, steps) if in_window(formula.window, hz, t, u)]
     if isinstance(formula, Always):
-        return min((reference(formula.formula, signals, u) for u in window), default=math.inf)
+        return min((at(formula.formula, u) for u in window), default=math.inf)
     if isinstance(formula, Eventually):
-        if formula.weak and last is not None and t + last >= steps:
-            return math.inf
-        return max((reference(formula.formula, signals, u) for u in window), default=-math.inf)
+        high = formula.window[1]
+        if formula.weak and math.isfinite(high) and in_window((0.0, high), hz, t, steps):
+            return math.inf  # the window's end lies past the last step: not judged
+        return max((at(formula.formula, u) for u in window), default=-math.inf)
     assert isinstance(formula, Until)
     best = -math.inf
     for u in window:
-        held = min((reference(formula.holding, signals, v) for v in range(t, u)), default=math.inf)
-        best = max(best, min(reference(formula.reached, signals, u), held))
+        held = min((at(formula.holding, v) for v in range(t, u)), default=math.inf)
+        best = max(best, min(at(formula.reached, u), held))
     return best
 
 
-windows = st.sampled_from([(0.0, FOREVER), (0.0, 0.3), (0.1, 0.5), (0.2, 0.2), (0.0, 1.0)])
+def harness_times(steps: int, hz: float) -> np.ndarray:
+    """Each step's start as the harness records it: whole nanoseconds a period."""
+    return np.arange(steps) * control_period_ns(hz) / 1e9
+
+
+windows = st.sampled_from(
+    [(0.0, FOREVER), (0.0, 0.3), (0.1, 0.5), (0.2, 0.2), (0.0, 1.0), (0.1, 0.2), (0.05, 0.1)]
+)
 predicates = st.builds(
     lambda name, op, bound: Predicate(Signal(name), op, bound),
     st.sampled_from(["x", "y"]),
@@ -95,29 +119,76 @@ def composite(children):
 
 
 formulas = st.recursive(predicates, composite, max_leaves=5)
-traces = st.integers(1, 14).flatmap(
-    lambda steps: st.tuples(
-        st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
-        st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
+
+
+def traces(most: int):
+    return st.integers(1, most).flatmap(
+        lambda steps: st.tuples(
+            st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
+            st.lists(st.floats(-2, 2, allow_nan=False), min_size=steps, max_size=steps),
+        )
     )
-)
 
 
-@settings(max_examples=300, deadline=None)
-@given(formula=formulas, trace=traces)
-def test_robustness_equals_the_reference_at_every_step(formula, trace):
+def assert_equals_the_reference(formula, trace, hz):
     x, y = trace
-    signals = {"time_s": np.arange(len(x)) * PERIOD, "x": np.array(x), "y": np.array(y)}
+    signals = {
+        "time_s": harness_times(len(x), hz),
+        "period_s": np.full(len(x), control_period_ns(hz) / 1e9),
+        "x": np.array(x),
+        "y": np.array(y),
+    }
     got = formula.robustness(signals)
-    want = [reference(formula, signals, t) for t in range(len(x))]
-    assert np.allclose(got, want, equal_nan=False), (repr(formula), list(got), want)
+    want = [reference(formula, signals, t, hz) for t in range(len(x))]
+    assert np.allclose(got, want, equal_nan=False), (hz, repr(formula), list(got), want)
     margin = margin_of(formula, signals)
     assert margin.value == pytest.approx(want[0])
     assert 0 <= margin.step < len(x)
 
 
+@settings(max_examples=300, deadline=None)
+@given(formula=formulas, trace=traces(14))
+def test_robustness_equals_the_reference_at_every_step(formula, trace):
+    assert_equals_the_reference(formula, trace, HZ)
+
+
+@pytest.mark.parametrize("hz", RATES)
+@settings(max_examples=60, deadline=None)
+@given(formula=formulas, trace=traces(24))
+def test_windows_in_seconds_land_on_the_same_steps_at_every_rate(hz, formula, trace):
+    assert_equals_the_reference(formula, trace, hz)
+
+
+@pytest.mark.parametrize("hz", RATES)
+def test_a_violation_at_a_windows_first_instant_is_caught_at_every_rate(hz):
+    """`Always(x <= 0.5, (0.1, 0.2))` at the step 0.1 s in (where the window starts: one exists
+    at every listed rate), and at the step 0.2 s in, where it ends."""
+    steps = int(hz) + 2
+    for edge in (0.1, 0.2):
+        at = round(edge * hz)
+        if not math.isclose(at / hz, edge):
+            continue
+        x = np.zeros(steps)
+        x[at] = 1.0
+        signals = {"time_s": harness_times(steps, hz), "x": x}
+        margin = margin_of(Always(Signal("x") <= 0.5, (0.1, 0.2)), signals)
+        assert margin.value == pytest.approx(-0.5), (hz, edge)
+        assert margin.step == at
+        x[at] = 0.0
+        outside = at - 1 if edge == 0.1 else at + 1  # the step just before or after the window
+        x[outside] = 1.0
+        assert margin_of(Always(Signal("x") <= 0.5, (0.1, 0.2)), signals).held, (hz, edge)
+        x[outside] = 0.0
+
+
+def test_a_window_to_a_whole_second_at_60_hz_ends_on_step_60():
+    signals = {"time_s": harness_times(100, 60.0)}
+    assert steps_of((0.0, 1.0), signals) == (0, 60)
+    assert steps_of((0.1, 0.2), {"time_s": harness_times(10, 30.0)}) == (3, 6)
+
+
 def test_a_vector_signal_is_judged_by_its_worst_element_and_its_witness_is_the_worst_step():
-    time = np.arange(5) * PERIOD
+    time = harness_times(5, HZ)
     hand = np.array([[0, 0], [0, 0.5], [0, 1.4], [0, 0.9], [0, 0]], dtype=float)
     formula = Always(Signal("hand").within([-1, -1], [1, 1]))
     margin = margin_of(formula, {"time_s": time, "hand": hand})
@@ -126,7 +197,7 @@ def test_a_vector_signal_is_judged_by_its_worst_element_and_its_witness_is_the_w
 
 
 def test_no_progress_is_judged_only_where_the_window_fits():
-    time = np.arange(10) * PERIOD
+    time = harness_times(10, HZ)
     reward = np.array([0, 1, 2, 2, 2, 2, 2, 3, 3, 3], dtype=float)
     margin = no_progress("reward", 0.3, 0.5).margin({"time_s": time, "reward": reward})
     # From step 2 the reward stays 2 through step 6: a rise of 0 in 0.3 s, 0.5 short; the steps
@@ -247,7 +318,7 @@ def test_a_spec_naming_a_signal_the_eval_has_not_is_refused_before_anything_runs
     assert line == (
         "ERROR: metaworld-mt10: trajectory spec 'elbow in workspace [0]-[1]' names signal "
         "elbow, which its rollouts do not have; they have action, action_rate, goal, "
-        "gripper_opening, hand, object, reward, success, time_s, and obs.NAME for an "
+        "gripper_opening, hand, object, period_s, reward, success, time_s, and obs.NAME for an "
         "observation entry NAME"
     )
     assert not (Path(mt.path) / "reports").exists()
@@ -282,7 +353,7 @@ def test_the_guides_formula_reads_as_it_says():
     found: dict = {}
     exec(blocks[1], found)
     spec = found["spec"]
-    time = np.arange(30) * PERIOD
+    time = harness_times(30, HZ)
     drawer = np.clip(time - 0.5, 0, 1)  # open (>= 0.9) from t = 1.4 s
     assert spec.margin(
         {"time_s": time, "drawer_opening": drawer, "cup_height": (time > 2.0) * 0.3}

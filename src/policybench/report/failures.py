@@ -26,6 +26,7 @@ from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.rollout_trace import read_trace
 from policybench.run.records import rollout_id
+from policybench.trajectory.library import violated
 
 CUT = 0.5  # sd of the Eval's final states, RMS over the numbers: one cluster within it
 STILL = 0.05  # a number that stays within this share of its range over the Eval has stopped
@@ -188,13 +189,11 @@ class _Scale:
 
 
 def _how(record: Mapping[str, Any]) -> str:
-    violated = sorted(
-        name
-        for name, judged in (record.get(keys.SPECS) or {}).items()
-        if judged.get("margin") is not None and judged["margin"] < 0
+    broken = sorted(
+        name for name, judged in (record.get(keys.SPECS) or {}).items() if violated(judged)
     )
     reason = record.get(keys.REASON) or "unsolved"
-    return f"{reason}; violated {', '.join(violated)}" if violated else reason
+    return f"{reason}; violated {', '.join(broken)}" if broken else reason
 
 
 def _by_ending(

@@ -1,6 +1,7 @@
 """Trajectory specs across a run: per Eval and spec, how many rollouts violated it, the
 violation rate with its Wilson interval, and the spread of the margins (their least and median;
-a rollout too short for the spec to judge has no margin and counts as held)."""
+a rollout too short for the spec to judge has no margin and counts as held; one that nothing
+could hold, a margin of -inf, has none either and counts as violated)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.run.records import Tally
+from policybench.trajectory.library import violated
 
 
 @dataclass(frozen=True)
@@ -61,19 +63,19 @@ HEADER = ("eval", "spec", "violated", "rate", "95% CI", "margin min / median")
 
 def spec_rows(records: Sequence[Mapping[str, Any]]) -> tuple[SpecRow, ...]:
     """A row per Eval and spec, in the order they first appear."""
-    margins: dict[tuple[str, str], list[float | None]] = {}
+    judged: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for record in records:
-        for name, judged in (record.get(keys.SPECS) or {}).items():
-            margins.setdefault((record[keys.EVAL], name), []).append(judged.get("margin"))
+        for name, entry in (record.get(keys.SPECS) or {}).items():
+            judged.setdefault((record[keys.EVAL], name), []).append(entry)
     rows = []
-    for (eval, spec), found in margins.items():
-        known = [margin for margin in found if margin is not None]
+    for (eval, spec), entries in judged.items():
+        known = [entry["margin"] for entry in entries if entry.get("margin") is not None]
         rows.append(
             SpecRow(
                 eval,
                 spec,
-                len(found),
-                sum(margin < 0 for margin in known),
+                len(entries),
+                sum(violated(entry) for entry in entries),
                 min(known) if known else None,
                 statistics.median(known) if known else None,
             )
@@ -95,5 +97,5 @@ def violations(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             else judged["first_violated_step"] * period,
         }
         for name, judged in (record.get(keys.SPECS) or {}).items()
-        if judged.get("margin") is not None and judged["margin"] < 0
+        if violated(judged)
     ]

@@ -135,12 +135,22 @@ def no_progress(signal: str, seconds: float, by: float) -> TrajectorySpec:
 
 
 def spec_values(margin: Margin) -> dict[str, Any]:
-    """A margin as a rollout's record holds it (an infinite margin, nothing to judge: None)."""
+    """A margin as a rollout's record holds it: an infinite margin is None (+inf: nothing to
+    judge; -inf: nothing could hold it), `held` says which."""
     value = None if math.isinf(margin.value) else round(margin.value, 6)
     return {
         "margin": value,
+        "held": margin.held,
         "step": margin.step,
         "time_s": margin.time_s,
         "values": margin.values,
         "first_violated_step": margin.first,
     }
+
+
+def violated(judged: Mapping[str, Any]) -> bool:
+    """Whether a spec's entry in a rollout's record (`spec_values`) says it was violated: its
+    `held`, or for records written before it was kept, a negative margin."""
+    if "held" in judged:
+        return not judged["held"]
+    return judged.get("margin") is not None and judged["margin"] < 0

@@ -1,6 +1,7 @@
 """A rollout's signals, as trajectory specs read them: one value (or vector) per control step.
 
-- `time_s`: the step's start in simulated seconds; `action`: the command sent (T x action dims);
+- `time_s`: the step's start in simulated seconds; `period_s`: the control period, the same at
+  every step (as the harness keeps it, in whole nanoseconds); `action`: the command sent (T x action dims);
   `action_rate`: how fast each command element changed, |a(t) - a(t-1)| x the control rate (0 at
   the first step); `reward`; `success` (1.0 or 0.0), as the env answered the step;
 - `obs.NAME`: an observation entry of a few numbers (a state vector; images are not signals), as
@@ -14,11 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from policybench.policy.base import control_period_ns
 from policybench.record.episode import TraceStep
-from policybench.trajectory.stl import TIME
+from policybench.trajectory.stl import PERIOD, TIME
 
 ACTION, ACTION_RATE, REWARD, SUCCESS = "action", "action_rate", "reward", "success"
-BASE = (TIME, ACTION, ACTION_RATE, REWARD, SUCCESS)
+BASE = (TIME, PERIOD, ACTION, ACTION_RATE, REWARD, SUCCESS)
 OBSERVATION = "obs."  # the prefix of an observation entry's signal
 Derive = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 
@@ -35,6 +37,7 @@ def signals_of(
     action = np.stack([np.asarray(step.command, dtype=np.float64).reshape(-1) for step in trace])
     signals: dict[str, np.ndarray] = {
         TIME: np.array([step.time_ns for step in trace], dtype=np.float64) / 1e9,
+        PERIOD: np.full(steps, control_period_ns(control_hz) / 1e9),
         ACTION: action,
         ACTION_RATE: np.abs(np.diff(action, axis=0, prepend=action[:1])) * control_hz,
         REWARD: np.array([step.reward for step in trace], dtype=np.float64),

@@ -27,6 +27,7 @@ import numpy as np
 
 Signals = Mapping[str, np.ndarray]  # a name to its values per step (T, or T x d)
 TIME = "time_s"  # the signal of each step's start, in simulated seconds
+PERIOD = "period_s"  # the control period, at every step (a rollout of one step has no spacing)
 FOREVER = math.inf
 Window = tuple[float, float]
 
@@ -195,15 +196,33 @@ class Or(_Junction):
 
 def steps_of(window: Window, signals: Signals) -> tuple[int, int | None]:
     """A window in seconds as step offsets [first, last] (last None: to the end), from the
-    steps' spacing in `time_s`."""
+    control period (`period_s`, or the steps' spacing in `time_s`)."""
     low, high = window
     if not 0 <= low <= high:
         raise ValueError(f"a window must satisfy 0 <= a <= b, got ({low:g}, {high:g})")
     time = np.asarray(signals[TIME], dtype=np.float64)
-    period = float(time[1] - time[0]) if len(time) > 1 else 1.0
-    first = math.ceil(low / period - 1e-9)
-    last = None if math.isinf(high) else math.floor(high / period + 1e-9)
-    return first, last
+    if PERIOD in signals and len(signals[PERIOD]):
+        period = float(np.asarray(signals[PERIOD])[0])
+    else:
+        period = float(time[1] - time[0]) if len(time) > 1 else 1.0
+    return _whole_steps(low / period, math.ceil), (
+        None if math.isinf(high) else _whole_steps(high / period, math.floor)
+    )
+
+
+# How far from a whole number of steps a window's edge may be and still land on it: a period
+# rounded to whole nanoseconds (1/30 s is 33,333,333 ns) puts 0.1 s at 3.00000003 periods. The
+# rounding errs by at most 0.5 ns a period (4e-8 of a period at 80 Hz), relative to the edge.
+_EDGE_TOLERANCE = 1e-6
+
+
+def _whole_steps(periods: float, round_to: Any) -> int:
+    """An edge `periods` periods from a step, in whole steps (rounded up for a window's start,
+    down for its end), an edge within the tolerance of a whole number being that number."""
+    nearest = round(periods)
+    if abs(periods - nearest) <= _EDGE_TOLERANCE * max(1.0, abs(periods)):
+        return int(nearest)
+    return int(round_to(periods))
 
 
 def _window_values(values: np.ndarray, first: int, last: int | None, fill: float) -> np.ndarray:
