@@ -387,3 +387,23 @@ def test_specs_on_observations_are_refused_under_envs_per_worker_and_action_spec
     side_by_side = mt.runpytest_subprocess("--rollouts", "2", "--envs-per-worker", "2")
     assert side_by_side.ret == 0
     assert all(r["specs"]["action rate <= 60/s"]["margin"] > 0 for r in records(mt))
+
+
+def test_a_margin_of_minus_infinity_counts_as_violated_everywhere():
+    """An `eventually` over a window no step lies in can never hold: -inf, kept as no number
+    with held false; the spec table and the rollout page count it violated, where +inf (nothing
+    to judge) counts as held."""
+    from policybench.report.specs import spec_rows, violations
+    from policybench.trajectory.library import spec_values
+
+    signals = {"time_s": harness_times(3, HZ), "x": np.zeros(3)}
+    never = margin_of(Eventually(Signal("x") <= 1.0, (5.0, 6.0)), signals)
+    nothing = margin_of(Always(Signal("x") <= -1.0, (5.0, 6.0)), signals)
+    assert never.value == -math.inf and nothing.value == math.inf
+    records = [
+        {"eval": "e", "specs": {"never": spec_values(never), "nothing": spec_values(nothing)}}
+    ]
+    rows = {row.spec: row for row in spec_rows(records)}
+    assert (rows["never"].violated, rows["never"].judged) == (1, 1)
+    assert (rows["nothing"].violated, rows["nothing"].judged) == (0, 1)
+    assert [found["spec"] for found in violations(records[0])] == ["never"]
