@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policybench.policy.base import control_period_ns
 from policybench.record.rollout_trace import read_trace
 from policybench.trajectory import (
     FOREVER,
@@ -29,7 +30,6 @@ from policybench.trajectory import (
     Until,
     no_progress,
 )
-from policybench.policy.base import control_period_ns
 from policybench.trajectory.stl import Predicate, margin_of, steps_of
 
 # The browser test's fixtures: `chromium` fails (never skips) under CI=true without a browser.

@@ -13,6 +13,7 @@ from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_rec
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.record.rollout_trace import rollout_trace, write_trace
 from policybench.run.layout import TRACES, video_name
+from policybench.trajectory.signals import element_names
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,5 +37,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         episode = item.stash.get(EPISODE, None)
         if episode is not None and episode.trace:
             name = f"{TRACES}/{video_name(item.nodeid)}.json"
-            write_trace(run_dir_of(item.config) / name, rollout_trace(episode, states))
+            names = {
+                entry: element_names(planned.eval.signals, entry, kept[0].size)
+                for entry, kept in states.states.items()
+                if kept
+            }
+            write_trace(run_dir_of(item.config) / name, rollout_trace(episode, states, names))
             add_to_record(item, {keys.ROLLOUT_TRACE: name})

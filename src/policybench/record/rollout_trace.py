@@ -96,8 +96,13 @@ def chunk_sources(
     return chunk, waypoint
 
 
-def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict[str, Any]:
-    """The trace document of `episode` (states from the recorder that watched it, if any)."""
+def rollout_trace(
+    episode: Episode,
+    states: StateRecorder | None = None,
+    state_names: Mapping[str, Mapping[int, str]] | None = None,
+) -> dict[str, Any]:
+    """The trace document of `episode` (states from the recorder that watched it, if any;
+    `state_names`: per observation entry, the names its Eval gives some of its numbers)."""
     statics = episode.statics
     steps = len(episode.trace)
     period_ns = control_period_ns(statics[keys.CONTROL_HZ]) if keys.CONTROL_HZ in statics else 1
@@ -139,6 +144,11 @@ def rollout_trace(episode: Episode, states: StateRecorder | None = None) -> dict
         "action_high": None if bounds is None else _floats(bounds[1]),
         keys.SUCCESS_STEP: episode.success_step,
         "state_left_out": left_out,
+        "state_names": {
+            entry: {str(i): name for i, name in sorted(named.items())}
+            for entry, named in sorted((state_names or {}).items())
+            if named and f"state/{entry}" in arrays
+        },
         "arrays": {name: encode_array(array) for name, array in arrays.items()},
     }
 

@@ -1,21 +1,30 @@
 """Where a run's failed rollouts cluster: the unsolved rollouts of each Eval grouped by what their
 trajectories have in common, so that a hundred failures read as a few ways of failing.
 
-Two rollouts fall in one cluster when they failed the same way (the outcome's reason and the
-trajectory specs they violated) and ended in nearly the same state: their final state vectors
+Two rollouts fall in one cluster when they failed the same way (the outcome's reason, without the
+numbers that vary per rollout such as its step count, and the trajectory specs they violated) and
+ended in nearly the same state: their final state vectors
 (from their traces) within CUT of each other, in standard deviations of the Eval's final states
-over all its rollouts, root mean square over the state's numbers (average linkage, cut at CUT).
+over all its rollouts, root mean square over the state's numbers (average linkage, cut at CUT);
+a way of failing splits by final state only into groups of at least SPLIT_AT rollouts (a rollout
+of a smaller group joins the nearest of them), so that a run of few rollouts a task gets a cluster
+per way of failing, not one per task.
 Each cluster says where its rollouts stalled (the step from which their state stopped moving),
 which numbers of its final state lie furthest from the solved rollouts', the tasks and
 perturbations it spans, and a few rollouts to open. Without traces, a cluster is a way of failing.
+Rollouts that cluster with no other are one cluster, "other", listed last; clusters of equal size
+come in the order of their first rollout's id, so that the clustering does not depend on the order
+the rollouts finished in (-n 0 or -n 8). Final-state numbers are named by the Eval's signals where
+it names them (`hand[2]`), by their place in the observation entry otherwise (`state[20]`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -29,11 +38,13 @@ from policybench.run.records import rollout_id
 from policybench.trajectory.library import violated
 
 CUT = 0.5  # sd of the Eval's final states, RMS over the numbers: one cluster within it
+SPLIT_AT = 5  # the fewest rollouts of a way of failing that end apart from the rest to split it
 STILL = 0.05  # a number that stays within this share of its range over the Eval has stopped
 EXAMPLES = 3  # rollouts named per cluster
 FURTHEST = 2  # final-state numbers named per cluster
 TOP = 3  # clusters the terminal shows
 STATE = "state/"  # a trace's arrays of observation entries
+OTHER = "other"  # the cluster of rollouts that failed in a way no other rollout did
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ def failure_clusters(
     endings = {} if run_dir is None else _endings(records, run_dir)
     found: list[Cluster] = []
     for eval in dict.fromkeys(record[keys.EVAL] for record in records):
-        of_eval = [record for record in records if record[keys.EVAL] == eval]
+        of_eval = sorted((r for r in records if r[keys.EVAL] == eval), key=rollout_id)
         failed = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.UNSOLVED.value]
         solved = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.SOLVED.value]
         scale = _Scale.of(
@@ -97,12 +108,26 @@ def failure_clusters(
             [endings[i] for i in map(rollout_id, solved) if i in endings],
         )
         ways: dict[str, list[Mapping[str, Any]]] = {}
-        for record in failed:
-            ways.setdefault(_how(record), []).append(record)
-        for how, members in ways.items():
-            for group in _by_ending(members, endings, scale):
-                found.append(_cluster(eval, how, group, len(failed), endings, scale))
-    return tuple(sorted(found, key=lambda cluster: -len(cluster.rollouts)))
+        for record in sorted(failed, key=rollout_id):  # the same clusters whatever the order
+            ways.setdefault(_how(record, _normalized), []).append(record)
+        groups = [
+            (_shown(how, group), group)
+            for how, members in sorted(ways.items())
+            for group in _by_ending(members, endings, scale)
+        ]
+        alone = [(how, group) for how, group in groups if len(group) == 1]
+        if len(alone) > 1:  # rollouts that share their way of failing with none: one "other"
+            groups = [(how, group) for how, group in groups if len(group) > 1]
+            ways_alone = len({how for how, _ in alone})
+            other = f"{OTHER} ({len(alone)} rollouts, {ways_alone} way{'s' * (ways_alone != 1)})"
+            groups.append((other, [record for _, group in alone for record in group]))
+        found += [_cluster(eval, how, group, len(failed), endings, scale) for how, group in groups]
+    return tuple(sorted(found, key=_cluster_order))
+
+
+def _cluster_order(cluster: Cluster) -> tuple[bool, int, str]:
+    """Largest first, "other" last; of equal size, by the first of their rollouts' ids."""
+    return cluster.how.startswith(OTHER), -len(cluster.rollouts), min(cluster.rollouts)
 
 
 def clusters_lines(clusters: Sequence[Cluster]) -> list[str]:
@@ -110,10 +135,11 @@ def clusters_lines(clusters: Sequence[Cluster]) -> list[str]:
     if not clusters:
         return []
     shown = clusters[:TOP]
+    plural = "cluster" if len(clusters) == 1 else "clusters"
     more = f" (the {len(shown)} largest; all in the report)" if len(clusters) > TOP else ""
     return [
         "",
-        f"how the unsolved rollouts failed: {len(clusters)} clusters{more}",
+        f"how the unsolved rollouts failed: {len(clusters)} {plural}{more}",
         *(f"  {cluster.line()}" for cluster in shown),
     ]
 
@@ -127,11 +153,13 @@ def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, E
         if not isinstance(name, str):
             continue
         try:
-            arrays = read_trace(run_dir / name)["arrays"]
+            trace = read_trace(run_dir / name)
+            arrays = trace["arrays"]
         except (ValueError, OSError, KeyError):
             continue  # a rollout page says why its trace cannot be read
+        named = trace.get("state_names") or {}
         kept = {
-            f"{entry[len(STATE) :]}[{i}]": row
+            _number_name(entry[len(STATE) :], i, named): row
             for entry, array in sorted(arrays.items())
             if entry.startswith(STATE)
             for i, row in enumerate(array)
@@ -150,6 +178,12 @@ def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, E
             spans[number] = (min(float(r.min()) for r in seen), max(float(r.max()) for r in seen))
         endings.update({i: _ending(rows[i], spans) for i in traced})
     return endings
+
+
+def _number_name(entry: str, i: int, named: Mapping[str, Mapping[str, str]]) -> str:
+    """A state number by the name its Eval's signals give it (`hand[0]`), else by its place."""
+    given = (named.get(entry) or {}).get(str(i))
+    return given if isinstance(given, str) else f"{entry}[{i}]"
 
 
 def _ending(rows: Mapping[str, np.ndarray], spans: Mapping[str, tuple[float, float]]) -> Ending:
@@ -188,12 +222,26 @@ class _Scale:
         return np.array([ending.final[name] for name in self.names]) / self.sd
 
 
-def _how(record: Mapping[str, Any]) -> str:
+def _shown(how: str, group: Sequence[Mapping[str, Any]]) -> str:
+    """A way of failing as its rollouts' own words where they all say the same (numbers and
+    all), normalized where they differ."""
+    said = {_how(record, lambda reason: reason) for record in group}
+    return said.pop() if len(said) == 1 else how
+
+
+def _how(record: Mapping[str, Any], reworded: Callable[[str], str]) -> str:
     broken = sorted(
         name for name, judged in (record.get(keys.SPECS) or {}).items() if violated(judged)
     )
-    reason = record.get(keys.REASON) or "unsolved"
+    reason = reworded(record.get(keys.REASON) or "unsolved")
     return f"{reason}; violated {', '.join(broken)}" if broken else reason
+
+
+def _normalized(reason: str) -> str:
+    """A reason without what varies from rollout to rollout: "timeout after 500 steps (4 s)" and
+    "timeout after 312 steps (2.5 s)" both read "timeout after N steps"."""
+    reason = re.sub(r"\s*\([^()]*\d[^()]*\)", "", reason)  # "(4 s)", "(t=0.3 s)"
+    return re.sub(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "N", reason).strip()
 
 
 def _by_ending(
@@ -210,10 +258,20 @@ def _by_ending(
     points = np.stack([scale.vector(endings[rollout_id(r)]) for r in traced])
     points /= math.sqrt(points.shape[1])  # distances: RMS over the numbers
     labels = fcluster(linkage(points, method="average"), CUT, criterion="distance")
-    found: dict[int, list[Mapping[str, Any]]] = {}
-    for label, record in zip(labels, traced, strict=True):
-        found.setdefault(int(label), []).append(record)
-    return [*found.values(), *groups]
+    found: dict[int, list[int]] = {}
+    for at, label in enumerate(labels):
+        found.setdefault(int(label), []).append(at)
+    # A way of failing splits only into groups that are patterns (SPLIT_AT rollouts or more);
+    # a rollout of a smaller group joins the nearest of those (all stay whole without two).
+    large = [members for members in found.values() if len(members) >= SPLIT_AT]
+    if len(large) < 2:
+        return [traced, *groups]
+    centres = np.stack([points[members].mean(axis=0) for members in large])
+    split: list[list[Mapping[str, Any]]] = [[] for _ in large]
+    for at, record in enumerate(traced):
+        nearest = int(np.argmin(np.linalg.norm(centres - points[at], axis=1)))
+        split[nearest].append(record)
+    return [*split, *groups]
 
 
 def _cluster(
