@@ -84,7 +84,7 @@ def test_an_ab_run_is_compared_arm_by_arm_or_against_the_arm_picked_never_pooled
 def test_baseline_of_an_ab_run_fails_the_regression_gate_unless_its_arm_is_picked(pytester, runs):
     refused = pytester.runpytest(
         "--rollouts", "2", "--policy", "scripted", "--report-dir", "r/new",
-        "--baseline", runs["ba"], "--fail-on-regression",
+        "--baseline", runs["ba"], "--fail-on-regression", "--allow-weak-regression-gate",
     )  # fmt: skip
     assert refused.ret == pytest.ExitCode.TESTS_FAILED
     refused.stdout.fnmatch_lines(
@@ -95,6 +95,7 @@ def test_baseline_of_an_ab_run_fails_the_regression_gate_unless_its_arm_is_picke
     picked = pytester.runpytest(
         "--rollouts", "2", "--policy", "scripted", "--report-dir", "r/new",
         "--baseline", runs["ba"], "--baseline-arm", "scripted", "--fail-on-regression",
+        "--allow-weak-regression-gate",
     )  # fmt: skip
     assert picked.ret == pytest.ExitCode.OK, picked.stdout.str()
     picked.stdout.fnmatch_lines(["point*all tasks*4/4 (100%)*4/4 (100%)*+0.0%*"])

@@ -33,6 +33,7 @@ from policybench.decide import (
     side_of,
 )
 from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.refusals import refuse
 from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers
@@ -150,7 +151,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         places = decision_order(ordered)
         placed = sorted(zip(places, (index for _, index in ordered), strict=True))
         order[side] = {index: place for place, index in placed}  # in decision order
-    _refuse_too_few(test, order, config)
+    too_few = _too_few(test, order, config)
+    if too_few is not None:
+        return refuse(config, items, too_few)
     # Each Eval's items take the slots its items held, in decision order (arms of a scene stay
     # side by side), so that a run without -n meets them in that order.
     slots: dict[str, list[int]] = {}
@@ -172,14 +175,14 @@ def _place(order: dict[Side, dict[int, int]], item: pytest.Item) -> int:
     return order[side][planned.rollout.index]
 
 
-def _refuse_too_few(test: SequentialTest, order: dict[Side, dict[int, int]], config: Any) -> None:
-    """A side whose plan is too short to reach PASS with every rollout solved, or FAIL with
-    none, could never decide both ways: refused before anything runs."""
+def _too_few(test: SequentialTest, order: dict[Side, dict[int, int]], config: Any) -> str | None:
+    """Why the plan is refused when a side's is too short to reach PASS with every rollout
+    solved, or FAIL with none: it could never decide both ways."""
     need_pass, need_fail = test.fewest()
     need = max(need_pass, need_fail)
     short = {side: len(places) for side, places in order.items() if len(places) < need}
     if not short:
-        return
+        return None
     rollouts = settings_of(config).rollouts
     named = ", ".join(
         f"{eval}{'' if arm is None else f' [{arm}]'} plans {count}"
@@ -187,7 +190,7 @@ def _refuse_too_few(test: SequentialTest, order: dict[Side, dict[int, int]], con
     )
     per_task = max(-(-need * rollouts // count) for count in short.values())
     given = PAIRED if test.paired else f"{test.rate:g}"
-    raise pytest.UsageError(
+    return (
         f"--decide {given}: a decision needs at least {need_pass} rollouts of an Eval to "
         f"PASS (all solved) and {need_fail} to FAIL (none solved), and {named}: give "
         f"--rollouts {per_task} or more, or a wider DELTA or larger error rates ({SYNTAX})"

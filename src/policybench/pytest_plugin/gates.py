@@ -7,6 +7,7 @@ the workers, which hand them to the controller when they finish (xdist's workero
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +15,19 @@ from typing import Any
 
 import pytest
 
+from policybench import keys
 from policybench.decide import Verdict
 from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.workers import is_worker
+from policybench.pytest_plugin.refusals import refuse
+from policybench.pytest_plugin.rundir import settings_of
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
+from policybench.report.power import POWER, unpaired_requirement
+from policybench.report.stats import tally_of
 from policybench.report.summary import OVERALL, DecidedSide, Row, Summary
+from policybench.run.records import latest_per_rollout
+from policybench.run.results import RESULTS, read_results, resolve_run
 from policybench.run.verdicts import (
     AUTOMATIC_SOURCE,
     SOURCE_HELP,
@@ -28,6 +36,8 @@ from policybench.run.verdicts import (
 )
 
 DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
+REGRESSION_MARGIN = 0.2  # the drop of success --fail-on-regression must catch, by default
+REGRESSION_BASELINE = "regression_baseline"  # the baseline's run directory, handed to workers
 WORKER_OUTPUT = "policybench_declared_floors"
 
 
@@ -63,6 +73,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fail-on-regression",
         action="store_true",
         help="with --baseline: fail the run if any task is significantly worse",
+    )
+    group.addoption(
+        "--regression-margin",
+        type=float,
+        default=REGRESSION_MARGIN,
+        metavar="DROP",
+        help="with --fail-on-regression: the smallest drop of an Eval's success rate the gate "
+        f"must catch (default {REGRESSION_MARGIN}); a plan with too few rollouts to catch it "
+        f"with {POWER * 100:g}%% power is refused before anything runs, with the rollouts per task "
+        "it needs",
+    )
+    group.addoption(
+        "--allow-weak-regression-gate",
+        action="store_true",
+        help="run --fail-on-regression with a plan too small to catch --regression-margin "
+        "(the gate then fails only on what it can detect)",
     )
     group.addoption(
         "--outcome-source",
@@ -145,6 +171,23 @@ def read_floors(path: Path) -> dict[str, float]:
     return {name: float(rate) for name, rate in floors.items()}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller resolves --fail-on-regression's baseline (before this run is `latest`)
+    for every process that checks the plan against it."""
+    baseline = config.getoption("baseline", None)
+    if is_worker(config) or baseline is None or not config.getoption("fail_on_regression"):
+        return
+    try:
+        where = resolve_run(baseline, settings_of(config).report_dir).resolve()
+    except FileNotFoundError as error:
+        raise pytest.UsageError(f"--baseline: {error}") from None
+    hand_to_workers(config, REGRESSION_BASELINE, str(where))
+    config.stash[BASELINE_AT] = str(where)
+
+
+BASELINE_AT = pytest.StashKey[str]()
+
+
 @pytest.hookimpl(trylast=True)  # after --suite and -k have deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     floors = config.stash.setdefault(DECLARED_FLOORS, {})
@@ -152,6 +195,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         planned = planned_of(item)
         if planned is not None and planned.eval.success_floor is not None:
             floors[planned.eval.name] = planned.eval.success_floor
+    weak = _weak_regression_gate(config, items)
+    if weak is not None:
+        refuse(config, items, weak)
+
+
+def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """Why --fail-on-regression's plan is refused: an Eval (of an arm) plans too few rollouts
+    on the baseline's tasks for its pooled test to catch a drop of --regression-margin from the
+    baseline's rate with POWER, by the unpaired design (`policybench plan`'s pooled claim;
+    pairing by scene can only help); None when every Eval's plan can."""
+    where = from_controller(config, REGRESSION_BASELINE) or config.stash.get(BASELINE_AT, None)
+    if where is None or config.getoption("allow_weak_regression_gate"):
+        return None
+    margin, alpha = config.getoption("regression_margin"), config.getoption("regression_alpha")
+    arm = config.getoption("baseline_arm", None)
+    baseline = [
+        record
+        for record in latest_per_rollout(read_results(Path(where) / RESULTS).records)
+        if arm is None or str(record.get(keys.ARM)) == arm
+    ]
+    planned: dict[tuple[str, str | None], set[str]] = {}
+    counts: dict[tuple[str, str | None], int] = {}
+    ran = {(str(r[keys.EVAL]), str(r[keys.TASK])) for r in baseline}
+    for item in items:
+        found = planned_of(item)
+        if found is None or (found.eval.name, found.rollout.scene.task) not in ran:
+            continue
+        side = found.eval.name, None if found.arm is None else found.arm.label
+        planned.setdefault(side, set()).add(found.rollout.scene.task)
+        counts[side] = counts.get(side, 0) + 1
+    short = []
+    for (eval, label), tasks in sorted(planned.items(), key=str):
+        shared = [r for r in baseline if r[keys.EVAL] == eval and r[keys.TASK] in tasks]
+        rate = tally_of(shared).rate
+        if not rate:  # nothing solved before: nothing to lose
+            continue
+        needed = unpaired_requirement(rate, max(rate - margin, 0.0), alpha, POWER).needed
+        if counts[(eval, label)] < needed:
+            per_task = -(-needed // len(tasks))
+            named = eval if label is None else f"{eval} [arm {label}]"
+            short.append(
+                f"{named} plans {counts[(eval, label)]} rollouts on {len(tasks)} tasks and "
+                f"needs {needed} ({per_task} a task: policybench plan --baseline {rate:.3g} "
+                f"--detect {margin:g} --tasks {len(tasks)}) to catch a drop from the "
+                f"baseline's {rate:.1%} to {max(rate - margin, 0.0):.1%} with {POWER:.0%} power"
+            )
+    if not short:
+        return None
+    return (
+        f"--fail-on-regression could pass a regression of {margin * 100:g} points unseen: "
+        f"{'; '.join(short)}; give --rollouts so each Eval reaches what it needs, a larger "
+        "--regression-margin, or --allow-weak-regression-gate to run this gate anyway"
+    )
 
 
 BREACHED = pytest.StashKey[bool]()  # set by the controller when a gate failed
@@ -362,7 +458,9 @@ def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[
         ]
     if not comparison.tasks:  # the runs' arms do not match, or they share no task
         breaches.append(Refusal(nothing_compared(comparison)))
-    for row in comparison.regressions:
+    tasks = Counter((row.eval, row.arm) for row in comparison.tasks)
+    pooled = [row for row in comparison.pooled_regressions if tasks[(row.eval, row.arm)] > 1]
+    for row in (*pooled, *comparison.regressions):  # an Eval of one task: its task's row
         assert row.after.rate is not None and row.before.rate is not None
         interval = row.after.interval()
         assert interval is not None
@@ -372,15 +470,18 @@ def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[
             "gained, exact McNemar"
             if row.pairs is not None
             else "unpaired, Fisher exact"
+            if row.task is not None
+            else "unpaired, exact stratified by task"
         )
+        across = "tasks" if row.task is not None else "Evals, Holm"
         breaches.append(
             Breach(
-                f"regression {row.where}/{row.task}",
+                f"regression {row.where}/{row.label}",
                 row.after.rate,
                 interval,
                 f"baseline {row.before.rate:.1%} (change {row.difference:+.1%}, "
-                f"{comparison.confidence:.0%} CI [{low:+.1%}, {high:+.1%}]; {evidence} adjusted "
-                f"p = {row.adjusted_p:.3g} < {comparison.alpha:g})",
+                f"{comparison.confidence:.0%} CI [{low:+.1%}, {high:+.1%}]; {evidence}, p "
+                f"adjusted across {across} = {row.adjusted_p:.3g} < {comparison.alpha:g})",
             )
         )
     return breaches

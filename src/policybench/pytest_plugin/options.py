@@ -295,6 +295,9 @@ def refusals(config: pytest.Config) -> Iterator[str]:
     floor = option("success_fail_under", None)
     if floor is not None and not 0.0 <= floor <= 1.0:
         yield f"--success-fail-under takes a success rate in [0, 1] (e.g. 0.8), got {floor:g}"
+    margin = option("regression_margin", None)
+    if margin is not None and not 0.0 < margin < 1.0:
+        yield f"--regression-margin takes a drop of success in (0, 1), e.g. 0.2, got {margin:g}"
     alpha = option("regression_alpha", None)
     if alpha is not None and not 0.0 < alpha < 1.0:
         yield f"--regression-alpha must lie in (0, 1), e.g. 0.05, got {alpha:g}"

@@ -17,6 +17,7 @@ from policybench import keys
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_recorder
 from policybench.pytest_plugin.lockstep import slots_of
+from policybench.pytest_plugin.refusals import refuse
 from policybench.record.rollout_trace import StateRecorder
 from policybench.spec import Eval
 from policybench.trajectory import TrajectorySpec
@@ -63,18 +64,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slots = slots_of(config)
         for spec in specs_of(config, eval):
             if slots > 1 and spec.signal_names() - set(BASE):
-                raise pytest.UsageError(
+                return refuse(
+                    config,
+                    items,
                     f"{eval.name}: trajectory spec {spec.name!r} reads observations, which "
                     f"--envs-per-worker {slots} does not record (rollouts run side by side); "
                     "run it with --envs-per-worker 1, or hold it to action, reward and success "
-                    "signals alone"
+                    "signals alone",
                 )
             unknown = unknown_names(spec.signal_names(), known)
             if unknown:
-                raise pytest.UsageError(
+                return refuse(
+                    config,
+                    items,
                     f"{eval.name}: trajectory spec {spec.name!r} names signal "
                     f"{', '.join(unknown)}, which its rollouts do not have; they have "
-                    f"{', '.join(sorted(known))}, and obs.NAME for an observation entry NAME"
+                    f"{', '.join(sorted(known))}, and obs.NAME for an observation entry NAME",
                 )
 
 

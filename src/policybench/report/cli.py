@@ -213,7 +213,8 @@ def run_compare(args: argparse.Namespace) -> int:
     text, _ = comparison.write(out, f"compare-{before.name}")
     print("\n".join(comparison.lines()))
     print(f"written: {text} (and .json)")
-    return 1 if args.fail_on_regression and comparison.regressions else 0
+    regressed = comparison.regressions or comparison.pooled_regressions
+    return 1 if args.fail_on_regression and regressed else 0
 
 
 def run_merge(args: argparse.Namespace) -> int:

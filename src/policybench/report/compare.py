@@ -21,6 +21,7 @@ from policybench.report.paired import (
     fisher_p,
     mcnemar_p,
     paired_interval,
+    stratified_p,
     unpaired_interval,
 )
 from policybench.report.pairing import match
@@ -53,7 +54,7 @@ class TaskComparison:
     pairs: Pairs | None
     left_out: tuple[int, int]  # rollouts of (before, after) without a partner in a paired test
     p_value: float
-    adjusted_p: float | None  # across tasks; None for an Eval's pooled row
+    adjusted_p: float | None  # tasks: across tasks; an Eval's pooled row: across Evals (Holm)
     interval: tuple[float, float]  # of the difference, after - before
     alpha: float
     arm: str | None = None  # the arm of both A/B runs compared in this row
@@ -136,6 +137,11 @@ class Comparison:
         return tuple(row for row in self.tasks if row.regression)
 
     @property
+    def pooled_regressions(self) -> tuple[TaskComparison, ...]:
+        """The Evals whose pooled test over their tasks says significantly worse."""
+        return tuple(row for row in self.evals if row.regression)
+
+    @property
     def improvements(self) -> tuple[TaskComparison, ...]:
         return tuple(row for row in self.tasks if row.improvement)
 
@@ -150,9 +156,11 @@ class Comparison:
             f"{len(rows)} significant {kind}{'s' * (len(rows) != 1)}"
             for kind, rows in (("regression", self.regressions), ("improvement", self.improvements))
         ]
+        pooled = [row.where for row in self.pooled_regressions]
         line = (
             f"verdict: {counted[0]}, {counted[1]} of {len(self.tasks)} tasks (adjusted p < "
-            f"{self.alpha:g}; the pooled {ALL_TASKS} rows are not adjusted and do not count)"
+            f"{self.alpha:g}); {len(pooled)} of {len(self.evals)} Evals significantly worse "
+            f"over their tasks pooled{f' ({listed(pooled, 4)})' if pooled else ''}"
         )
         too_few = self.undecidable
         if too_few:
@@ -168,7 +176,10 @@ class Comparison:
     def method(self) -> str:
         return (
             "exact McNemar test on rollouts paired by scene (Fisher's exact test where unpaired), "
-            f"p adjusted across tasks by {self.adjustment.title}; {self.confidence:.0%} intervals "
+            f"p adjusted across tasks by {self.adjustment.title}; each Eval's {ALL_TASKS} row: "
+            "exact McNemar over the discordant pairs of all its tasks (each pair within its task), "
+            "unpaired the exact stratified test by task (Gart 1970), p adjusted across Evals by "
+            f"Holm; {self.confidence:.0%} intervals "
             "of the change by Newcombe's method 10 (Stat Med 1998; paired 17:2635, unpaired 17:873)"
         )
 
@@ -422,16 +433,21 @@ def _compared_groups(
             mine = [pair for pair in shared if pair[0] == eval]
             pooled_before = [record for pair in mine for record in tasks_before[pair]]
             pooled_after = [record for pair in mine for record in tasks_after[pair]]
-            row = _compared(eval, None, pooled_before, pooled_after, alpha, confidence)
+            strata = [(tasks_before[pair], tasks_after[pair]) for pair in mine]
+            row = _compared(eval, None, pooled_before, pooled_after, alpha, confidence, strata)
             pooled.append(replace(row, arm=arm))
         only_before.update(dict.fromkeys(sorted(tasks_before.keys() - tasks_after.keys())))
         only_after.update(dict.fromkeys(sorted(tasks_after.keys() - tasks_before.keys())))
     adjusted = adjust([row.p_value for row in tested], adjustment)
+    # Each Eval's pooled test is a family of its own, adjusted across Evals (and arms) by Holm.
+    pooled_adjusted = adjust([row.p_value for row in pooled], Adjustment.HOLM)
     return Comparison(
         before=names[0],
         after=names[1],
         tasks=tuple(replace(row, adjusted_p=q) for row, q in zip(tested, adjusted, strict=True)),
-        evals=tuple(pooled),
+        evals=tuple(
+            replace(row, adjusted_p=q) for row, q in zip(pooled, pooled_adjusted, strict=True)
+        ),
         only_before=tuple(only_before),
         only_after=tuple(only_after),
         protocol=was.differences(now, policy=False),  # the policy is what is compared
@@ -464,9 +480,13 @@ def _compared(
     after: Sequence[Mapping[str, Any]],
     alpha: float,
     confidence: float,
+    strata: Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]] = (),
 ) -> TaskComparison:
     """One group of rollouts compared, not yet adjusted. Paired when at least half the smaller
-    run's rollouts share a scene with the other run (a stray shared seed does not decide it)."""
+    run's rollouts share a scene with the other run (a stray shared seed does not decide it):
+    exact McNemar over the discordant pairs, which, every pair lying within its task, is
+    stratified by task. Unpaired, an Eval's pooled row (`strata`: each task's rollouts) gets
+    the exact stratified test of its tasks (a single group, Fisher's)."""
     matched = match(before, after)
     if matched.pairs and 2 * len(matched.pairs) >= min(len(before), len(after)):
         pairs = _pairs(matched.pairs)
@@ -492,11 +512,20 @@ def _compared(
         now,
         None,
         (0, 0),
-        fisher_p(was.solved, was.rollouts, now.solved, now.rollouts),
+        stratified_p([_counts(b, a) for b, a in strata])
+        if strata
+        else fisher_p(was.solved, was.rollouts, now.solved, now.rollouts),
         None,
         unpaired_interval(was.solved, was.rollouts, now.solved, now.rollouts, confidence),
         alpha,
     )
+
+
+def _counts(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> tuple[int, int, int, int]:
+    was, now = tally_of(before), tally_of(after)
+    return was.solved, was.rollouts, now.solved, now.rollouts
 
 
 def _pairs(matched: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Pairs:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+
 CONFIDENCE = 0.95
 
 
@@ -75,6 +77,28 @@ def fisher_p(solved_before: int, rollouts_before: int, solved_after: int, rollou
         [solved_after, rollouts_after - solved_after],
     ]
     return float(fisher_exact(table, alternative="two-sided").pvalue)
+
+
+def stratified_p(strata: Sequence[tuple[int, int, int, int]]) -> float:
+    """Two-sided exact p-value that two runs share their success rates within every stratum
+    (task), of independent counts (solved before, rollouts before, solved after, rollouts after)
+    per stratum: the exact conditional test of a common odds ratio of 1 (Mantel-Haenszel's
+    question asked exactly; Gart 1970, Biometrika 57:471). Given each task's margins, the count
+    solved after is hypergeometric in each; their sum's distribution is the convolution, and the
+    p-value sums the sums no more likely than the one seen, as Fisher's test does. A single
+    stratum gives Fisher's p."""
+    from scipy.stats import hypergeom
+
+    distribution, seen = np.ones(1), 0
+    for solved_before, rollouts_before, solved_after, rollouts_after in strata:
+        solved = solved_before + solved_after
+        low = max(0, solved - rollouts_before)
+        counts = np.arange(low, min(solved, rollouts_after) + 1)
+        pmf = hypergeom.pmf(counts, rollouts_before + rollouts_after, solved, rollouts_after)
+        distribution = np.convolve(distribution, np.concatenate([np.zeros(low), pmf]))
+        seen += solved_after
+    observed = distribution[seen]
+    return float(min(1.0, distribution[distribution <= observed * (1 + 1e-7)].sum()))
 
 
 def paired_interval(pairs: Pairs, confidence: float = CONFIDENCE) -> tuple[float, float]:

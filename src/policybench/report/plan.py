@@ -90,7 +90,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def _problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the numbers given, or None."""
     checks = [
-        (0 < args.baseline < 1, f"--baseline is a success rate in (0, 1), got {args.baseline}"),
+        (0 <= args.baseline <= 1, f"--baseline is a success rate in [0, 1], got {args.baseline}"),
         (0 < args.detect < 1, f"--detect is a change of success rate in (0, 1), got {args.detect}"),
         (0 < args.alpha < 1, f"--alpha must lie in (0, 1), got {args.alpha}"),
         (0 < args.power < 1, f"--power must lie in (0, 1), got {args.power}"),
