@@ -5,36 +5,45 @@ rate that stays valid however the sampling stopped.
 The test weighs the rollouts' outcomes one at a time, as the likelihood ratio of a rate of
 RATE + delta (the policy passes) against one of RATE - delta (it fails); between the two lies the
 indifference zone, where either answer is acceptable. It says PASS once the ratio reaches
-(1 - beta) / alpha, FAIL once it falls to beta / (1 - alpha), and is INCONCLUSIVE while neither:
-a policy whose rate is RATE - delta or less passes with probability at most alpha, one whose rate
-is RATE + delta or more fails with probability at most beta (Wald 1945). An error counts as a
-rollout not solved, as in every success rate policybench states.
+(1 - beta) / alpha, FAIL once it falls to beta / (1 - alpha), and is INCONCLUSIVE while neither,
+and at the end of the plan if it has not decided by then. Wald's boundaries make a PASS at
+RATE - delta about alpha likely, a FAIL at RATE + delta about beta (Wald 1945; approximately: the
+exact chances of the truncated plan, from `policybench.operating`, are printed before the run).
+An error counts as a rollout not solved, as in every success rate policybench states.
 
-Decision order: an Eval's rollouts by their place within their task, then by task, so that a
-decision made early weighs every task's first scenes, not the first task's all; an A/B run's arms
-are decided each on its own. The decision is a function of the outcomes in that order alone, so it
-falls at the same rollout whichever worker ran what.
+Decision order: an Eval's rollouts in rounds, one rollout of each task a round, the tasks of a
+round in an order fixed by a hash of the round and the task's name (ORDER_RULE), so that a
+decision made early weighs scenes of many tasks, not the first tasks' alone, and falls at the same
+rollout whichever worker ran what. An A/B run's arms are decided each on its own.
 
 The interval is the beta-binomial mixture confidence sequence (Robbins 1970; Howard et al. 2021):
 with a uniform prior on the rate, {p : B(s + 1, n - s + 1) / (p^s (1 - p)^(n - s)) < 1 / a} holds
 the true rate at every n at once with probability 1 - a, so it stays valid when the sampling
-stopped because of what it saw.
+stopped because of what it saw. The plain success rate of an Eval that stopped early is biased
+(a run stops when its first outcomes happen to be extreme): the summary marks it.
 
-Against a baseline run (`--decide baseline` with `--baseline RUN`), the test is paired, scene by
-scene (McNemar's question asked sequentially): the scenes both runs solved, or both failed, say
-nothing of which policy is better; of the others, the test weighs the share this run solved, as
-"success rate >= 0.5" above: PASS once this run wins enough more of them than it loses, FAIL once
-it loses enough more. A rollout whose scene the baseline did not run weighs nothing either.
+Against a baseline run (`--decide baseline[:ALPHA,BETA,MARGIN]` with `--baseline RUN`), the test
+is paired, scene by scene, and asks "is this run worse than the baseline by MARGIN or more?".
+The scenes both runs solved, or both failed, say nothing; of the others (a share d of the
+scenes), an identical policy wins half, and one worse by MARGIN wins 0.5 - MARGIN / (2 d), at
+most 0.5 - MARGIN / 2. So the test weighs the share this run wins of them, 0.5 (PASS) against
+0.5 - MARGIN / 2 (FAIL): an identical policy FAILs with probability about ALPHA, one worse by
+MARGIN PASSes with probability about BETA, whatever d (fewer differing scenes make a worse
+policy's share further from a half). A rollout whose scene the baseline did not run weighs
+nothing either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
@@ -44,10 +53,12 @@ from policybench.run.results import RESULTS, read_results
 
 ALPHA = BETA = 0.05  # the default error rates: a false PASS, a false FAIL
 DELTA = 0.1  # the default half-width of the indifference zone around RATE
+MARGIN = 0.2  # the default drop below the baseline that `--decide baseline` must FAIL
 CONFIDENCE = 0.95  # of the interval stated with a decision
 SYNTAX = "RATE[:ALPHA,BETA,DELTA]"
+PAIRED_SYNTAX = "baseline[:ALPHA,BETA,MARGIN]"
 PAIRED = "baseline"  # --decide's RATE that asks for the paired test against --baseline
-EXAMPLES = "e.g. 0.8, 0.8:0.05,0.05,0.1 or baseline:0.05,0.05,0.1"
+EXAMPLES = "e.g. 0.8, 0.8:0.05,0.05,0.1 or baseline:0.05,0.05,0.2"
 
 
 class Verdict(StrEnum):
@@ -59,18 +70,27 @@ class Verdict(StrEnum):
 @dataclass(frozen=True)
 class SequentialTest:
     """Wald's test of "success rate >= rate", with its error rates and indifference zone; or,
-    `paired`, of "wins at least half of the scenes where it and the baseline differ"."""
+    `paired`, of "not worse than the baseline by `delta` (the margin) or more", over the scenes
+    where it and the baseline differ (the module's doc)."""
 
     rate: float
     alpha: float = ALPHA
     beta: float = BETA
-    delta: float = DELTA
+    delta: float = DELTA  # paired: the margin
     paired: bool = False
 
     def __post_init__(self) -> None:
+        syntax = PAIRED_SYNTAX if self.paired else SYNTAX
         for name, value in (("RATE", self.rate), ("ALPHA", self.alpha), ("BETA", self.beta)):
             if not 0 < value < 1:
-                raise ValueError(f"--decide {SYNTAX}: {name} must lie in (0, 1), got {value:g}")
+                raise ValueError(f"--decide {syntax}: {name} must lie in (0, 1), got {value:g}")
+        if self.paired:
+            if not 0 < self.delta < 1:
+                raise ValueError(
+                    f"--decide {syntax}: MARGIN is a drop of success rate in (0, 1), e.g. "
+                    f"{MARGIN}; got {self.delta:g}"
+                )
+            return
         if not 0 < self.low < self.rate < self.high < 1:
             raise ValueError(
                 f"--decide {SYNTAX}: the indifference zone RATE +- DELTA = {self.rate:g} +- "
@@ -93,22 +113,43 @@ class SequentialTest:
             numbers = [0.5 if paired else float(rate), *(float(part) for part in parts)]
         except ValueError:
             raise ValueError(f"--decide takes {SYNTAX} ({EXAMPLES}), got {text!r}") from None
+        if paired and not rest:
+            numbers += [ALPHA, BETA, MARGIN]
         return cls(*numbers, paired=paired)
 
     @property
     def low(self) -> float:
-        """The rate at which the policy fails (RATE - delta)."""
-        return self.rate - self.delta
+        """The rate at which the policy fails (RATE - delta); paired, the share of the scenes
+        where the two differ that a policy worse by the margin wins when they all differ
+        (0.5 - margin / 2; with fewer differing it wins fewer)."""
+        return 0.5 - self.delta / 2 if self.paired else self.rate - self.delta
 
     @property
     def high(self) -> float:
-        """The rate at which the policy passes (RATE + delta)."""
-        return self.rate + self.delta
+        """The rate at which the policy passes (RATE + delta); paired, the half of them an
+        identical policy wins."""
+        return 0.5 if self.paired else self.rate + self.delta
+
+    @property
+    def false_pass(self) -> float:
+        """The chance of a PASS at `low` it allows: ALPHA; paired, BETA (the chance a policy
+        worse by the margin passes)."""
+        return self.beta if self.paired else self.alpha
+
+    @property
+    def false_fail(self) -> float:
+        """The chance of a FAIL at `high` it allows: BETA; paired, ALPHA (the chance a policy
+        identical to its baseline fails)."""
+        return self.alpha if self.paired else self.beta
 
     @property
     def bounds(self) -> tuple[float, float]:
         """The log likelihood ratio's FAIL and PASS boundaries."""
-        return math.log(self.beta / (1 - self.alpha)), math.log((1 - self.beta) / self.alpha)
+        false_pass, false_fail = self.false_pass, self.false_fail
+        return (
+            math.log(false_fail / (1 - false_pass)),
+            math.log((1 - false_fail) / false_pass),
+        )
 
     @property
     def steps(self) -> tuple[float, float]:
@@ -127,28 +168,41 @@ class SequentialTest:
     def walk(self, solved: Iterable[bool | None]) -> Decision:
         """The decision over outcomes in decision order (None: a rollout that weighs nothing,
         as a paired scene both runs solved): where it fell, or INCONCLUSIVE after them all."""
-        fail_at, pass_at = self.bounds
-        up, down = self.steps
-        ratio, n, weighed, wins = 0.0, 0, 0, 0
+        n, weighed, wins = 0, 0, 0
         for outcome in solved:
             n += 1
             if outcome is None:
                 continue
             weighed += 1
             wins += bool(outcome)
-            ratio += up if outcome else down
-            if ratio >= pass_at:
-                return Decision(self, Verdict.PASS, n, wins, weighed)
-            if ratio <= fail_at:
-                return Decision(self, Verdict.FAIL, n, wins, weighed)
+            verdict = self.verdict_at(wins, weighed - wins)
+            if verdict is not Verdict.INCONCLUSIVE:
+                return Decision(self, verdict, n, wins, weighed)
         return Decision(self, Verdict.INCONCLUSIVE, n, wins, weighed)
+
+    def verdict_at(self, wins: Any, losses: Any) -> Any:
+        """The verdict once `wins` outcomes weighed were solved (won) and `losses` not: PASS
+        where the log likelihood ratio reaches the PASS boundary, FAIL where it falls to the
+        FAIL one. Element by element for arrays (policybench.operating's exact chances take
+        the same rule as the walk)."""
+        fail_at, pass_at = self.bounds
+        up, down = self.steps
+        ratio = np.asarray(wins) * up + np.asarray(losses) * down
+        verdict = np.where(
+            ratio >= pass_at,
+            Verdict.PASS,
+            np.where(ratio <= fail_at, Verdict.FAIL, Verdict.INCONCLUSIVE),
+        )
+        return Verdict(verdict.item()) if verdict.ndim == 0 else verdict
 
     def __str__(self) -> str:
         errors = f"alpha {self.alpha:g}, beta {self.beta:g}"
         if self.paired:
             return (
-                f"wins >= half of the scenes where it and the baseline differ ({errors}, "
-                f"indifference {self.low:g}-{self.high:g} of them)"
+                f"not worse than the baseline by {self.delta:g} or more (alpha {self.alpha:g}: "
+                f"an identical policy FAILs; beta {self.beta:g}: one worse by {self.delta:g} "
+                f"PASSes; of the scenes where the two differ, wins {self.high:g} vs "
+                f"{self.low:g})"
             )
         return f"success rate >= {self.rate:g} ({errors}, indifference {self.low:g}-{self.high:g})"
 
@@ -229,23 +283,29 @@ def confidence_sequence(solved: int, n: int, miss: float) -> tuple[float, float]
 
 
 def decision_order(rollouts: Sequence[tuple[str, int]]) -> list[int]:
-    """The places in decision order of rollouts given as (task, plan index): by their place
-    within their task (tasks' rollouts in plan order), then by task (tasks in the order they first
-    come in the plan). Returns, for each rollout given, its position."""
-    first: dict[str, int] = {}
-    for task, _ in sorted(rollouts, key=lambda pair: pair[1]):
-        first.setdefault(task, len(first))
+    """The places in decision order of rollouts given as (task, plan index): in rounds, a
+    rollout's round its place within its task (tasks' rollouts in plan order); within a round,
+    the tasks in ORDER_RULE's order (a shuffle fixed by the task's name and the round), so that
+    no task decides alone however many tasks the plan has, and the order is the same whichever
+    worker ran what. Returns, for each rollout given, its position."""
     within: dict[tuple[str, int], int] = {}
     per_task: dict[str, int] = {}
     for task, index in sorted(rollouts, key=lambda pair: pair[1]):
         within[(task, index)] = per_task.get(task, 0)
         per_task[task] = within[(task, index)] + 1
-    keys_ = [(within[pair], first[pair[0]]) for pair in rollouts]
+    keys_ = [(within[pair], _shuffled(pair[0], within[pair]), pair[1]) for pair in rollouts]
     ranked = sorted(range(len(rollouts)), key=keys_.__getitem__)
     position = [0] * len(rollouts)
     for place, i in enumerate(ranked):
         position[i] = place
     return position
+
+
+ORDER_RULE = "rounds of one rollout a task; within a round, tasks by sha256('ROUND/TASK')"
+
+
+def _shuffled(task: str, round: int) -> str:
+    return hashlib.sha256(f"{round}/{task}".encode()).hexdigest()
 
 
 def side_of(record: Mapping[str, Any]) -> tuple[str, str | None]:

@@ -155,6 +155,7 @@ DECIDE = "decide"
 # The run setting of a run under `--decide baseline`: the baseline run it was decided against
 # (`run`, its directory) and, of an A/B baseline, the arm (`arm`).
 DECIDE_BASELINE = "decide_baseline"
+DECIDE_ORDER = "decide_order"  # run.json: the rule --decide's rollouts are decided in
 # A rollout's trajectory specs: each spec's name to its margin, deciding step, time and values.
 SPECS = "specs"
 # A perturbed rollout's axis and level (`{"axis": "camera_pose", "level": 0.05}`; --perturb).

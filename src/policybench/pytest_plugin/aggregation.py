@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.decide import ORDER_RULE
 from policybench.pytest_plugin import decide, gates
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
@@ -310,7 +311,7 @@ def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:
     if xml is None:
         return
     for row in [*summary.arms, *summary.evals, summary.overall]:
-        tally, interval = row.stats.tally, row.stats.tally.interval()
+        tally, interval = row.stats.tally, row.interval()
         named = row.arm if row.arm is not None else "pooled" if summary.arms else None
         prefix = f"policybench.{row.eval}" if named is None else f"policybench.{named}.{row.eval}"
         xml.add_global_property(f"{prefix}.rollouts", tally.rollouts)
@@ -341,7 +342,11 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
         keys.SHARD: shard_setting(config),
         "record_video": bool(config.getoption("record_video", False)),
         "xdist_workers": config.getoption("numprocesses", None),
-        **({keys.DECIDE: decide_given} if (decide_given := config.getoption("decide")) else {}),
+        **(
+            {keys.DECIDE: decide_given, keys.DECIDE_ORDER: ORDER_RULE}
+            if (decide_given := config.getoption("decide"))
+            else {}
+        ),
         **decide.baseline_dir_setting(config),
     }
 
@@ -379,7 +384,8 @@ def format_table(rows: list[Row]) -> list[str]:
     cells = [header]
     for row in rows:
         tally = row.stats.tally
-        interval = tally.interval()
+        interval = row.interval()
+        early = STOPPED_MARK if row.stopped_early else ""
         cells.append(
             (
                 row.eval,
@@ -388,12 +394,22 @@ def format_table(rows: list[Row]) -> list[str]:
                 str(tally.solved),
                 str(tally.unsolved),
                 str(tally.errors),
-                "-" if tally.rate is None else f"{tally.rate:.1%}",
-                "-" if interval is None else f"[{interval[0]:.1%}, {interval[1]:.1%}]",
+                "-" if tally.rate is None else f"{tally.rate:.1%}{early}",
+                "-" if interval is None else f"[{interval[0]:.1%}, {interval[1]:.1%}]{early}",
                 *(realtime_cells(row.stats.realtime) if timed else ()),
             )
         )
-    return aligned(cells, left=2 if arms else 1)
+    lines = aligned(cells, left=2 if arms else 1)
+    if any(row.stopped_early for row in rows):
+        lines.append(STOPPED_NOTE)
+    return lines
+
+
+STOPPED_MARK = "*"
+STOPPED_NOTE = (
+    "* stopped early by --decide: the rate is biased (a run stops when its outcomes so far are "
+    "extreme); the interval is the anytime-valid one, which holds however it stopped"
+)
 
 
 def spec_table(rows: Sequence[SpecRow]) -> list[str]:

@@ -24,6 +24,7 @@ import pytest
 from policybench import keys
 from policybench.decide import (
     PAIRED,
+    PAIRED_SYNTAX,
     SYNTAX,
     Baseline,
     Decision,
@@ -32,16 +33,20 @@ from policybench.decide import (
     read_baseline,
     side_of,
 )
+from policybench.operating import Characteristic
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.refusals import refuse
 from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers
+from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.episode import OutcomeKind
+from policybench.run.layout import DECIDE_PLAN
 from policybench.run.records import scene_key
-from policybench.run.results import RESULTS, ResultsFollower, resolve_run
+from policybench.run.results import RESULTS, ResultsFollower, resolve_run, write_whole
 
 TEST = pytest.StashKey[SequentialTest | None]()
+PLANS = pytest.StashKey[dict[tuple[str, str | None], Characteristic]]()  # each side's chances
+PRINTED = pytest.StashKey[bool]()
 # Each side's rollouts: plan index -> place in decision order, kept in that order.
 ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()
 READER = pytest.StashKey["Outcomes"]()
@@ -62,9 +67,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run each Eval's rollouts as a sequential test (Wald's SPRT) of 'success rate >= "
         "RATE' and skip the rest once it says PASS or FAIL; ALPHA and BETA are its error rates "
         "(a false PASS, a false FAIL; default 0.05 each), DELTA the half-width of the "
-        f"indifference zone around RATE (default 0.1). RATE '{PAIRED}', with --baseline RUN: "
-        "test against that run, paired per scene, whether this run wins the scenes where the "
-        "two differ (PASS) or loses them (FAIL). A FAIL fails the run",
+        f"indifference zone around RATE (default 0.1). '{PAIRED_SYNTAX}', with --baseline "
+        "RUN: test against that run, paired per scene, whether this run is worse by MARGIN or "
+        "more (FAIL; default 0.2): ALPHA is then the chance an identical policy FAILs, BETA "
+        "that one worse by MARGIN PASSes. A FAIL fails the run. The plan's exact chances of "
+        "each verdict are printed before the run; a plan that decides rightly less often than "
+        "1 - ALPHA and 1 - BETA is refused",
+    )
+    group.addoption(
+        "--allow-weak-decision",
+        action="store_true",
+        help="run --decide on a plan that decides rightly less often than its error rates "
+        "promise (its exact chances are printed all the same)",
     )
 
 
@@ -154,6 +168,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     too_few = _too_few(test, order, config)
     if too_few is not None:
         return refuse(config, items, too_few)
+    characteristics = config.stash[PLANS] = {
+        side: Characteristic.of(test, len(places))
+        for side, places in sorted(order.items(), key=str)
+    }
+    weak = [(side, found) for side, found in characteristics.items() if not found.enough]
+    if weak and not config.getoption("allow_weak_decision"):
+        return refuse(config, items, _weak(test, weak, settings_of(config).rollouts))
+    if is_worker(config):  # the controller, which collects nothing, prints them
+        write_whole(run_dir_of(config) / DECIDE_PLAN, "\n".join(plan_lines(config)) + "\n")
     # Each Eval's items take the slots its items held, in decision order (arms of a scene stay
     # side by side), so that a run without -n meets them in that order.
     slots: dict[str, list[int]] = {}
@@ -195,6 +218,62 @@ def _too_few(test: SequentialTest, order: dict[Side, dict[int, int]], config: An
         f"PASS (all solved) and {need_fail} to FAIL (none solved), and {named}: give "
         f"--rollouts {per_task} or more, or a wider DELTA or larger error rates ({SYNTAX})"
     )
+
+
+def _weak(test: SequentialTest, weak: list[tuple[Side, Characteristic]], rollouts: int) -> str:
+    """Why a plan that decides rightly too rarely is refused, with what would do."""
+    named = "; ".join(f"{_label(side)}: {found.line()}" for side, found in weak)
+    fails, passes = 1 - test.false_pass, 1 - test.false_fail
+    enough = []
+    for _, found in weak:
+        planned = found.planned
+        while planned < 20 * found.planned and not Characteristic.of(test, planned).enough:
+            planned += max(1, found.planned // 10)
+        enough.append(-(-planned * rollouts // found.planned))
+    given = f"{PAIRED} (margin {test.delta:g})" if test.paired else f"{test.rate:g}"
+    wanted = (
+        f"FAIL a policy worse by the margin at least {fails:.0%} of the time"
+        if test.paired
+        else f"FAIL at {test.low:g} at least {fails:.0%} and PASS at {test.high:g} at least "
+        f"{passes:.0%} of the time"
+    )
+    return (
+        f"--decide {given}: the plan cannot {wanted}: {named}; give --rollouts {max(enough)} "
+        "or more, a wider DELTA or MARGIN, or --allow-weak-decision to run it anyway"
+    )
+
+
+def _label(side: Side) -> str:
+    eval, arm = side
+    return eval if arm is None else f"{eval} [{arm}]"
+
+
+def plan_lines(config: pytest.Config) -> list[str]:
+    """The exact chances of each verdict of each side's plan, as printed before the run."""
+    return [
+        f"decide plan: {_label(side)}: {found.line()}"
+        for side, found in config.stash.get(PLANS, {}).items()
+    ]
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """Without workers: the plans' chances, under the collection line."""
+    return plan_lines(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist, on the controller: the plans' chances as the first worker computed them."""
+    config = node.config
+    written = run_dir_of(config) / DECIDE_PLAN
+    if config.stash.get(PRINTED, False) or not written.exists():
+        return
+    config.stash[PRINTED] = True
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in written.read_text().splitlines():
+        if reporter is not None:
+            reporter.write_line(line)
+    written.unlink()
 
 
 class Outcomes:

@@ -222,7 +222,7 @@ def task_chart(tasks: Sequence[Row]) -> list[Bar]:
     colours = list(dict.fromkeys(row.eval if row.arm is None else row.arm for row in tasks))
     bars = []
     for row in sorted(tasks, key=lambda row: (row.eval, str(row.task))):  # stable: arm order
-        tally, interval = row.stats.tally, row.stats.tally.interval()
+        tally, interval = row.stats.tally, row.interval()
         if tally.rate is None or interval is None or tally.errors == tally.rollouts:
             continue
         bars.append(

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.decide import Baseline, Decision, SequentialTest, decided_records, read_baseline
+from policybench.decide import (
+    Baseline,
+    Decision,
+    SequentialTest,
+    confidence_sequence,
+    decided_records,
+    read_baseline,
+)
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, compare_runs
@@ -48,6 +55,21 @@ class Row:
     # Whether the env reported success in the group's rollouts: False when they stepped and
     # it never did (the rate is then 0 for want of a signal), None when none stepped.
     success_reported: bool | None = None
+    # Whether a --decide stopped the group's rollouts early: its plain rate is then biased (a
+    # run stops when its outcomes so far are extreme) and its interval is the anytime one.
+    stopped_early: bool = False
+
+    def interval(self) -> tuple[float, float] | None:
+        """The success rate's 95% interval: Wilson's, or after an early stop the confidence
+        sequence, valid however the sampling stopped (policybench.decide)."""
+        tally = self.stats.tally
+        if not self.stopped_early or not tally.rollouts:
+            return tally.interval()
+        return confidence_sequence(tally.solved, tally.rollouts, 1 - CONFIDENCE)
+
+    @property
+    def interval_method(self) -> str:
+        return "anytime-valid (stopped early by --decide)" if self.stopped_early else "Wilson"
 
     @property
     def label(self) -> str:
@@ -60,7 +82,7 @@ class Row:
         return None if tally.rate is None else detectable_change(tally.rollouts, tally.rate)
 
     def as_json(self) -> dict[str, Any]:
-        tally, interval = self.stats.tally, self.stats.tally.interval()
+        tally, interval = self.stats.tally, self.interval()
         arm = {} if self.arm is None else {keys.ARM: self.arm}
         return {
             **arm,
@@ -72,6 +94,8 @@ class Row:
             "errors": tally.errors,
             "success_rate": tally.rate,
             "interval": None if interval is None else list(interval),
+            "interval_method": self.interval_method,
+            **({"stopped_early": True} if self.stopped_early else {}),
             "detectable_change": _detectable(self.detectable),
             keys.STEPS: _spread(self.stats.steps),
             keys.SIM_S: _spread(self.stats.sim_s),
@@ -179,9 +203,15 @@ class Summary:
         (a paired one against `baseline`); `run_dir`: where the rollouts' traces lie, which
         clustering the failures reads."""
 
+        decisions = _decisions(decide, records, baseline)
+        stopped = {(s.eval, s.arm) for s in decisions if s.decision.decided}
+
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
-            return Row(eval, task, stats, *_descriptions(members), arm, reported)
+            early = any(
+                (eval == OVERALL or e == eval) and (arm is None or a == arm) for e, a in stopped
+            )
+            return Row(eval, task, stats, *_descriptions(members), arm, reported, early)
 
         evals = group(records, keys.EVAL)
         order = arm_order(records, arms)
@@ -217,7 +247,7 @@ class Summary:
             operator=None
             if verdicts is None or not (verdicts.given or verdicts.problems)
             else Agreement.of(records, verdicts),
-            decisions=_decisions(decide, records, baseline),
+            decisions=decisions,
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
         )
