@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="base seeds 0..S-1 (default 3)")
     parser.add_argument("--rate", default="0.8", help="--decide's value (default 0.8)")
-    parser.add_argument("--rollouts", type=int, default=3, help="--rollouts (default 3)")
+    parser.add_argument("--rollouts", type=int, default=10, help="--rollouts (default 10)")
     args = parser.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     planned = args.rollouts * TASKS
