@@ -170,3 +170,72 @@ def test_no_function_is_longer_than_a_screen():
                 if lines > LONGEST_FUNCTION:
                     long.append(f"{path.relative_to(SRC.parent)}:{node.lineno} {node.name} {lines}")
     assert not long, "functions over a screen:\n" + "\n".join(long)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package (dotted) to the package's modules it imports, lazily or not:
+    `from policybench.a import b` is an import of `policybench.a.b` where that is a module."""
+    names = {
+        ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        for path in SRC.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        name = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+        name = name.removesuffix(".__init__")
+        tree = ast.parse(path.read_text())
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    whole = f"{node.module}.{alias.name}"
+                    found.add(whole if whole in names else node.module)
+        graph[name] = {module for module in found if module in names and module != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """Arrows point down: no module reaches itself through the package's imports, lazy imports
+    inside functions included (the package's own `__init__` aside, which re-exports)."""
+    graph = import_graph()
+    graph.pop("policybench", None)
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

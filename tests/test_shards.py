@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from policybench.pytest_plugin.shards import Shard, dealt, from_engine
+from policybench.pytest_plugin.shards import dealt, from_engine
+from policybench.run.shard import Shard
 from policybench.spec import Scene, numbered
 from tests.envs import point_eval
 from tests.test_remote import free_port

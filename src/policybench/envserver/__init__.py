@@ -13,21 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from policybench.envserver.interpreters import Interpreter  # where suites import it from
+
 if TYPE_CHECKING:
     import gymnasium as gym
 
     from policybench.spec import Eval
-
-
-@dataclass(frozen=True)
-class Interpreter:
-    """Where an isolated env runs: an interpreter built from `requirements` into a cache
-    directory keyed by their hash (see envserver.interpreters), or the user's own `python`.
-    `name` names it in `policybench list` and in its cache directory."""
-
-    name: str
-    requirements: tuple[str, ...] = ()
-    python: str | None = None
 
 
 @dataclass(frozen=True)

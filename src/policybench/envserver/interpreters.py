@@ -22,11 +22,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from policybench.envserver import Interpreter
 
 # What the env server needs in every interpreter, added to requirements that do not name them.
 SERVER_REQUIREMENTS = ("msgpack", "numpy")
@@ -51,6 +48,17 @@ class InterpreterBuildFailed(RuntimeError):
 
 class InterpreterUnreadable(RuntimeError):
     """An interpreter could not say which distributions it has installed."""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """Where an isolated env runs: an interpreter built from `requirements` into a cache
+    directory keyed by their hash (see envserver.interpreters), or the user's own `python`.
+    `name` names it in `policybench list` and in its cache directory."""
+
+    name: str
+    requirements: tuple[str, ...] = ()
+    python: str | None = None
 
 
 def python_of(interpreter: Interpreter) -> Path:

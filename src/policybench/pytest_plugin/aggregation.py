@@ -39,9 +39,10 @@ from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
 from policybench.report.robustness import robustness
+from policybench.report.rows import Row
 from policybench.report.specs import HEADER as SPEC_HEADER
 from policybench.report.specs import SpecRow
-from policybench.report.summary import OVERALL, Row, Summary
+from policybench.report.summary import OVERALL, Summary
 from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
 from policybench.run.info import RunInfo

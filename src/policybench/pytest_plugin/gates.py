@@ -24,8 +24,9 @@ from policybench.pytest_plugin.workers import from_controller, hand_to_workers, 
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
 from policybench.report.power import POWER, unpaired_requirement
+from policybench.report.rows import DecidedSide, Row
 from policybench.report.stats import tally_of
-from policybench.report.summary import OVERALL, DecidedSide, Row, Summary
+from policybench.report.summary import OVERALL, Summary
 from policybench.run.records import latest_per_rollout
 from policybench.run.results import RESULTS, read_results, resolve_run
 from policybench.run.verdicts import (
@@ -74,6 +75,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="with --baseline: fail the run if any task is significantly worse",
     )
+    _regression_plan_options(group)
+    group.addoption(
+        "--outcome-source",
+        default=AUTOMATIC_SOURCE,
+        metavar="SOURCE",
+        help=f"what the success gates judge: {SOURCE_HELP}",
+    )
+    group.addoption(
+        "--regression-alpha",
+        type=float,
+        default=ALPHA,
+        help=f"significance level of --baseline's per-task test (default {ALPHA})",
+    )
+
+
+def _regression_plan_options(group: pytest.OptionGroup) -> None:
+    """What --fail-on-regression's plan must be able to catch, and the way out of the check."""
     group.addoption(
         "--regression-margin",
         type=float,
@@ -89,18 +107,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run --fail-on-regression with a plan too small to catch --regression-margin "
         "(the gate then fails only on what it can detect)",
-    )
-    group.addoption(
-        "--outcome-source",
-        default=AUTOMATIC_SOURCE,
-        metavar="SOURCE",
-        help=f"what the success gates judge: {SOURCE_HELP}",
-    )
-    group.addoption(
-        "--regression-alpha",
-        type=float,
-        default=ALPHA,
-        help=f"significance level of --baseline's per-task test (default {ALPHA})",
     )
 
 

@@ -10,8 +10,8 @@ import pytest
 
 if TYPE_CHECKING:
     from policybench.pytest_plugin.options import RunSettings
-    from policybench.pytest_plugin.resume import Resumed
-    from policybench.pytest_plugin.shards import Shard
+    from policybench.run.resumed import Resumed
+    from policybench.run.shard import Shard
     from policybench.spec import Eval
     from policybench.trajectory import TrajectorySpec
 

@@ -9,7 +9,6 @@ import os
 import shlex
 from argparse import SUPPRESS
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from policybench.run.command_line import BLIND, redacted_command
 from policybench.run.info import RunInfo
 from policybench.run.records import latest_by_rollout
 from policybench.run.results import RESULTS, read_results
+from policybench.run.resumed import Resumed
 from policybench.serve.client import HIDDEN
 
 FINAL = (OutcomeKind.SOLVED, OutcomeKind.UNSOLVED)
@@ -49,17 +49,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         FORMER_OVERRIDE, dest="allow_protocol_change", action="store_true", help=SUPPRESS
     )
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """The run being continued: its directory, its records with a final outcome by node id,
-    and the protocol differences that were allowed."""
-
-    run_dir: Path
-    carried: Mapping[str, dict[str, Any]]
-    all_records: tuple[dict[str, Any], ...]
-    problems: tuple[str, ...]
 
 
 def pytest_policybench_resumed(

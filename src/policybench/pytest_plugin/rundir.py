@@ -29,8 +29,8 @@ from policybench.run.command_line import redacted_command
 from policybench.run.results import LATEST, RESULTS, new_run_dir, resolve_run
 
 if TYPE_CHECKING:
-    from policybench.pytest_plugin.resume import Resumed
-    from policybench.pytest_plugin.shards import Shard
+    from policybench.run.resumed import Resumed
+    from policybench.run.shard import Shard
 
 CONTEXT = pytest.StashKey["RunContext"]()
 HANDED = "run_context"  # what the controller hands workers: the RunContext, pickled

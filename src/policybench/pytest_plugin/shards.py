@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import os
-import re
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import Protocol
 from policybench.run.results import RESULTS
+from policybench.run.shard import Shard
 from policybench.spec import Eval, Rollout
 
 AUTO = "auto"
@@ -42,46 +42,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="N",
         help="with --shard auto in a Kubernetes Indexed Job: how many shards (its completions)",
     )
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Shard `index` (1..count) of `count`; `source` says where it was read from."""
-
-    index: int
-    count: int
-    source: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.index <= self.count:
-            raise ValueError(
-                f"--shard K/N needs 1 <= K <= N, got {self.index}/{self.count}: shards are "
-                f"numbered from 1 (--shard 1/{max(self.count, 1)} to "
-                f"{max(self.count, 1)}/{max(self.count, 1)})"
-            )
-
-    @classmethod
-    def parse(cls, text: str) -> Shard:
-        found = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-        if found is None:
-            raise ValueError(
-                f"--shard takes K/N (shard K of N, numbered from 1, e.g. --shard 2/4) or auto, "
-                f"got {text!r}"
-            )
-        return cls(int(found[1]), int(found[2]), f"--shard {text}")
-
-    @property
-    def label(self) -> str:
-        """What names this shard in its run id: `shard2of4`."""
-        return f"shard{self.index}of{self.count}"
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
-
-    def takes(self, place: int) -> bool:
-        """Whether this shard runs what is dealt at `place` (0, 1, 2, ...): shard 1 takes 0, N,
-        2N, ..., shard 2 takes 1, N + 1, ..."""
-        return place % self.count == self.index - 1
 
 
 def shard_of(config: pytest.Config) -> Shard | None:

@@ -16,9 +16,10 @@ from policybench.report import failures
 from policybench.report.compare import Comparison
 from policybench.report.robustness import robustness_of
 from policybench.report.rollout_page import page_trace, write_plots_js
+from policybench.report.rows import Row
 from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
-from policybench.report.summary import Row, Summary
+from policybench.report.summary import Summary
 from policybench.report.sweep import sweep_of
 from policybench.run.info import RunInfo
 from policybench.run.records import rollout_id

@@ -17,7 +17,7 @@ from policybench.report.sweep import Sweep, plots, swept_over
 from policybench.run.records import Tally
 
 if TYPE_CHECKING:
-    from policybench.report.summary import Summary
+    from policybench.report.rows import RunRows
     from policybench.run.info import RunInfo
 
 TOP = 5  # the cells the terminal shows
@@ -107,7 +107,7 @@ class Robustness:
         }
 
 
-def robustness(summary: Summary, run: RunInfo | None) -> Robustness | None:
+def robustness(summary: RunRows, run: RunInfo | None) -> Robustness | None:
     """The findings of a run whose arms are perturbations (run.json names each arm's axis and
     level); None for any other run."""
     perturbed = {} if run is None else run.settings.get(keys.PERTURBATION)
@@ -127,7 +127,7 @@ def robustness(summary: Summary, run: RunInfo | None) -> Robustness | None:
     return Robustness(axes, _cells(summary, set(perturbed)), _grids(summary, perturbed))
 
 
-def _grids(summary: Summary, perturbed: Mapping[str, Any]) -> tuple[GridTable, ...]:
+def _grids(summary: RunRows, perturbed: Mapping[str, Any]) -> tuple[GridTable, ...]:
     """A table per Eval and pair of axes a grid combined (cells of two parts)."""
     cells = {label: from_json(given) for label, given in perturbed.items() if GRID in given}
     pairs = dict.fromkeys(
@@ -152,7 +152,7 @@ def _grids(summary: Summary, perturbed: Mapping[str, Any]) -> tuple[GridTable, .
     return tuple(tables)
 
 
-def _cells(summary: Summary, perturbed: set[str]) -> tuple[Cell, ...]:
+def _cells(summary: RunRows, perturbed: set[str]) -> tuple[Cell, ...]:
     rows = [
         (versus.comparison.after, row)
         for versus in summary.versus
@@ -168,7 +168,7 @@ def _cells(summary: Summary, perturbed: set[str]) -> tuple[Cell, ...]:
     return tuple(sorted(cells, key=lambda cell: (cell.row.difference, cell.adjusted_p)))
 
 
-def robustness_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
+def robustness_of(summary: RunRows, run: RunInfo | None) -> Mapping[str, Any]:
     """What the HTML report shows: the findings and each axis's plots (empty: none)."""
     found = robustness(summary, run)
     if found is None:
@@ -186,7 +186,7 @@ def robustness_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
     return {"found": found, "plots": drawn}
 
 
-def robustness_json(summary: Summary, run: RunInfo | None) -> dict[str, Any]:
+def robustness_json(summary: RunRows, run: RunInfo | None) -> dict[str, Any]:
     """summary.json's `robustness` (nothing for a run that perturbed nothing)."""
     found = robustness(summary, run)
     return {} if found is None else {"robustness": found.as_json()}

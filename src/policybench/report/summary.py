@@ -13,18 +13,16 @@ from typing import Any
 from policybench import keys
 from policybench.decide import (
     Baseline,
-    Decision,
     SequentialTest,
-    confidence_sequence,
     decided_records,
     read_baseline,
 )
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
-from policybench.report.compare import Comparison, compare_runs
+from policybench.report.compare import compare_runs
 from policybench.report.failures import Cluster, failure_clusters
-from policybench.report.power import UNPAIRED_FORMULA, Detectable, detectable_change
 from policybench.report.robustness import robustness_json
+from policybench.report.rows import ArmComparison, DecidedSide, Row
 from policybench.report.specs import SpecRow, spec_rows
 from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
@@ -36,137 +34,8 @@ from policybench.run.results import RESULTS, read_results
 from policybench.run.verdicts import Verdicts, read_verdicts
 from policybench.world import SUCCESS_INFO_KEYS
 
-REALTIME = "realtime"  # a row's real-time figures (record.realtime), in a run with latency
-
 Records = Sequence[Mapping[str, Any]]
 OVERALL = "all"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the overview: an Eval, a task of an Eval, or the whole run."""
-
-    eval: str
-    task: str | None
-    stats: GroupStats
-    policy: Mapping[str, Any]
-    packages: Mapping[str, Any]
-    arm: str | None = None  # in an A/B run's rows per arm
-    # Whether the env reported success in the group's rollouts: False when they stepped and
-    # it never did (the rate is then 0 for want of a signal), None when none stepped.
-    success_reported: bool | None = None
-    # Whether a --decide stopped the group's rollouts early: its plain rate is then biased (a
-    # run stops when its outcomes so far are extreme) and its interval is the anytime one.
-    stopped_early: bool = False
-
-    def interval(self) -> tuple[float, float] | None:
-        """The success rate's 95% interval: Wilson's, or after an early stop the confidence
-        sequence, valid however the sampling stopped (policybench.decide)."""
-        tally = self.stats.tally
-        if not self.stopped_early or not tally.rollouts:
-            return tally.interval()
-        return confidence_sequence(tally.solved, tally.rollouts, 1 - CONFIDENCE)
-
-    @property
-    def interval_method(self) -> str:
-        return "anytime-valid (stopped early by --decide)" if self.stopped_early else "Wilson"
-
-    @property
-    def label(self) -> str:
-        return self.eval if self.task is None else f"{self.eval} / {self.task}"
-
-    @property
-    def detectable(self) -> Detectable | None:
-        """The smallest changes a second run of this size would detect (None: no rollouts)."""
-        tally = self.stats.tally
-        return None if tally.rate is None else detectable_change(tally.rollouts, tally.rate)
-
-    def as_json(self) -> dict[str, Any]:
-        tally, interval = self.stats.tally, self.interval()
-        arm = {} if self.arm is None else {keys.ARM: self.arm}
-        return {
-            **arm,
-            keys.EVAL: self.eval,
-            keys.TASK: self.task,
-            "rollouts": tally.rollouts,
-            "solved": tally.solved,
-            "unsolved": tally.unsolved,
-            "errors": tally.errors,
-            "success_rate": tally.rate,
-            "interval": None if interval is None else list(interval),
-            "interval_method": self.interval_method,
-            **({"stopped_early": True} if self.stopped_early else {}),
-            "detectable_change": _detectable(self.detectable),
-            keys.STEPS: _spread(self.stats.steps),
-            keys.SIM_S: _spread(self.stats.sim_s),
-            "step_wall_ms": _spread(self.stats.step_wall_ms),
-            keys.INFER_MS_MEAN: _spread(self.stats.infer_ms),
-            keys.INFERENCE_LATENCY: list(self.stats.latency),
-            keys.POLICY: dict(self.policy),
-            keys.PACKAGES: dict(self.packages),
-            keys.SUCCESS_REPORTED: self.success_reported,
-            **({} if self.stats.realtime is None else {REALTIME: self.stats.realtime.as_json()}),
-        }
-
-
-def _detectable(detectable: Detectable | None) -> dict[str, Any] | None:
-    if detectable is None:
-        return None
-    return {
-        "drop": detectable.drop,
-        "rise": detectable.rise,
-        "alpha": detectable.alpha,
-        "power": detectable.power,
-        "method": f"a second run of as many rollouts, unpaired; {UNPAIRED_FORMULA}",
-    }
-
-
-def _spread(spread: Any) -> dict[str, float] | None:
-    return None if spread is None else asdict(spread)
-
-
-@dataclass(frozen=True)
-class ArmComparison:
-    """Two arms of an A/B run compared task by task: paired by scene when every scene ran under
-    each arm, unpaired when each scene was assigned one (`assignment`)."""
-
-    comparison: Comparison
-    assignment: Mapping[str, Any] | None
-
-    @property
-    def design(self) -> str:
-        if self.assignment is None:
-            return "paired: every scene ran under each arm (exact McNemar test on the pairs)"
-        return (
-            f"unpaired: each scene ran under one arm, by {self.assignment.get('method')} "
-            f"assignment with seed {self.assignment.get(keys.SEED)} (Fisher's exact test)"
-        )
-
-    def lines(self) -> list[str]:
-        comparison = self.comparison
-        return [f"{comparison.after} vs {comparison.before}, {self.design}:", *comparison.lines()]
-
-    def as_json(self) -> dict[str, Any]:
-        return {**self.comparison.as_json(), "design": self.design}
-
-
-@dataclass(frozen=True)
-class DecidedSide:
-    """Where an Eval's (in an A/B run, an arm's) sequential test (--decide) ended."""
-
-    eval: str
-    arm: str | None
-    decision: Decision
-
-    @property
-    def label(self) -> str:
-        return self.eval if self.arm is None else f"{self.eval} [{self.arm}]"
-
-    def line(self) -> str:
-        return f"{self.label}: {self.decision.line()}"
-
-    def as_json(self) -> dict[str, Any]:
-        return {keys.EVAL: self.eval, keys.ARM: self.arm, **self.decision.as_json()}
 
 
 @dataclass(frozen=True)
@@ -198,19 +67,15 @@ class Summary:
         run_dir: Path | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
-        the run's operator verdicts (verdicts.jsonl), set beside the automatic outcomes;
-        `decide`: the run's sequential test (--decide), decided over each Eval's rollouts
-        (a paired one against `baseline`); `run_dir`: where the rollouts' traces lie, which
-        clustering the failures reads."""
+        its operator verdicts (verdicts.jsonl), beside the automatic outcomes; `decide`: its
+        sequential test (--decide; a paired one against `baseline`); `run_dir`: where the
+        rollouts' traces lie, which clustering the failures reads."""
 
         decisions = _decisions(decide, records, baseline)
-        stopped = {(s.eval, s.arm) for s in decisions if s.decision.decided}
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
             stats, reported = GroupStats.of(members), _success_reported(members)
-            early = any(
-                (eval == OVERALL or e == eval) and (arm is None or a == arm) for e, a in stopped
-            )
+            early = _stopped_early(decisions, eval, arm)
             return Row(eval, task, stats, *_descriptions(members), arm, reported, early)
 
         evals = group(records, keys.EVAL)
@@ -337,6 +202,17 @@ def _decisions(
         return ()
     decided = decided_records(decide, records, baseline)
     return tuple(DecidedSide(eval, arm, decision) for (eval, arm), decision in decided.items())
+
+
+def _stopped_early(decisions: Sequence[DecidedSide], eval: str, arm: str | None) -> bool:
+    """Whether a --decide stopped the rollouts of a row early: an Eval's (of an arm), or any
+    Eval's for the overall row, or any arm's for a row pooled over arms."""
+    return any(
+        side.decision.decided
+        and (eval == OVERALL or side.eval == eval)
+        and (arm is None or side.arm == arm)
+        for side in decisions
+    )
 
 
 def _success_reported(members: Records) -> bool | None:

@@ -17,7 +17,7 @@ from policybench.report.paired import Pairs
 from policybench.run.arms import ARMS
 
 if TYPE_CHECKING:
-    from policybench.report.summary import Summary
+    from policybench.report.rows import RunRows
     from policybench.run.info import RunInfo
 
 NO_LATENCY = str(ZERO)  # the zero-latency arm's label: every other setting is compared with it
@@ -117,7 +117,7 @@ def _latency_of(records: Sequence[Mapping[str, Any]]) -> str | None:
     return said.pop() if len(said) == 1 and "None" not in said else None
 
 
-def latency_sweep(summary: Summary, run: RunInfo | None) -> Sweep | None:
+def latency_sweep(summary: RunRows, run: RunInfo | None) -> Sweep | None:
     """The sweep of a run whose arms are latency settings (run.json's inference latency lists
     them); None for any other run, and for a blinded one (its letters hide which is zero)."""
     settings = {} if run is None else run.settings
@@ -130,7 +130,7 @@ def latency_sweep(summary: Summary, run: RunInfo | None) -> Sweep | None:
 
 
 def swept_over(
-    summary: Summary, order: Sequence[str], quantity: str = "inference latency", **named: Any
+    summary: RunRows, order: Sequence[str], quantity: str = "inference latency", **named: Any
 ) -> Sweep:
     """The Sweep of the run's arms `order` (`none` first): per Eval, each arm's success and
     interval, and its pooled comparison with `none`."""
@@ -161,7 +161,7 @@ def swept_over(
     return Sweep(tuple(order), tuple(curves), quantity, **named)
 
 
-def _versus_reference(summary: Summary) -> dict[tuple[str, str], TaskComparison]:
+def _versus_reference(summary: RunRows) -> dict[tuple[str, str], TaskComparison]:
     """Each Eval's pooled comparison of a setting with `none`, `none` as `before` (an arm
     listed before it, as unblinding may order them, was compared the other way round)."""
     found: dict[tuple[str, str], TaskComparison] = {}
@@ -242,13 +242,13 @@ def plots(sweep: Sweep, width: int = 520, height: int = 260) -> list[Plot]:
     return drawn
 
 
-def sweep_of(summary: Summary, run: RunInfo | None) -> Mapping[str, Any]:
+def sweep_of(summary: RunRows, run: RunInfo | None) -> Mapping[str, Any]:
     """What the HTML report shows of a latency sweep: the sweep and its plots (empty: none)."""
     sweep = latency_sweep(summary, run)
     return {} if sweep is None else {"sweep": sweep, "plots": plots(sweep)}
 
 
-def sweep_json(summary: Summary, run: RunInfo | None) -> dict[str, Any]:
+def sweep_json(summary: RunRows, run: RunInfo | None) -> dict[str, Any]:
     """summary.json's `latency_sweep` (nothing for a run that swept no latency)."""
     sweep = latency_sweep(summary, run)
     return {} if sweep is None else {"latency_sweep": sweep.as_json()}
