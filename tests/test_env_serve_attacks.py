@@ -152,7 +152,7 @@ def test_a_forged_length_is_refused_before_its_body(served):
     client = Client(port)
     client.socket.sendall(struct.pack(">II", 2**32 - 1, 2**32 - 1))  # 8 GiB announced, none sent
     answer = client.answer()
-    assert "at most 65536" in answer["error"]["message"]
+    assert "at most 4096" in answer["error"]["message"]  # a hello's: a few short strings
     # After the make, a step's frame is bounded by the env's action (1 float) and some headroom.
     client = made(port)
     client.socket.sendall(struct.pack(">II", 16, 1 << 30))
@@ -311,3 +311,60 @@ def test_a_make_whose_task_or_arguments_are_no_string_or_map_is_refused(served):
         assert answer["error"]["type"] == "EnvServerError", answer
         assert client.closed()
     made(port).ask(op="close")
+
+
+def nested_tuples(depth: int) -> msgpack.ExtType:
+    """An ext TUPLE holding a tuple holding ... `depth` deep: about 4 bytes a level."""
+    inner = msgpack.ExtType(protocol.TUPLE, msgpack.packb([]))
+    for _ in range(depth - 1):
+        inner = msgpack.ExtType(protocol.TUPLE, msgpack.packb([inner]))
+    return inner
+
+
+def raw_frame(message: dict) -> bytes:
+    body = msgpack.packb(message)
+    return protocol.HEADER.pack(len(body), 0) + body + bytes(-len(body) % protocol.ALIGN)
+
+
+def test_a_hello_of_tuples_200_deep_leaves_the_server_and_an_honest_client_running(points):  # noqa: F811
+    """About 1 KB, sent without the key: it once crashed `env serve` (SIGSEGV) and every env
+    server with it. Now the hello is decoded flat, before anything nested, and refused."""
+    server, port = start_env_server(
+        points, clean_env(points, **{keys_variable(): KEY}), "test_remote_points:REMOTE",
+        "--port", "0",
+    )  # fmt: skip
+    try:
+        honest = made(port)
+        honest.ask(op="reset", seed=0, options=None)
+        for key in ("wrong", KEY):
+            attacker = Client(port)
+            hello = {"op": "hello", "protocol": protocol.PROTOCOL, keys.ENV_API_KEY: key,
+                     "x": nested_tuples(200)}  # fmt: skip
+            frame = raw_frame(hello)
+            assert len(frame) < 1200
+            attacker.socket.sendall(frame)
+            answer = attacker.answer()
+            assert answer["error"]["type"] == "EnvServerError", answer
+            assert attacker.closed()
+        time.sleep(0.3)
+        assert server.poll() is None
+        obs, *_ = honest.ask(op="step", action=np.ones(1))["ok"]
+        assert obs[0] == 1.0
+        assert "ok" in made(port).ask(op="reset", seed=0, options=None)
+        assert "Traceback" not in (points / "serve.log").read_text()
+    finally:
+        stop(server)
+
+
+def test_the_frame_decoder_refuses_deep_tuples_and_a_flood_of_empty_maps():
+    """Both ends decode with one codec: tuples nested deeper than MAX_TUPLE_DEPTH and frames of
+    more than MAX_CONTAINERS maps and lists are refused as they decode, not built."""
+    deep = msgpack.packb({"x": nested_tuples(protocol.MAX_TUPLE_DEPTH + 5)})
+    with pytest.raises(protocol.FrameRefused, match="nested more than"):
+        protocol.Codec().unpack(memoryview(deep + bytes(-len(deep) % 16)), len(deep))
+    shallow = msgpack.packb({"x": nested_tuples(protocol.MAX_TUPLE_DEPTH - 1)})
+    assert protocol.Codec().unpack(memoryview(shallow), len(shallow))["x"]
+    flood = msgpack.packb({"x": [{}] * (protocol.MAX_CONTAINERS + 1)})
+    assert len(flood) < 300_000  # one byte an empty map
+    with pytest.raises(protocol.FrameRefused, match="more than"):
+        protocol.Codec().unpack(memoryview(flood), len(flood))

@@ -45,6 +45,7 @@ from policybench.text import listed
 
 READY = "policybench env serve: serving"  # the line a starter waits for; the URL follows
 HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before the env is made
+HELLO_BYTES, HELLO_ENTRIES = 4096, 16  # a hello: a few short strings, its key among them
 HANDSHAKE_TIMEOUT_S = 30.0  # how long a connection may take to send its hello and make, in all
 # After the handshake an idle connection is probed: a client machine that vanished without a word
 # (preempted, partitioned) is found within KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_EVERY_S,
@@ -103,7 +104,7 @@ class Relay:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         frames = Frames(connection, deadline=time.monotonic() + HANDSHAKE_TIMEOUT_S)
         try:
-            self._check_hello(decoded_map(frames.read(connection, HANDSHAKE_BYTES)))
+            self._check_hello(decoded_map(frames.read(connection, HELLO_BYTES), flat_map))
             frames.send({"ok": {"protocol": protocol.PROTOCOL}})
             make = memoryview(bytes(frames.read(connection, HANDSHAKE_BYTES)))  # kept
             request = decoded_map(make)
@@ -197,6 +198,24 @@ def decoded_map(
     if not isinstance(message, dict) or not all(isinstance(key, str) for key in message):
         raise Refused(EnvServerError, "a request is a map with string keys")
     return message
+
+
+def flat_map(frame: memoryview) -> Any:
+    """A hello's map, decoded flat: strings and numbers only, no arrays, tuples or nesting to
+    decode before the key is checked (an ext is refused, not decoded)."""
+    body, raw = protocol.HEADER.unpack_from(frame)
+    if raw:
+        raise ValueError("a hello carries no arrays")
+    start = protocol.HEADER.size
+    return msgpack.unpackb(
+        frame[start : start + body],
+        raw=False,
+        max_ext_len=0,
+        max_map_len=HELLO_ENTRIES,
+        max_array_len=HELLO_ENTRIES,
+        max_str_len=HELLO_BYTES,
+        max_bin_len=0,
+    )
 
 
 def request_limit(spaces: dict[str, Any]) -> int:

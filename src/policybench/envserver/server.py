@@ -65,6 +65,17 @@ def frame_size(header: bytes | memoryview, limit: int = FRAME_LIMIT) -> tuple[in
 
 ALIGN = 16  # where each array's bytes start in a frame's raw bytes
 ARRAY, TUPLE = 1, 2  # msgpack ext type codes
+# What one frame may make the decoder build: tuples nested this deep (each is a decode of its
+# own, on the C stack: hundreds crash the process), and this many maps, lists and tuples in all
+# (an empty map is one byte on the wire and a Python dict in memory).
+MAX_TUPLE_DEPTH = 32
+MAX_CONTAINERS = 1 << 18
+
+
+class FrameRefused(ValueError):
+    """A frame that asks more of the decoder than a frame may: too deep, too many objects."""
+
+
 OPS = ("hello", "make", "spaces", "reset", "step", "steps", "render", "close")  # Server's methods
 METADATA = ("render_modes", "render_fps")  # what crosses of an env's metadata
 
@@ -82,6 +93,8 @@ class Codec:
         self._unpackb = functools.partial(msgpack.unpackb, **self._unpack_options)
         self._frame: memoryview | None = None
         self._at = 0
+        self._depth = 0  # tuples being decoded inside one another
+        self._containers = 0  # maps, lists and tuples decoded of this frame
 
     def _encode(self, value: Any) -> Any:
         """What msgpack carries for a value it does not know (its `default`): an array as ext
@@ -115,12 +128,31 @@ class Codec:
             array = np.frombuffer(self._frame, dtype, count, at).reshape(shape)
             return array if axes is None else array.transpose(axes)
         if code == TUPLE:
-            return tuple(msgpack.unpackb(payload, **self._unpack_options))
+            if self._depth >= MAX_TUPLE_DEPTH:
+                raise FrameRefused(f"tuples nested more than {MAX_TUPLE_DEPTH} deep")
+            self._depth += 1
+            try:
+                return tuple(self._counted(msgpack.unpackb(payload, **self._unpack_options)))
+            finally:
+                self._depth -= 1
         return msgpack.ExtType(code, payload)
+
+    def _counted(self, container: Any) -> Any:
+        """A decoded map, list or tuple, counted against the frame's MAX_CONTAINERS."""
+        self._containers += 1
+        if self._containers > MAX_CONTAINERS:
+            raise FrameRefused(f"a frame of more than {MAX_CONTAINERS} maps and lists")
+        return container
 
     @property
     def _unpack_options(self) -> dict[str, Any]:
-        return {"raw": False, "ext_hook": self._decode, "strict_map_key": False}
+        return {
+            "raw": False,
+            "ext_hook": self._decode,
+            "strict_map_key": False,
+            "object_hook": self._counted,
+            "list_hook": self._counted,
+        }
 
     def frame(self, message: dict[str, Any]) -> list[Any]:
         """`message` as the parts of one frame, for writev."""
@@ -164,7 +196,7 @@ class Codec:
 
     def unpack(self, frame: memoryview, body_size: int) -> dict[str, Any]:
         """The message of a frame read whole (without its HEADER)."""
-        self._frame, self._at = frame[_aligned(body_size) :], 0
+        self._frame, self._at, self._depth, self._containers = frame[_aligned(body_size) :], 0, 0, 0
         try:
             return self._unpackb(frame[:body_size])
         finally:
