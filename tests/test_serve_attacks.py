@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgpack
@@ -92,6 +93,9 @@ HOSTILE = {
         }
     ),
     "near-limit-frame": packb({**HONEST, "junk": np.zeros(60 << 20, np.uint8)}),
+    # 28 MiB of empty maps, one byte each: it once took the server from 114 MiB to over 4 GiB
+    # and held every client for 22 s. Now refused once 65,536 maps and lists are built.
+    "empty-maps": msgpack.packb({"observation/state": [[{}] * 60_000] * 470}),
 }
 
 
@@ -124,6 +128,8 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
         for name, frame in HOSTILE.items():
             for _ in range(3):
                 said[name] = attack(url, frame)
+        with ThreadPoolExecutor(2) as pool:  # two flood frames at once
+            together = list(pool.map(attack, [url, url], [HOSTILE["empty-maps"]] * 2))
         # Thousands of prompts on one connection: only the last few rollouts are kept.
         with connect(url, additional_headers=HEADERS, open_timeout=30) as ws:
             ws.recv(30)
@@ -135,7 +141,13 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
         stop.set()
         asking.join(60)
     assert after - before < ATTACK_MIB, (before, after)
-    for name in ("scalar-of-a-gib", "million-entry-map", "array-shape-beyond-its-bytes"):
+    assert all("more than 65536 maps and lists" in answer for answer in together), together
+    for name in (
+        "scalar-of-a-gib",
+        "million-entry-map",
+        "array-shape-beyond-its-bytes",
+        "empty-maps",
+    ):
         assert said[name].startswith("bad observation frame:"), (name, said[name])
         assert "\n" not in said[name].strip() and "Traceback" not in said[name]
     assert wrong == [] and len(latencies) > 20

@@ -3,6 +3,7 @@ API key, refused frames, errors as text frames, and batching that never mixes up
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -17,10 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect
 
+from policybench import keys
 from policybench.policy.base import ChunkSource, SessionContext
 from policybench.policy.codec import Codec, prompt
 from policybench.serve.client import Endpoint, RemoteModel, RemotePolicyError, RemoteUnavailable
-from policybench.serve.server import PolicyServer, ServerConfig, ServerThread, fixed_model
+from policybench.serve.server import (
+    PolicyServer,
+    ServerConfig,
+    ServerThread,
+    context_from_json,
+    fixed_model,
+)
 from policybench.serve.wire import packb, unpackb
 from tests.served import EchoBatchModel, RecordingModel
 
@@ -209,7 +217,9 @@ def until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.005)
 
 
-def test_an_exception_fails_only_its_batch():
+def test_an_exception_fails_only_the_request_that_caused_it():
+    """A poisoned request batched with an honest one: the batch raises, each request is asked
+    again alone, and only the poisoned one gets the error."""
     model = GatedEchoModel()
     with serve(model, max_batch=2) as server:
         blocker, poisoned, same_batch = (open_source(server.url) for _ in range(3))
@@ -238,8 +248,8 @@ def test_an_exception_fails_only_its_batch():
         finally:
             model.gate.set()
             pool.shutdown(wait=False, cancel_futures=True)
-        assert model.batch_sizes == [1, 2]
-        assert all("poisoned batch" in str(error) for error in errors)
+        assert model.batch_sizes == [1, 2, 1, 1]  # the batch, then each of its requests alone
+        assert "poisoned batch" in str(errors[0]) and errors[1] is None
         later = open_source(server.url)(one)
         np.testing.assert_array_equal(later.actions, [[1.0, 0.0]])
 
@@ -325,3 +335,40 @@ def test_concurrent_clients_are_answered_in_shared_batches(echo_server):
     run_clients(client, [(who,) for who in range(4)])
     sizes = model.batch_sizes[before:]
     assert sum(sizes) == 80 and max(sizes) > 1 and len(sizes) < 80
+
+
+def test_a_non_finite_observation_or_a_hostile_context_fails_only_its_own_request():
+    """A NaN observation is refused before the model sees it, and a context of control_hz 0 (or
+    a prompt past the limit) before the rollout opens; honest requests batched meanwhile are
+    answered."""
+    model = GatedEchoModel()
+    with serve(model, max_batch=3) as server:
+        one = {"who": np.array([1.0]), "seq": np.array([0.0])}
+        blocker, nan, honest = (open_source(server.url) for _ in range(3))
+        pool = ThreadPoolExecutor(3, thread_name_prefix="client")
+        try:
+            blocked = pool.submit(blocker, one)
+            until(model.entered.is_set, "the blocker's call")
+            asked = [
+                pool.submit(nan, {**one, "seq": np.array([np.nan])}),
+                pool.submit(honest, one),
+            ]
+            until(lambda: server.server.batch_counters().received == 3, "both requests")
+            model.gate.set()
+            blocked.result(WAIT_S)
+            with pytest.raises(RemotePolicyError, match="'seq' holds NaN or inf"):
+                asked[0].result(WAIT_S)
+            np.testing.assert_array_equal(asked[1].result(WAIT_S).actions, [[1.0, 0.0]])
+        finally:
+            model.gate.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+        assert model.batch_sizes == [1, 1]  # the NaN request never reached the model
+    for hostile, said in (
+        ({keys.CONTROL_HZ: 0.0}, "control_hz must be a rate in"),
+        ({keys.INSTRUCTION: "x" * 5000}, "at most 4096"),
+    ):
+        context = json.dumps(
+            {keys.INSTRUCTION: "go", keys.CONTROL_HZ: 10.0, "fields": {}, **hostile}
+        )
+        with pytest.raises(ValueError, match=said):
+            context_from_json(context)

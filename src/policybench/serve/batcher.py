@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from policybench.policy.base import (
     Chunk,
     ChunkSource,
@@ -192,8 +194,8 @@ class Batcher:
     cost only per request, a window is no longer than a call's own overhead (the hand-off to the
     model's thread and back).
 
-    An exception fails only the call it happened in (for a model without `predict_batch`, only
-    the request); a call that runs past `call_timeout_s` fails the requests the model is working
+    An exception fails only the request that caused it (a batch that raises is retried request
+    by request); a call that runs past `call_timeout_s` fails the requests the model is working
     on with ModelCallHung. The model sees each request's env observation through `codec`, and
     its actions are played back through it. Used from one event loop."""
 
@@ -380,36 +382,25 @@ def infer(
     begun: Callable[[], Any] | None = None,
 ) -> list[Chunk | Exception]:
     """Each request's chunk, or the exception that took its place: one `predict_batch` call for
-    them all if the model has one (its exception fails them all), else each rollout's own source,
-    opened at its first request (an exception fails only that request). The model sees each
+    them all if the model has one (if it raises, each request alone again: an exception fails
+    only the request that caused it), else each rollout's own source, opened at its first
+    request (an exception fails only that request); a request with a non-finite observation is
+    refused before the model sees it. The model sees each
     env observation through `codec`; its actions come back through it. `begun` is called as the
     model begins."""
     if begun is not None:
         begun()
+    refused = {id(r): why for r in requests if (why := _refusal(r)) is not None}
     # What isinstance(model, BatchedModel) checks, without its cost at every call (tens of us).
     if hasattr(model, "predict_batch"):
-        for request in requests:
-            request.in_model = True
-        try:
-            chunks = model.predict_batch(
-                [
-                    (r.rollout.context, codec.encode(r.obs, r.rollout.context.instruction))
-                    for r in requests
-                ]
-            )
-            if len(chunks) != len(requests):
-                raise ValueError(
-                    f"{model.name}.predict_batch answered {len(chunks)} chunks for "
-                    f"{len(requests)} requests; it must answer one per request, in order"
-                )
-            return [Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks]
-        except Exception as error:
-            return [error] * len(requests)
-        finally:
-            for request in requests:
-                request.in_model = False
+        valid = [r for r in requests if id(r) not in refused]
+        answered = dict(zip(map(id, valid), _batched(model, codec, valid), strict=True))
+        return [refused.get(id(r)) or answered[id(r)] for r in requests]
     results: list[Chunk | Exception] = []
     for request in requests:
+        if id(request) in refused:
+            results.append(refused[id(request)])
+            continue
         request.in_model = True
         try:
             rollout = request.rollout
@@ -421,6 +412,49 @@ def infer(
         finally:
             request.in_model = False
     return results
+
+
+def _batched(model: Any, codec: Codec, requests: Sequence[Request]) -> list[Chunk | Exception]:
+    """One `predict_batch` call for `requests`; if it raises, each request again alone, so that
+    what one request makes the model raise fails that request only, not the others batched
+    with it."""
+    if not requests:
+        return []
+    for request in requests:
+        request.in_model = True
+    try:
+        chunks = model.predict_batch(
+            [
+                (r.rollout.context, codec.encode(r.obs, r.rollout.context.instruction))
+                for r in requests
+            ]
+        )
+        if len(chunks) != len(requests):
+            raise ValueError(
+                f"{model.name}.predict_batch answered {len(chunks)} chunks for "
+                f"{len(requests)} requests; it must answer one per request, in order"
+            )
+        return [Chunk(codec.actions(_checked(chunk).actions), chunk.fps) for chunk in chunks]
+    except Exception as error:
+        if len(requests) == 1:
+            return [error]
+    finally:
+        for request in requests:
+            request.in_model = False
+    return [answer for request in requests for answer in _batched(model, codec, [request])]
+
+
+def _refusal(request: Request) -> Exception | None:
+    """Why a request is refused before the model sees it (None: it is not): an observation
+    holding NaN or inf, which no model can act on and a batch would share."""
+    for name, value in request.obs.items():
+        array = np.asarray(value) if not isinstance(value, str | bytes) else None
+        if array is not None and array.dtype.kind in "fc" and not np.isfinite(array).all():
+            return ValueError(
+                f"observation {name!r} holds NaN or inf; send finite numbers (the env's "
+                "observation, or the codec that made it, is broken)"
+            )
+    return None
 
 
 def _release(source: ChunkSource) -> None:

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import hmac
 import json
+import math
 import threading
 import time
 import traceback
@@ -60,6 +61,7 @@ DEFAULT_CODEC = "openpi"
 HEALTH_PATH = "/healthz"
 SERVED_MODEL = "model"  # the metadata entry describing the model a connection is answered by
 MAX_PROMPT_CHARS = 4096  # an instruction longer than this is refused
+MAX_CONTROL_HZ = 10_000.0  # a context's control rate above this is no robot's
 ROLLOUTS_PER_CONNECTION = 8  # an openpi client's rollouts kept per connection (one per prompt)
 SERVED_CACHE = 64  # (Eval name, reference) pairs whose served model is looked up without a call
 
@@ -376,7 +378,7 @@ def context_to_json(context: SessionContext) -> str:
 def context_from_json(text: str) -> SessionContext:
     try:
         payload = json.loads(text)
-        return SessionContext(
+        context = SessionContext(
             str(payload[keys.INSTRUCTION]),
             float(payload[keys.CONTROL_HZ]),
             dict(payload["fields"]),
@@ -386,6 +388,17 @@ def context_from_json(text: str) -> SessionContext:
             f"header {CONTEXT_HEADER} must be JSON with instruction, control_hz and fields; "
             f"got {text[:200]!r} ({error})"
         ) from None
+    if not (math.isfinite(context.control_hz) and 0 < context.control_hz <= MAX_CONTROL_HZ):
+        raise ValueError(
+            f"header {CONTEXT_HEADER}: control_hz must be a rate in (0, {MAX_CONTROL_HZ:g}] Hz, "
+            f"got {context.control_hz!r}"
+        )
+    if len(context.instruction) > MAX_PROMPT_CHARS:
+        raise ValueError(
+            f"header {CONTEXT_HEADER}: an instruction of {len(context.instruction)} characters; "
+            f"at most {MAX_PROMPT_CHARS}"
+        )
+    return context
 
 
 class ServerThread:

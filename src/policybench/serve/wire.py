@@ -15,6 +15,10 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 # The most entries a map or a msgpack array of a frame may hold: observations are a few keys of
 # arrays (which travel as bytes), not millions of Python objects.
 MAX_MAP_ENTRIES, MAX_ARRAY_ITEMS = 1024, 1 << 16
+# The most maps and lists a whole frame may build, counted as it decodes: an empty map is one
+# byte on the wire and a Python dict of about 64 bytes in memory (a 56 MiB frame of them once
+# took a server past 4 GiB); nesting is bounded by msgpack itself.
+MAX_CONTAINERS = 1 << 16
 # The Python type a scalar's data must have, by its dtype's kind: `dtype.type(data)` of anything
 # else may allocate what the data names (np.bytes_(2**30) is a GiB of zeros).
 SCALAR_DATA = {
@@ -111,15 +115,30 @@ def unpackb(
             f"frame of {len(frame)} bytes exceeds the limit of {max_bytes} bytes; "
             "send smaller observations or raise the limit"
         )
+    hook = _unpack_numpy if writable else _unpack_read_only
+    built = 0
+
+    def counted(container: Any) -> Any:
+        nonlocal built
+        built += 1
+        if built > MAX_CONTAINERS:
+            raise WireError(
+                f"frame of {len(frame)} bytes holds more than {MAX_CONTAINERS} maps and lists; "
+                "an observation is a few keys of arrays"
+            )
+        return container
+
     try:
-        hook = _unpack_numpy if writable else _unpack_read_only
         return msgpack.unpackb(
             frame,
-            object_hook=hook,
+            object_hook=lambda tagged: hook(counted(tagged)),
+            list_hook=counted,
             max_map_len=MAX_MAP_ENTRIES,
             max_array_len=MAX_ARRAY_ITEMS,
             max_ext_len=0,
         )
+    except WireError:
+        raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise WireError(
             f"frame of {len(frame)} bytes is not an openpi msgpack message "
