@@ -198,3 +198,38 @@ def test_merge_writes_only_into_a_new_directory_or_an_earlier_merge(tmp_path):
     assert merge(one, "--out", out) == 1  # b's rollouts are missing
     assert merge(one, other, "--out", out) == 0  # merged again, with the rest
     assert len(read(out)) == 4
+
+
+def test_a_part_naming_files_outside_it_is_refused_and_nothing_outside_is_touched(tmp_path):
+    """A shard's results.jsonl is data from another machine: a trace named by an absolute path
+    once had merge delete the victim file, a `../` path replace a file outside --out. Both are
+    refused before anything is written, and the files outside stay as they were."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    outside = tmp_path / "outside.json"
+    outside.write_text("mine")
+    for named in (str(victim), "../../outside.json", "traces/../../../outside.json"):
+        root = tmp_path / f"case{abs(hash(named))}"
+        one = part(root / "one", record("a", 0, SOLVED, **{keys.ROLLOUT_TRACE: named}))
+        (one / "traces").mkdir()
+        (one / "traces" / "x.json").write_text("{}")
+        out = root / "merged"
+        with pytest.raises(SystemExit, match="names a file .* refused"):
+            merge(one, "--out", out)
+        assert victim.read_text() == "keep me" and outside.read_text() == "mine"
+        assert not out.exists()
+
+
+def test_report_html_reads_no_file_outside_the_run_named_as_a_trace(tmp_path):
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = AKIA-DO-NOT-LEAK")
+    run = part(
+        tmp_path / "run",
+        record("a", 0, UNSOLVED, **{keys.ROLLOUT_TRACE: str(secret)}),
+        record("a", 1, UNSOLVED, **{keys.ROLLOUT_TRACE: "../credentials"}),
+    )
+    assert main(["report", "html", str(run)]) == 0
+    pages = [page.read_text() for page in (run / "rollouts").glob("*.html")]
+    pages.append((run / "index.html").read_text())
+    assert len(pages) == 3 and not any("DO-NOT-LEAK" in page for page in pages)
+    assert any("its trace is not read" in page and "refused" in page for page in pages)

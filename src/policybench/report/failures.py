@@ -34,6 +34,7 @@ import numpy as np
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.rollout_trace import read_trace
+from policybench.run.layout import inside
 from policybench.run.records import rollout_id
 from policybench.trajectory.library import violated
 
@@ -153,7 +154,7 @@ def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, E
         if not isinstance(name, str):
             continue
         try:
-            trace = read_trace(run_dir / name)
+            trace = read_trace(inside(run_dir, name))  # OutsideRun is a ValueError
             arrays = trace["arrays"]
         except (ValueError, OSError, KeyError):
             continue  # a rollout page says why its trace cannot be read

@@ -20,7 +20,8 @@ from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_ht
 from policybench.report.summary import Summary
 from policybench.run.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.run.info import RUN_INFO, RunInfo
-from policybench.run.layout import SUMMARY, video_name
+from policybench.run.layout import SUMMARY, OutsideRun, inside, video_name
+from policybench.run.records import rollout_id
 from policybench.run.results import RESULTS, read_results
 from policybench.run.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
 from policybench.text import listed
@@ -440,8 +441,10 @@ def write_merged(
 ) -> Path:
     """Writes the merged run into `out` (new, or an earlier merge's), with the parts' verdicts
     (`carried`); returns its index.html."""
-    _clear(out, parts)
     files = {part.run_dir: part.files for part in parts}
+    for record, source in zip(merged.records, merged.sources, strict=True):
+        _confined(record, source, out, files[source])  # before anything is written or deleted
+    _clear(out, parts)
     with (out / RESULTS).open("w", encoding="utf-8") as results:
         for record, source in zip(merged.records, merged.sources, strict=True):
             results.write(_json(record) + "\n")
@@ -477,13 +480,30 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def _confined(
+    record: Record, source: Path, out: Path, files: Mapping[str, str]
+) -> list[tuple[Path, Path]]:
+    """A kept rollout's video and trace as (where it is in its part, where it goes under `out`);
+    MergeRefused, naming the part and the rollout, for a name that leads outside either."""
+    found = []
+    for name in (record.get(keys.VIDEO), record.get(keys.ROLLOUT_TRACE)):
+        if not isinstance(name, str):
+            continue
+        try:
+            found.append((inside(source, files.get(name, name)), inside(out, name)))
+        except OutsideRun as refused:
+            raise MergeRefused(
+                f"{source / RESULTS}: rollout {rollout_id(record)} names a file {refused}"
+            ) from None
+    return found
+
+
 def _link_files(record: Record, source: Path, out: Path, files: Mapping[str, str]) -> None:
     """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`
     (or, renamed with its episode, from its part's own name: `files`)."""
-    for name in (record.get(keys.VIDEO), record.get(keys.ROLLOUT_TRACE)):
-        if not isinstance(name, str) or not (source / files.get(name, name)).is_file():
+    for origin, target in _confined(record, source, out, files):
+        if not origin.is_file():
             continue
-        target, origin = out / name, source / files.get(name, name)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         try:

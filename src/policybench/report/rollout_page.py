@@ -13,6 +13,7 @@ from typing import Any
 from markupsafe import Markup
 
 from policybench import keys
+from policybench.run.layout import OutsideRun, inside
 
 PLOTS_JS = "rollout_plots.js"  # written once beside the rollout pages, which load it
 
@@ -31,7 +32,10 @@ def page_trace(run_dir: Path, record: Mapping[str, Any]) -> PageTrace:
     if not isinstance(name, str):
         why = "the rollout made no step" if record.get(keys.STEPS) == 0 else "no trace recorded"
         return PageTrace(None, f"{why} (runs write one per rollout unless --no-rollout-traces)")
-    path = run_dir / name
+    try:
+        path = inside(run_dir, name)
+    except OutsideRun as refused:
+        return PageTrace(None, f"its trace is not read: {refused}")
     try:
         text = path.read_text(encoding="ascii")
         left_out = json.loads(text).get("state_left_out") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from policybench import keys
@@ -32,3 +33,22 @@ def video_fields(video: Video, name: str) -> dict[str, str]:
     if video.path is None:
         return {keys.VIDEO_MISSING: video.missing or "no frames"}
     return {keys.VIDEO: name}
+
+
+class OutsideRun(ValueError):
+    """A file a run's records name that does not lie inside the run's folder."""
+
+
+def inside(run_dir: Path, name: str) -> Path:
+    """The file a run's record names (a trace, a video: relative to the run's folder), refused
+    with OutsideRun unless it lies inside that folder: an absolute path, a `..`, or a link that
+    leads out, written into a results.jsonl by hand or by another machine, reads and writes
+    nothing outside the run."""
+    given = PurePosixPath(name)
+    if given.is_absolute() or ".." in given.parts or "\\" in name or not given.parts:
+        raise OutsideRun(f"{name!r} is not a path inside the run's folder; refused")
+    path = run_dir / given
+    root = run_dir.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise OutsideRun(f"{name!r} leads outside the run's folder {root}; refused")
+    return path
