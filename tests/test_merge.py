@@ -214,7 +214,7 @@ def test_a_part_naming_files_outside_it_is_refused_and_nothing_outside_is_touche
         (one / "traces").mkdir()
         (one / "traces" / "x.json").write_text("{}")
         out = root / "merged"
-        with pytest.raises(SystemExit, match="names a file .* refused"):
+        with pytest.raises(SystemExit, match=r"names a file .* refused"):
             merge(one, "--out", out)
         assert victim.read_text() == "keep me" and outside.read_text() == "mine"
         assert not out.exists()
