@@ -368,3 +368,28 @@ def test_the_frame_decoder_refuses_deep_tuples_and_a_flood_of_empty_maps():
     assert len(flood) < 300_000  # one byte an empty map
     with pytest.raises(protocol.FrameRefused, match="more than"):
         protocol.Codec().unpack(memoryview(flood), len(flood))
+
+
+def test_the_env_servers_script_runs_only_from_a_folder_of_this_users_own(tmp_path, monkeypatch):
+    """Its folder's name can be guessed: a script another user planted there ran as root when
+    root started an isolated env. The folder is made 0700 and refused when another user owns
+    it or others may write it; a planted file in this user's own folder is written over."""
+    import os
+    import tempfile
+
+    from policybench.envserver.proxy import private_folder, server_script
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    script = server_script()
+    assert oct(private_folder().stat().st_mode & 0o777) == "0o700"
+    script.write_text("import os; os.system('touch /tmp/pwned')\n")
+    assert server_script() == script and "pwned" not in script.read_text()
+    base = private_folder()
+    base.chmod(0o777)
+    with pytest.raises(EnvServerError, match="only it may write"):
+        server_script()
+    base.chmod(0o700)
+    if os.getuid() == 0:  # root can hand the folder to another user
+        os.chown(base, 65534, 65534)
+        with pytest.raises(EnvServerError, match="owner uid 65534"):
+            server_script()

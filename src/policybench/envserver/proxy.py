@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import queue
+import stat
 import subprocess
 import sys
 import tempfile
@@ -78,15 +79,44 @@ def server_script(modules: tuple[str, ...] = ()) -> Path:
     digest = hashlib.sha256()
     for file_name, source in files.items():
         digest.update(file_name.encode() + b"\0" + source + b"\0")
-    folder = Path(tempfile.gettempdir()) / f"policybench-envserver-{digest.hexdigest()[:12]}"
+    folder = private_folder() / digest.hexdigest()[:12]
     script = folder / "policybench_envserver.py"
-    if not script.is_file():
-        folder.mkdir(exist_ok=True)
+    if not all(_holds(folder / name, source) for name, source in files.items()):
+        folder.mkdir(mode=0o700, exist_ok=True)
         for file_name, source in files.items():  # the server last: it marks the folder complete
             partial = folder / f".{os.getpid()}.{threading.get_ident()}.tmp"
             partial.write_bytes(source)
             partial.replace(folder / file_name)
     return script
+
+
+def private_folder() -> Path:
+    """This user's folder for the env server's scripts, in the temp directory: made 0700, and
+    refused unless it is a directory this user owns that no one else may write (its name can be
+    guessed: another user could otherwise plant a script there that this user's env runs)."""
+    base = Path(tempfile.gettempdir()) / f"policybench-envserver-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    found = base.lstat()
+    if (
+        not stat.S_ISDIR(found.st_mode)
+        or found.st_uid != os.getuid()
+        or found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise EnvServerError(
+            f"{base} is not a folder of this user's that only it may write (owner uid "
+            f"{found.st_uid}, mode {stat.filemode(found.st_mode)}); the env server's script will "
+            "not run from it: remove it, or set TMPDIR to a folder of your own"
+        )
+    return base
+
+
+def _holds(path: Path, source: bytes) -> bool:
+    """Whether `path` is a file holding exactly `source` (a copy made earlier, untouched)."""
+    try:
+        return path.read_bytes() == source
+    except OSError:
+        return False
 
 
 class EnvServer:
