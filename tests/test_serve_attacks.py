@@ -198,3 +198,33 @@ def test_evals_from_clients_imports_only_suites_and_eval_path_folders(tmp_path):
         server.kill()
         server.wait()
     assert not ran.exists()
+
+
+def test_eval_path_loads_its_own_folders_module_by_location_and_nothing_of_the_same_name(
+    tmp_path, monkeypatch
+):
+    """Started as the README shows, a server has its working directory on sys.path: a module
+    planted there under the name of the folder's once ran instead of it, and a namespace
+    package in the folder (`venv/`) let `venv.__main__` run the stdlib's venv CLI. Now the
+    folder's own file is imported by location, and a name with no file in it is refused."""
+    from policybench.serve.command import client_eval
+
+    folder, planted_dir = tmp_path / "evals", tmp_path / "cwd"
+    folder.mkdir()
+    planted_dir.mkdir()
+    name = f"myevals_{tmp_path.name}"  # fresh in sys.modules
+    (folder / f"{name}.py").write_text("from tests.served import POINT\nEVAL = POINT\n")
+    ran = tmp_path / "ran"
+    (planted_dir / f"{name}.py").write_text(
+        f"import pathlib\npathlib.Path({str(ran)!r}).write_text('ran')\n"
+    )
+    (folder / "venv").mkdir()  # a namespace package by the stdlib's name
+    monkeypatch.syspath_prepend(str(planted_dir))
+    try:
+        found = client_eval(f"{name}:EVAL", [folder])
+        assert found.name == "point-served" and not ran.exists()
+        for ref in ("venv.__main__:X", "os:system", "planted_elsewhere:X"):
+            with pytest.raises(LookupError, match="in none of them"):
+                client_eval(ref, [folder])
+    finally:
+        sys.modules.pop(name, None)

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import importlib
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -256,20 +257,49 @@ def client_eval(ref: str, paths: Sequence[Path]) -> Eval:
     module_name, _, attribute = ref.partition(":")
     if not all(part.isidentifier() for part in module_name.split(".")):
         raise LookupError(f"{ref!r:.200} names no module:attribute")
-    suites = set(suite_modules().values())
-    if module_name not in suites and not _found_in(module_name.split(".")[0], paths):
+    if module_name in set(suite_modules().values()):
+        return eval_in(importlib.import_module(module_name), attribute, ref)
+    _load_from(module_name.split(".")[0], paths)
+    module = importlib.import_module(module_name)  # a submodule: from its package's folder
+    if not _within(getattr(module, "__file__", None), paths):
+        raise LookupError(f"{module_name!r} resolves to {module.__file__}, outside --eval-path")
+    return eval_in(module, attribute, ref)
+
+
+def _load_from(top: str, paths: Sequence[Path]) -> None:
+    """Imports the top-level module `top` from its file in one of `paths` (by location, not
+    from sys.path, where the working directory may be); LookupError when no such file is there,
+    or a module of that name from elsewhere is imported already."""
+    spec = importlib.machinery.PathFinder.find_spec(top, [str(path) for path in paths])
+    if spec is None or spec.loader is None or not _within(spec.origin, paths):
         folders = ", ".join(map(str, paths)) or "none given"
         raise LookupError(
             f"this server imports Evals for clients from registered suites and the folders of "
-            f"--eval-path ({folders}); {module_name!r} is in none of them"
+            f"--eval-path ({folders}); {top!r} is in none of them"
         )
-    return eval_in(importlib.import_module(module_name), attribute, ref)
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", None) or "").resolve() != Path(spec.origin).resolve():
+            raise LookupError(
+                f"a module {top!r} from {getattr(loaded, '__file__', 'elsewhere')} is imported "
+                "already; rename the one in --eval-path"
+            )
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[top] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(top, None)
+        raise
 
 
-def _found_in(top: str, paths: Sequence[Path]) -> bool:
-    """Whether the top-level module `top` is found (not imported) in one of `paths`."""
-    spec = importlib.machinery.PathFinder.find_spec(top, [str(path) for path in paths])
-    return spec is not None
+def _within(origin: str | None, paths: Sequence[Path]) -> bool:
+    """Whether a module's file lies in one of `paths` (a namespace package has none: no)."""
+    if origin is None or not Path(origin).is_file():
+        return False
+    found = Path(origin).resolve()
+    return any(found.is_relative_to(path.resolve()) for path in paths)
 
 
 def action_space_of(eval: Eval):
