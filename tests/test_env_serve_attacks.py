@@ -214,7 +214,7 @@ def test_connections_past_the_cap_are_refused_and_a_slot_frees_when_one_ends(ser
     _, port = served
     held = [made(port) for _ in range(3)]
     extra = Client(port)
-    answer = extra.answer()
+    answer = extra.ask(op="hello", protocol=protocol.PROTOCOL, **{keys.ENV_API_KEY: KEY})
     assert "serves 3 connections at once" in answer["error"]["message"]
     held.pop().ask(op="close")
     time.sleep(0.5)
@@ -393,3 +393,19 @@ def test_the_env_servers_script_runs_only_from_a_folder_of_this_users_own(tmp_pa
         os.chown(base, 65534, 65534)
         with pytest.raises(EnvServerError, match="owner uid 65534"):
             server_script()
+
+
+def test_idle_connections_without_a_key_do_not_keep_keyed_ones_out(served):
+    """64 connections that never say hello (a slot each, once) refused 24 of 30 keyed attempts:
+    now they wait in places of their own, cut at the hello's deadline, and every keyed
+    connection is served."""
+    _, port = served
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=20) for _ in range(64)]
+    try:
+        for _ in range(6):  # twice the slots, each made and closed
+            client = made(port)
+            assert client.ask(op="close") == {"ok": None}
+            client.close()
+    finally:
+        for connection in idle:
+            connection.close()

@@ -47,6 +47,8 @@ READY = "policybench env serve: serving"  # the line a starter waits for; the UR
 HANDSHAKE_BYTES = 1 << 16  # the most a frame may hold before the env is made
 HELLO_BYTES, HELLO_ENTRIES = 4096, 16  # a hello: a few short strings, its key among them
 HANDSHAKE_TIMEOUT_S = 30.0  # how long a connection may take to send its hello and make, in all
+HELLO_TIMEOUT_S = 5.0  # how long it may take to send its hello (before its key is checked)
+PRE_HELLO_PLACES = 256  # connections that may wait for their hello at once (a thread each)
 # After the handshake an idle connection is probed: a client machine that vanished without a word
 # (preempted, partitioned) is found within KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_EVERY_S,
 # and an answer it no longer takes fails after USER_TIMEOUT_S; its env server then ends.
@@ -100,11 +102,16 @@ class Relay:
         self.served = served
         self.api_key = api_key
 
-    def handle(self, connection: socket.socket) -> None:
+    def handle(self, connection: socket.socket, admission: Admission | None = None) -> None:
+        """Serves one connection; `admission` gives it a slot once its hello (its key) passed."""
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        frames = Frames(connection, deadline=time.monotonic() + HANDSHAKE_TIMEOUT_S)
+        started = time.monotonic()
+        frames = Frames(connection, deadline=started + HELLO_TIMEOUT_S)
         try:
             self._check_hello(decoded_map(frames.read(connection, HELLO_BYTES), flat_map))
+            if admission is not None:
+                admission.admit()
+            frames.deadline = started + HANDSHAKE_TIMEOUT_S
             frames.send({"ok": {"protocol": protocol.PROTOCOL}})
             make = memoryview(bytes(frames.read(connection, HANDSHAKE_BYTES)))  # kept
             request = decoded_map(make)
@@ -119,7 +126,10 @@ class Relay:
             return
         except FrameMissing as missing:
             if missing.late:
-                log(f"{peer_of(connection)}: no hello and make within {HANDSHAKE_TIMEOUT_S:g} s")
+                log(
+                    f"{peer_of(connection)}: no hello and make within their deadlines "
+                    f"({HELLO_TIMEOUT_S:g} s for the hello, {HANDSHAKE_TIMEOUT_S:g} s in all)"
+                )
             return
         log(f"{peer_of(connection)}: {chosen.name}'s env in env server {child.process.pid}")
         frames.deadline = None
@@ -480,26 +490,60 @@ def _map_alone(request: memoryview) -> Any:
     return msgpack.unpackb(request[start : start + body], strict_map_key=False)
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        slots = self.server.slots
-        if not slots.acquire(blocking=False):
-            log(f"refused {peer_of(self.request)}: {self.server.max_connections} connections open")
-            Frames(self.request).send_error(
-                EnvServerError.__name__,
+class Admission:
+    """A connection's place: one of the many short pre-hello places until its hello passes (the
+    key checked), then one of the `max_connections` slots; a connection without the key never
+    holds a slot, so idle unauthenticated connections cannot keep keyed ones out."""
+
+    def __init__(self, server: RelayServer) -> None:
+        self.server = server
+        self.held: threading.BoundedSemaphore | None = None
+
+    def wait(self) -> bool:
+        """Takes a pre-hello place (False: all taken)."""
+        if not self.server.waiting.acquire(blocking=False):
+            return False
+        self.held = self.server.waiting
+        return True
+
+    def admit(self) -> None:
+        """Trades the pre-hello place for a slot; Refused when every slot is taken."""
+        self.release()
+        if not self.server.slots.acquire(blocking=False):
+            raise Refused(
+                EnvServerError,
                 f"this server serves {self.server.max_connections} connections at once, all "
                 "open: try again later, or start it with a larger --max-connections",
             )
+        self.held = self.server.slots
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.release()
+            self.held = None
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        admission = Admission(self.server)
+        if not admission.wait():
+            log(f"refused {peer_of(self.request)}: {PRE_HELLO_PLACES} connections without hello")
+            Frames(self.request).send_error(
+                EnvServerError.__name__,
+                f"this server has {PRE_HELLO_PLACES} connections waiting for their hello: try "
+                "again in a few seconds",
+            )
             return
         try:
-            self.server.relay.handle(self.request)
+            self.server.relay.handle(self.request, admission)
         finally:
-            slots.release()
+            admission.release()
 
 
 class RelayServer(socketserver.ThreadingTCPServer):
     """A thread per connection, each owning that connection's env server process; at most
-    `max_connections` are served at once (more are refused)."""
+    `max_connections` whose hello passed are served at once (more are refused), and at most
+    PRE_HELLO_PLACES wait for their hello, each for HELLO_TIMEOUT_S at most."""
 
     allow_reuse_address = True
     daemon_threads = True
@@ -508,6 +552,7 @@ class RelayServer(socketserver.ThreadingTCPServer):
         self.relay = relay
         self.max_connections = max_connections
         self.slots = threading.BoundedSemaphore(max_connections)
+        self.waiting = threading.BoundedSemaphore(PRE_HELLO_PLACES)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         super().__init__((host, port), _Handler)
