@@ -4,7 +4,9 @@ pages on one shell (`templates/shell.html.j2`). Loopback by default; standard li
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import sys
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -101,7 +103,10 @@ def file_response(
     """A file under `root` that the page shows (`shown`, paths relative to `root`; a 404 for any
     other, so a blinded run's key and records stay out of a scorer's reach), or the byte range
     asked for."""
-    path = (root / unquote(relative)).resolve()
+    name = unquote(relative)
+    if "\x00" in name:  # a path the file system cannot hold: no file of this page
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"no file {relative!r}: a path holds no NUL")
+    path = (root / name).resolve()
     if (
         not path.is_relative_to(root.resolve())
         or path.relative_to(root.resolve()).as_posix() not in shown
@@ -242,12 +247,30 @@ class PageServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):  # http.server names its methods do_GET, ...
-            timeout = REQUEST_TIMEOUT_S  # a client that sends its request slowly is cut off
+            timeout = REQUEST_TIMEOUT_S  # a read that waits longer is cut off
+
+            def setup(self) -> None:
+                super().setup()
+                # The whole request must arrive by its deadline, not each read: a request sent
+                # a byte every 10 s would otherwise hold a thread for as long as it likes.
+                self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._cut)
+                self._deadline.daemon = True
+                self._deadline.start()
+
+            def _cut(self) -> None:
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+
+            def finish(self) -> None:
+                self._deadline.cancel()
+                with contextlib.suppress(OSError):
+                    super().finish()
 
             def _answer(self, method: str, head: bool = False) -> None:
                 parts = urlsplit(self.path)
                 length = self.headers.get("Content-Length") or "0"
-                if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+                # str.isdigit takes "²" and other digits int() refuses: ASCII digits only.
+                if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES:
                     response = Response.of_json(
                         {"error": f"a body of at most {MAX_BODY_BYTES} bytes, with its length"},
                         HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -257,6 +280,7 @@ class PageServer:
                     query = {name: values[0] for name, values in parse_qs(parts.query).items()}
                     headers = {name.lower(): value for name, value in self.headers.items()}
                     body = self.rfile.read(int(length))
+                    self._deadline.cancel()  # arrived whole: answering may take its time
                     request = Request(method, parts.path, query, body, headers)
                     response = server.respond(request, self.headers.get("Range"))
                 self.send_response(response.status)

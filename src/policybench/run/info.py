@@ -51,8 +51,28 @@ class RunInfo:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunInfo | None:
+        """The run's run.json (None without one); ValueError naming the file when it is not
+        one a run wrote (not JSON, not an object, a field missing or of the wrong kind)."""
         path = run_dir / RUN_INFO
-        return cls(**json.loads(path.read_text())) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON object, got {type(data).__name__}")
+            info = cls(**data)
+            for name in ("settings", "fingerprint"):
+                if not isinstance(getattr(info, name), Mapping):
+                    raise TypeError(f"{name} must be an object")
+            for name in ("run_id", "started", "command", "host", "python", "policybench"):
+                if not isinstance(getattr(info, name), str):
+                    raise TypeError(f"{name} must be a string")
+        except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as error:
+            raise ValueError(
+                f"{path} is not a run's run.json ({error}); restore it, or delete it to treat "
+                "the folder as a run without one"
+            ) from None
+        return info
 
     def write(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
