@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.envserver import Isolated, remote
+from policybench.envserver.interpreters import InterpreterMissing, install_command, python_of
 from policybench.perturbation import perturbed
 from policybench.pytest_plugin.arms import Arm, Assignment, assign_balanced, item_id
 from policybench.pytest_plugin.options import RunSettings
@@ -146,7 +148,21 @@ NOT_INSTALLED = re.compile(r"^(?:Skipped: )?([^:]+): (.+ not installed; .+)$")
 
 
 def _missing_requirement(eval: Eval) -> tuple[pytest.MarkDecorator, ...]:
-    """A skip mark naming the extra to install when the Eval's simulator is absent."""
+    """A skip mark naming the extra to install when the Eval's simulator is absent, or, for an
+    Eval isolated in an interpreter of its own, the command that builds the interpreter when it
+    is not built (unless an env server elsewhere serves it: --env-url)."""
+    if isinstance(eval.make_env, Isolated) and remote.endpoint_in_use() is None:
+        interpreter = eval.make_env.interpreter
+        try:
+            python_of(interpreter)
+        except InterpreterMissing:
+            return (
+                pytest.mark.skip(
+                    reason=f"{eval.name}: its interpreter {interpreter.name!r} not installed; "
+                    f"build it with `{install_command(interpreter)}` (or run it on a machine "
+                    "that has it, with --env-url)"
+                ),
+            )
     missing = [name for name in eval.requires if importlib.util.find_spec(name) is None]
     if not missing:
         return ()
