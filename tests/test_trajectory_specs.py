@@ -407,3 +407,39 @@ def test_a_margin_of_minus_infinity_counts_as_violated_everywhere():
     assert (rows["never"].violated, rows["never"].judged) == (1, 1)
     assert (rows["nothing"].violated, rows["nothing"].judged) == (0, 1)
     assert [found["spec"] for found in violations(records[0])] == ["never"]
+
+
+def test_a_specs_module_given_with_p_is_found_where_the_commands_run():
+    """The README's `pytest -p my_specs benchmarks/test_metaworld.py ...`, run from the
+    repository's root where my_specs.py is saved, as `--policy=my_policy:MODEL` finds its
+    module (it once needed PYTHONPATH=.)."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    pytest.importorskip("metaworld")
+    repo = Path(__file__).resolve().parents[1]
+    name = f"my_specs_{uuid.uuid4().hex[:8]}"
+    module = repo / f"{name}.py"
+    module.write_text(
+        "from policybench.trajectory import workspace\n\n\n"
+        "def pytest_policybench_specs(config, eval):\n"
+        "    return [workspace('hand', [-0.5, 0.3, 0.0], [0.5, 1.0, 0.3])]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", name, "benchmarks/test_metaworld.py",
+             "-k", "reach-v3", "--rollouts", "1", "-p", "no:cacheprovider",
+             "--report-dir", str(repo / ".pytest-specs-reports")],
+            cwd=repo, env={**env, "MUJOCO_GL": "disable"}, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+    finally:
+        module.unlink()
+        import shutil
+
+        shutil.rmtree(repo / ".pytest-specs-reports", ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "hand in workspace" in done.stdout
