@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,29 @@ def test_served_metaworld_gives_the_in_process_outcomes(tmp_path):
     assert {r["policy"]["served"] for r in shared} == {"shared"}
     # The record describes the model the shared server answered with, not just the connection.
     assert {r["policy"]["model"]["name"] for r in shared} == {"scripted"}
+
+
+def test_a_policy_url_nobody_answers_is_named_on_the_terminal_within_seconds(tmp_path):
+    """Nothing listens at --policy-url: the run's header names the URL, why, how long rollouts
+    will wait (--server-wait) and what to start, seconds in, under -n 2 too (it once said
+    nothing for two minutes, the warning kept in the captured log)."""
+    port = free_port()
+    command = [sys.executable, "-m", "pytest", *SELECTION, "-p", "no:cacheprovider", "-n", "2",
+               "--report-dir", str(tmp_path), "--policy=openpi",
+               f"--policy-url=ws://127.0.0.1:{port}", "--server-wait", "3"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MUJOCO_GL": "disable"}
+    env.pop("PYTEST_ADDOPTS", None)
+    started = time.monotonic()
+    run = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in run.stdout:
+            if "no policy server answers" in line:
+                break
+        else:
+            raise AssertionError("the terminal never named the unreachable server")
+        assert time.monotonic() - started < 15
+        assert f"at ws://127.0.0.1:{port} (ConnectionRefusedError" in line
+        assert "wait up to 3 s for one (--server-wait)" in line and "policybench serve" in line
+    finally:
+        run.kill()
+        run.wait()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,7 +18,7 @@ from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.registry import OPENPI, RANDOM, SCRIPTED
-from policybench.serve.client import give_up_waiting_when, share_outages_in
+from policybench.serve.client import HOW_TO_SERVE, give_up_waiting_when, share_outages_in
 from policybench.serve.command import API_KEY_VARIABLE
 from policybench.serve.supervisor import ServerFailed, Supervisor
 
@@ -69,6 +71,38 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(server.stop)
     hand_to_workers(config, SHARED_URL, server.start())
     hand_to_workers(config, SHARED_KEY, server.api_key)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The controller knocks once at each served arm's policy server: one that does not answer
+    is named in the run's header, with how long its rollouts will wait for it and what to do,
+    not two silent minutes later."""
+    if is_worker(config) or config.option.collectonly:
+        return []
+    lines = []
+    for arm in settings_of(config).arms:
+        endpoint = arm.endpoint
+        if endpoint is None or arm.policy != OPENPI:
+            continue
+        why = _unanswered(endpoint.url)
+        if why is not None:
+            lines.append(
+                f"policybench: no policy server answers at {endpoint.shown} ({why}); its "
+                f"rollouts wait up to {endpoint.server_wait_s:g} s for one (--server-wait), "
+                f"then error: {HOW_TO_SERVE}, or point --policy-url at a running one"
+            )
+    return lines
+
+
+def _unanswered(url: str, timeout_s: float = 3.0) -> str | None:
+    """Why nothing accepts a TCP connection at `url`'s host and port (None: something does)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "wss" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return f"{type(error).__name__}: {error.strerror or error}"
 
 
 def _wants_shared_server(config: pytest.Config) -> bool:
