@@ -443,3 +443,15 @@ def test_a_specs_module_given_with_p_is_found_where_the_commands_run():
         shutil.rmtree(repo / ".pytest-specs-reports", ignore_errors=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "hand in workspace" in done.stdout
+
+
+def test_the_report_leads_with_the_answer_and_lists_which_rollouts_broke_which_spec(mt):
+    """The index opens with the overview (after any verdict), then tasks and specs, and only
+    then how rollouts failed; the rollout list has a column and a filter of the specs broken."""
+    result = mt.runpytest_subprocess("--rollouts", "2", "--policy", "unsafe:UPWARD")
+    assert result.ret == 1  # the violations fail their items
+    html = (Path(mt.path) / "reports" / "latest" / "index.html").read_text()
+    order = [html.index(f'id="{name}"') for name in ("overview", "tasks", "specs", "failures")]
+    assert order == sorted(order)
+    assert html.count('data-broken="hand in workspace') == 2
+    assert '<select data-filter="broken">' in html and "<option>none</option>" not in html

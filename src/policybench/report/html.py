@@ -94,7 +94,14 @@ def _index_page(
 ) -> str:
     """index.html: the overview, charts, histograms and the table of rollouts."""
     summary = findings.summary
-    filters = (keys.EVAL, keys.TASK, *((keys.ARM,) if summary.arms else ()), keys.OUTCOME)
+    judged = bool(summary.specs)  # a column and a filter of the specs each rollout broke
+    filters = (
+        keys.EVAL,
+        keys.TASK,
+        *((keys.ARM,) if summary.arms else ()),
+        keys.OUTCOME,
+        *((BROKEN,) if judged else ()),
+    )
     tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
     histograms = [
         histogram("Episode length", "steps", NO_STEPS, findings.records, episode_steps),
@@ -125,8 +132,23 @@ def _index_page(
         ],
         histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
         rollouts=rollouts,
-        choices={name: sorted({str(row[name]) for row in rollouts}) for name in filters},
+        choices={
+            name: sorted({str(value) for row in rollouts for value in _choices(row[name])})
+            for name in filters
+        },
+        judged=judged,
     )
+
+
+BROKEN = "broken"  # a rollout row's specs violated (names); NONE_BROKEN when it broke none
+NONE_BROKEN = "none"
+
+
+def _choices(value: Any) -> list[Any]:
+    """What a filter offers for a row's value: each of a list's items, else the value."""
+    if isinstance(value, list):
+        return value or [NONE_BROKEN]
+    return [value]
 
 
 def _paged(findings: Findings, rollouts: Sequence[Mapping[str, Any]]) -> Any:
@@ -172,6 +194,7 @@ def rollout_row(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
         keys.NODEID: record.get(keys.NODEID, ""),
         keys.VIDEO: record.get(keys.VIDEO),
         keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING),
+        BROKEN: sorted(found["spec"] for found in violations(record)),
         **({keys.ARM: record[keys.ARM]} if keys.ARM in record else {}),
     }
 
