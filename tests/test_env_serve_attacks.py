@@ -409,3 +409,20 @@ def test_idle_connections_without_a_key_do_not_keep_keyed_ones_out(served):
     finally:
         for connection in idle:
             connection.close()
+
+
+def test_a_header_naming_two_gib_allocates_only_what_arrives():
+    """A fake env server's header names 2 GiB and sends 100 bytes: the run's env client once
+    allocated the 2 GiB before a byte came; now it holds what was sent, and the frame ends
+    unread (None: the stream ended)."""
+    import resource
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(protocol.HEADER.pack(16, (1 << 31) - 64) + b"x" * 100)
+        theirs.shutdown(socket.SHUT_WR)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with ours.makefile("rb", buffering=0) as stream:
+            assert protocol.Codec().read(stream) is None
+        grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 64

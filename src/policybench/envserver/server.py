@@ -44,6 +44,7 @@ PARENT_PID_VARIABLE = "POLICYBENCH_PARENT_PID"  # policybench.lifetime's, spelle
 PR_SET_PDEATHSIG = 1  # this module imports nothing of policybench
 HEADER = struct.Struct(">II")  # a frame's msgpack bytes, then its raw bytes
 FRAME_LIMIT = 1 << 31  # the most bytes a frame holds, unless its reader says fewer (2 GiB)
+TRUSTED_ALLOCATION = 1 << 24  # a frame up to this is allocated at once, a larger one as it comes
 
 
 class FrameTooLarge(ValueError):
@@ -188,11 +189,21 @@ class Codec:
                 return None
             header += more
         body_size, size = frame_size(header, limit)
-        view = memoryview(bytearray(size))
-        got = stream.readinto(view)  # all of it, unless the stream ends
-        if got < size and got + _read_into(stream, view[got:]) < size:
-            return None
-        return self.unpack(view, body_size)
+        if size <= TRUSTED_ALLOCATION:
+            view = memoryview(bytearray(size))
+            got = stream.readinto(view)  # all of it, unless the stream ends
+            if got < size and got + _read_into(stream, view[got:]) < size:
+                return None
+            return self.unpack(view, body_size)
+        # A frame larger than that is allocated as its bytes arrive: a header alone, from a
+        # peer that is not what it claims, makes the reader hold no more than it was sent.
+        buffer = bytearray()
+        while len(buffer) < size:
+            part = stream.read(min(size - len(buffer), max(TRUSTED_ALLOCATION, len(buffer))))
+            if not part:
+                return None
+            buffer += part
+        return self.unpack(memoryview(buffer), body_size)
 
     def unpack(self, frame: memoryview, body_size: int) -> dict[str, Any]:
         """The message of a frame read whole (without its HEADER)."""
