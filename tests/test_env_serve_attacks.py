@@ -426,3 +426,25 @@ def test_a_header_naming_two_gib_allocates_only_what_arrives():
             assert protocol.Codec().read(stream) is None
         grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 64
+
+
+def test_a_malformed_frame_after_make_is_answered_and_the_env_server_goes_on(entries):  # noqa: F811
+    """An array whose layout names more bytes than the frame holds, and tuples nested too deep:
+    each once killed the env server (its traceback on the terminal). Each is now an error
+    answer, and the env steps on."""
+    server = EnvServer(PYTHON, "echo_env:Echo")
+    try:
+        server.request("make", entry="echo_env:Echo", task="t", kwargs={})
+        process = server._process
+        bad_array = msgpack.ExtType(protocol.ARRAY, b"<f8 999999999")
+        for bad in (bad_array, nested_tuples(200)):
+            body = msgpack.packb({"op": "step", "action": bad})
+            frame = protocol.HEADER.pack(len(body), 0) + body + bytes(-len(body) % 16)
+            protocol.write_frame(process.stdin.fileno(), [frame])
+            answer = protocol.Codec().read(process.stdout)
+            assert "error" in answer, answer
+        assert process.poll() is None
+        action = {"arm": np.ones(3, np.float32), "grip": 1}
+        assert server.request("step", action=action) is not None
+    finally:
+        server.close()

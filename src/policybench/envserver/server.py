@@ -443,8 +443,17 @@ def serve(requests: BinaryIO, answers: int, allowed: str | None, most: int = 1) 
     the most envs it makes."""
     server = Server(allowed, most)
     codec = Codec()
-    while (request := codec.read(requests)) is not None:
-        op = request.pop("op")
+    while True:
+        try:
+            request = codec.read(requests)
+        except (ValueError, TypeError, KeyError, IndexError, msgpack.UnpackException) as error:
+            # A frame it cannot decode (a malformed array, too deep): read whole, so the next
+            # frame starts where it should; the sender hears why, and this server goes on.
+            write_frame(answers, codec.frame({"error": failure(error)}))
+            continue
+        if request is None:
+            return
+        op = request.pop("op", None) if isinstance(request, dict) else None
         try:
             if op not in OPS:
                 raise ValueError(f"an env server answers the ops {', '.join(OPS)}; got {op!r}")
