@@ -372,3 +372,17 @@ def test_a_non_finite_observation_or_a_hostile_context_fails_only_its_own_reques
         )
         with pytest.raises(ValueError, match=said):
             context_from_json(context)
+
+
+def test_the_metadata_clients_are_sent_names_no_absolute_path():
+    """A checkpoint's absolute path told every client where the server keeps its files; the
+    metadata names it by its last two parts (its weights' digest identifies it)."""
+
+    class Checkpointed(EchoBatchModel):
+        def describe(self):
+            return {**super().describe(), "checkpoint": "/home/ana/ckpts/run1/pretrained_model"}
+
+    with serve(Checkpointed()) as server, connect(server.url, open_timeout=10) as ws:
+        metadata = unpackb(ws.recv(10))
+    assert metadata["model"]["checkpoint"] == "run1/pretrained_model"
+    assert "/home/ana" not in repr(metadata)

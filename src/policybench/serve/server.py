@@ -17,12 +17,14 @@ import contextlib
 import hmac
 import json
 import math
+import os
 import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import websockets
@@ -340,9 +342,21 @@ class PolicyServer:
 
 
 def served_description(served: ServedModel) -> dict[str, Any]:
-    """The served model's own description (checkpoint, weights) and the codec it sees through."""
+    """The served model's own description (checkpoint, weights) and the codec it sees through,
+    as every client is sent it: an absolute path in it (a checkpoint's) shortened to its last
+    two parts, which name the checkpoint without telling clients the server's file system (its
+    weights' digest identifies it)."""
     codec = served.model_codec.describe() if served.model_codec.steps else {}
-    return {**served.model.describe(), **codec}
+    return {
+        name: _without_location(value)
+        for name, value in {**served.model.describe(), **codec}.items()
+    }
+
+
+def _without_location(value: Any) -> Any:
+    if isinstance(value, str) and os.path.isabs(value):
+        return "/".join(Path(value).parts[-2:])
+    return value
 
 
 def one_line(error: BaseException) -> str:
