@@ -386,3 +386,44 @@ def test_the_metadata_clients_are_sent_names_no_absolute_path():
         metadata = unpackb(ws.recv(10))
     assert metadata["model"]["checkpoint"] == "run1/pretrained_model"
     assert "/home/ana" not in repr(metadata)
+
+
+def test_a_server_with_a_certificate_serves_wss_and_a_client_trusting_its_ca_is_answered(
+    tmp_path, monkeypatch
+):
+    """--tls-cert/--tls-key: keys and observations cross a network encrypted. A certificate made
+    here (trustme, a CA of the test's own) for 127.0.0.1; a client trusting that CA through
+    $SSL_CERT_FILE is answered over wss://, one that does not is refused at the handshake, and
+    the command refuses a certificate without its key."""
+    import ssl
+    import subprocess
+    import sys
+
+    import trustme
+
+    from policybench.tls import server_context
+
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    cert, key, ca = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    authority.cert_pem.write_to_path(str(ca))
+    tls = server_context(str(cert), str(key))
+    model = EchoBatchModel()
+    server = PolicyServer(fixed_model(model, 10.0), ServerConfig(port=0, tls=tls), model.name)
+    with ServerThread(server) as served:
+        assert served.url.startswith("wss://127.0.0.1:")
+        with pytest.raises((ssl.SSLError, RemoteUnavailable, OSError)):
+            RemoteModel(Endpoint(served.url, connect_timeout_s=5)).open(CONTEXT)(
+                {"who": np.array([1.0]), "seq": np.array([0.0])}
+            )
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        answer = open_source(served.url)({"who": np.array([2.0]), "seq": np.array([0.0])})
+        np.testing.assert_array_equal(answer.actions, [[2.0, 0.0]])
+    refused = subprocess.run(
+        [sys.executable, "-m", "policybench.cli", "serve", "--port", "0", f"--tls-cert={cert}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "--tls-cert and --tls-key go together" in refused.stderr

@@ -37,6 +37,7 @@ from policybench.serve.server import PolicyServer, ServedModel, ServerConfig
 from policybench.serve.wire import DEFAULT_MAX_FRAME_BYTES
 from policybench.spec import Eval
 from policybench.suites import eval_in, eval_named, registered_evals, suite_modules
+from policybench.tls import add_tls_options, server_context
 
 READY = "policybench serve: serving"  # the line a starter waits for; the URL follows
 MODEL_HUNG = 75  # the exit status once a model call ran past --call-timeout (EX_TEMPFAIL)
@@ -117,6 +118,7 @@ def _serving_options(parser: argparse.ArgumentParser) -> None:
         help="connections served at once; more are answered 503, which policybench's clients "
         "wait out (default 256)",
     )
+    add_tls_options(parser, "wss")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     if refusal is not None:
         raise SystemExit(f"policybench serve: {refusal}")
     try:
+        tls = server_context(args.tls_cert, args.tls_key)
+    except ValueError as error:
+        raise SystemExit(f"policybench serve: {error}") from None
+    try:
         evals = [eval_named(name) for name in args.eval]
     except LookupError as error:
         raise SystemExit(f"policybench serve: --eval: {error}") from None
@@ -160,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         max_frame_bytes=round(args.max_frame_mb * 2**20),
         call_timeout_s=args.call_timeout or None,
         max_connections=args.max_connections,
+        tls=tls,
     )
     envserver.say_builds_nothing("serve", args.env_url, evals)
     with (
@@ -180,8 +187,10 @@ async def _serve(server: PolicyServer) -> int:
     listening = await server.start()
     host, port = listening.sockets[0].getsockname()[:2]
     config = server.config
+    web = "s" if config.tls else ""
     print(
-        f"{READY} policy {server.name!r} on ws://{host}:{port} (health: http://{host}:{port}"
+        f"{READY} policy {server.name!r} on ws{web}://{host}:{port} (health: "
+        f"http{web}://{host}:{port}"
         f"/healthz; batches of up to {config.max_batch}, {config.max_wait_ms:g} ms window)",
         flush=True,
     )

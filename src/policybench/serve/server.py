@@ -18,6 +18,7 @@ import hmac
 import json
 import math
 import os
+import ssl
 import threading
 import time
 import traceback
@@ -114,6 +115,7 @@ class ServerConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     call_timeout_s: float | None = None  # a model call that runs longer hangs the server
     max_connections: int = 256  # more are answered 503 (a client waits and tries again)
+    tls: ssl.SSLContext | None = None  # serve wss:// (policybench.tls)
 
 
 class PolicyServer:
@@ -146,6 +148,7 @@ class PolicyServer:
             compression=None,
             max_size=config.max_frame_bytes,
             process_request=self._check_request,
+            ssl=config.tls,
         )
 
     def _check_request(self, connection: ServerConnection, request: HttpRequest) -> Response | None:
@@ -431,7 +434,7 @@ class ServerThread:
         future = asyncio.run_coroutine_threadsafe(self.server.start(), self._loop)
         self._listening = future.result(timeout=30)
         host, port = self._listening.sockets[0].getsockname()[:2]
-        self.url = f"ws://{host}:{port}"
+        self.url = f"{'wss' if self.server.config.tls else 'ws'}://{host}:{port}"
         return self
 
     def __exit__(self, *exc: object) -> None:

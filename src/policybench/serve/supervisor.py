@@ -169,7 +169,7 @@ class Supervisor:
 def _ready_url(output: str) -> str | None:
     for line in output.splitlines():
         if line.startswith(READY):
-            found = re.search(r"ws://\S+", line)
+            found = re.search(r"wss?://\S+", line)
             if found is not None:
                 return found.group(0)
     return None

@@ -1,0 +1,41 @@
+"""TLS for the servers whose clients may cross a network: `--tls-cert` and `--tls-key` on a
+server, Python's `ssl` under it. Clients verify a server's certificate against the system's
+trusted authorities, or those in the file `$SSL_CERT_FILE` names (a private CA's)."""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+from pathlib import Path
+
+
+def add_tls_options(parser: argparse.ArgumentParser, scheme: str) -> None:
+    parser.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="FILE",
+        help=f"serve over TLS ({scheme}://) with this certificate (PEM; with --tls-key): keys "
+        "and observations then cross a network encrypted",
+    )
+    parser.add_argument(
+        "--tls-key", default=None, metavar="FILE", help="the private key of --tls-cert (PEM)"
+    )
+
+
+def server_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """A server's TLS context from --tls-cert and --tls-key (None: neither given); ValueError
+    saying what to give when only one is, or a file cannot be loaded."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together: give both, or neither")
+    for given in (cert, key):
+        if not Path(given).is_file():
+            raise ValueError(f"{given} is not a file; give a PEM certificate and its key")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as error:
+        raise ValueError(f"--tls-cert {cert} / --tls-key {key}: {error.reason or error}") from None
+    return context
