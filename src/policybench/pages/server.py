@@ -170,6 +170,32 @@ def check_origin(request: Request, hosts: frozenset[str] | None) -> None:
         )
 
 
+class _Deadlined(BaseHTTPRequestHandler):
+    """A request handler whose whole request must arrive within REQUEST_TIMEOUT_S, not each
+    read: a request sent a byte every 10 s would otherwise hold a thread as long as it likes.
+    A handler calls `arrived()` once it has read the request; answering may take its time."""
+
+    timeout = REQUEST_TIMEOUT_S  # a read that waits longer is cut off
+
+    def setup(self) -> None:
+        super().setup()
+        self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def arrived(self) -> None:
+        self._deadline.cancel()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        with contextlib.suppress(OSError):
+            super().finish()
+
+
 class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (a page closed, a run's process interrupted while
@@ -246,26 +272,7 @@ class PageServer:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):  # http.server names its methods do_GET, ...
-            timeout = REQUEST_TIMEOUT_S  # a read that waits longer is cut off
-
-            def setup(self) -> None:
-                super().setup()
-                # The whole request must arrive by its deadline, not each read: a request sent
-                # a byte every 10 s would otherwise hold a thread for as long as it likes.
-                self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._cut)
-                self._deadline.daemon = True
-                self._deadline.start()
-
-            def _cut(self) -> None:
-                with contextlib.suppress(OSError):
-                    self.connection.shutdown(socket.SHUT_RDWR)
-
-            def finish(self) -> None:
-                self._deadline.cancel()
-                with contextlib.suppress(OSError):
-                    super().finish()
-
+        class Handler(_Deadlined):  # http.server names its methods do_GET, ...
             def _answer(self, method: str, head: bool = False) -> None:
                 parts = urlsplit(self.path)
                 length = self.headers.get("Content-Length") or "0"
@@ -280,7 +287,7 @@ class PageServer:
                     query = {name: values[0] for name, values in parse_qs(parts.query).items()}
                     headers = {name.lower(): value for name, value in self.headers.items()}
                     body = self.rfile.read(int(length))
-                    self._deadline.cancel()  # arrived whole: answering may take its time
+                    self.arrived()
                     request = Request(method, parts.path, query, body, headers)
                     response = server.respond(request, self.headers.get("Range"))
                 self.send_response(response.status)
