@@ -1,6 +1,7 @@
 """Builds the reference pages from the parsers themselves, so that they cannot drift from the
 code: a page holding `<!-- pytest-options -->` gets a table of the plugin's pytest options, one
-holding `<!-- commands -->` a section per `policybench` command with its options. An MkDocs hook
+holding `<!-- commands -->` a section per `policybench` command with its options, one holding
+`<!-- families -->` the suite families the registry holds. An MkDocs hook
 (mkdocs.yml's `hooks:`); `pytest_options()` and `commands()` serve the tests too."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 from typing import Any
 
 PYTEST_MARK, COMMANDS_MARK = "<!-- pytest-options -->", "<!-- commands -->"
+FAMILIES_MARK = "<!-- families -->"  # the suite families the registry holds, named and counted
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
@@ -16,7 +18,17 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(PYTEST_MARK, table(pytest_options()))
     if COMMANDS_MARK in markdown:
         markdown = markdown.replace(COMMANDS_MARK, commands_markdown())
+    if FAMILIES_MARK in markdown:
+        markdown = markdown.replace(FAMILIES_MARK, families())
     return markdown
+
+
+def families() -> str:
+    """The registered suite families (the `policybench.suites` entry points), as a sentence."""
+    from policybench.suites import suite_modules
+
+    names = sorted(suite_modules())
+    return f"{len(names)} families: " + ", ".join(f"`{name}`" for name in names)
 
 
 def pytest_options() -> list[tuple[str, str]]:
