@@ -63,7 +63,10 @@ def test_a_broken_answer_fails_naming_the_problem(actions, problem):
 def test_actions_outside_the_bounds_are_noted_not_failed():
     found = check(np.array([[0.5], [1.5]]))
     assert found.verdict is Verdict.PASSED
-    assert found.notes == ("actions leave the action space on dims [0], by up to 0.5",)
+    assert found.notes == (
+        "caveat: this policy's actions leave the action space by up to 0.5 on dim 0; an env "
+        "that clips to its bounds plays them clipped, one that does not as given",
+    )
 
 
 def test_an_unreachable_server_is_inconclusive_not_a_failure():

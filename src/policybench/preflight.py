@@ -144,7 +144,10 @@ def shown_preflight(
         return Shown(
             _failed(eval.name, refused, asked.sent, policy, received=asked.received), asked.shown
         )
-    contract_notes = contract_notes if disagree is None else (disagree,)
+    # Under WARN the disagreement is a caveat of a preflight that passed, not advice to warn.
+    contract_notes = (
+        contract_notes if disagree is None else (f"caveat: {disagree.split(' (--contract')[0]}",)
+    )
     passed = Preflight(
         eval.name,
         Verdict.PASSED,
@@ -292,13 +295,17 @@ def _bound(values: np.ndarray) -> str:
 
 
 def _out_of_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[str, ...]:
-    """A note when answered actions leave the action space (many envs clip; some do not)."""
+    """A caveat when answered actions leave the action space (many envs clip; some do not)."""
     outside = (actions < low) | (actions > high)
     if not outside.any():
         return ()
     dims = sorted({int(d) for d in np.nonzero(outside)[1]})
     worst = float(np.max(np.maximum(low - actions, actions - high)))
-    return (f"actions leave the action space on dims {dims}, by up to {worst:.3g}",)
+    named = f"dim {dims[0]}" if len(dims) == 1 else f"dims {', '.join(map(str, dims))}"
+    return (
+        f"caveat: this policy's actions leave the action space by up to {worst:.3g} on {named}; "
+        "an env that clips to its bounds plays them clipped, one that does not as given",
+    )
 
 
 def _contracts(policy: Policy, eval: Eval) -> tuple[str | None, tuple[str, ...]]:

@@ -159,10 +159,16 @@ def mismatches(model: Contract, expected: Contract) -> list[str]:
             "convert in the codec (integrate deltas from the current pose, or difference targets)"
         )
     if model.rotation and expected.rotation and model.rotation != expected.rotation:
-        how = f"{_FROM.get(model.rotation, '?')}{_TO.get(expected.rotation, '?')}"
+        known = model.rotation in _FROM and expected.rotation in _TO
+        how = (
+            f"convert each action's rotation r with scipy: "
+            f"{_FROM[model.rotation]}{_TO[expected.rotation]}"
+            if known
+            else "convert the rotation in the codec"
+        )
         found.append(
             f"rotation: the model answers {model.rotation}, the Eval plays {expected.rotation}; "
-            f"convert each action's rotation r with scipy's {how}"
+            f"{how}"
         )
     if model.gripper and expected.gripper and model.gripper != expected.gripper:
         found.append(
