@@ -103,7 +103,8 @@ def test_pusht_rollouts_side_by_side_equal_their_runs_alone():
 
 
 class Failing:
-    """A batching model that breaks on the third batch."""
+    """A batching model that breaks from its third batch on (a batch that raises is asked again
+    request by request, and those break too)."""
 
     name = "failing"
 
@@ -117,7 +118,7 @@ class Failing:
         from policybench.policy.base import Chunk
 
         self.batches += 1
-        if self.batches == 3:
+        if self.batches >= 3:
             raise RuntimeError("out of memory on the accelerator")
         return [Chunk(np.zeros((1, 1)), 10.0) for _ in requests]
 

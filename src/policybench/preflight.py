@@ -144,10 +144,7 @@ def shown_preflight(
         return Shown(
             _failed(eval.name, refused, asked.sent, policy, received=asked.received), asked.shown
         )
-    # Under WARN the disagreement is a caveat of a preflight that passed, not advice to warn.
-    contract_notes = (
-        contract_notes if disagree is None else (f"caveat: {disagree.split(' (--contract')[0]}",)
-    )
+    contract_notes = contract_notes if disagree is None else _caveat(disagree)
     passed = Preflight(
         eval.name,
         Verdict.PASSED,
@@ -308,6 +305,15 @@ def _out_of_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> tu
     )
 
 
+def _caveat(disagree: str) -> tuple[str]:
+    """A disagreement, under WARN, as the caveat of a preflight that passed (without the advice
+    to pass the flag that was passed)."""
+    return (f"caveat: {disagree.removesuffix(WARN_ADVICE)}",)
+
+
+WARN_ADVICE = " (--contract-mismatch warn runs the rollouts anyway)"
+
+
 def _contracts(policy: Policy, eval: Eval) -> tuple[str | None, tuple[str, ...]]:
     """Whether a model's contract (policy.contract) and its codec's agree: the mismatches in one
     line (None when they agree), and the notes a passed preflight adds."""
@@ -325,6 +331,5 @@ def _contracts(policy: Policy, eval: Eval) -> tuple[str | None, tuple[str, ...]]
         return None, (f"action contract: agrees with {whose}",)
     return (
         f"action contract: {policy.name} and {whose} disagree on "
-        f"{len(found)} point{'s' * (len(found) > 1)}: {'; '.join(found)} "
-        "(--contract-mismatch warn runs the rollouts anyway)"
+        f"{len(found)} point{'s' * (len(found) > 1)}: {'; '.join(found)}{WARN_ADVICE}"
     ), ()

@@ -149,6 +149,13 @@ def _check(what: str, value: str | None, allowed: Sequence[str]) -> None:
         raise ValueError(f"contract {what}: {value!r} is not one of {', '.join(allowed)}")
 
 
+def _converted(given: str, wanted: str) -> str:
+    """How to turn a rotation of format `given` into `wanted`, as a sentence."""
+    if given in _FROM and wanted in _TO:
+        return f"convert each action's rotation r with scipy: {_FROM[given]}{_TO[wanted]}"
+    return "convert the rotation in the codec"
+
+
 def mismatches(model: Contract, expected: Contract) -> list[str]:
     """Where `model` (what a model follows) and `expected` (what the Eval, seen through a codec,
     plays and shows) disagree: one line each, with what would convert one into the other."""
@@ -159,16 +166,9 @@ def mismatches(model: Contract, expected: Contract) -> list[str]:
             "convert in the codec (integrate deltas from the current pose, or difference targets)"
         )
     if model.rotation and expected.rotation and model.rotation != expected.rotation:
-        known = model.rotation in _FROM and expected.rotation in _TO
-        how = (
-            f"convert each action's rotation r with scipy: "
-            f"{_FROM[model.rotation]}{_TO[expected.rotation]}"
-            if known
-            else "convert the rotation in the codec"
-        )
         found.append(
             f"rotation: the model answers {model.rotation}, the Eval plays {expected.rotation}; "
-            f"{how}"
+            f"{_converted(model.rotation, expected.rotation)}"
         )
     if model.gripper and expected.gripper and model.gripper != expected.gripper:
         found.append(

@@ -137,8 +137,6 @@ def unpackb(
             max_array_len=MAX_ARRAY_ITEMS,
             max_ext_len=0,
         )
-    except WireError:
-        raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise WireError(
             f"frame of {len(frame)} bytes is not an openpi msgpack message "
