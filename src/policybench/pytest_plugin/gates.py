@@ -19,6 +19,7 @@ from policybench import keys
 from policybench.decide import Verdict
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.refusals import refuse
+from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.protocol import OVERRIDE
@@ -224,12 +225,19 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
     planned: dict[tuple[str, str | None], set[str]] = {}
     counts: dict[tuple[str, str | None], int] = {}
     ran = {(str(r[keys.EVAL]), str(r[keys.TASK])) for r in baseline}
-    for item in items:
-        found = planned_of(item)
-        if found is None or (found.eval.name, found.rollout.scene.task) not in ran:
+    resumed = resumed_of(config)
+    carried = {} if resumed is None else resumed.carried  # they count, as run (once)
+    selected = [
+        (p.eval.name, p.rollout.scene.task, None if p.arm is None else p.arm.label)
+        for item in items
+        if (p := planned_of(item)) is not None and item.nodeid not in carried
+    ]
+    selected += [(str(r[keys.EVAL]), str(r[keys.TASK]), r.get(keys.ARM)) for r in carried.values()]
+    for eval, task, arm in selected:
+        if (eval, task) not in ran:
             continue
-        side = found.eval.name, None if found.arm is None else found.arm.label
-        planned.setdefault(side, set()).add(found.rollout.scene.task)
+        side = eval, None if arm is None else str(arm)
+        planned.setdefault(side, set()).add(task)
         counts[side] = counts.get(side, 0) + 1
     short = []
     for (eval, label), tasks in sorted(planned.items(), key=str):
