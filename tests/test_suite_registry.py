@@ -107,6 +107,9 @@ def test_list_eval_shows_its_tasks_and_the_overview_one_line_per_interpreter():
     assert lines[0] == "metaworld-mt10: 10 tasks"
     assert lines[1].split() == ["reach-v3", "reach", "the", "goal", "position"]
     overview = subprocess.run(command, env=env, capture_output=True, text=True).stdout
+    # Every axis beyond the noise ones every Eval has, the instruction's paraphrases included.
+    [mt10] = [line for line in overview.splitlines() if line.split()[:1] == ["metaworld-mt10"]]
+    assert mt10.endswith("axes +initial_state,instruction"), mt10
     pro = [line for line in overview.splitlines() if "interpreter libero-pro" in line]
     assert len(pro) == 1 and "and 43 more" in pro[0], pro
     # One column of names, as wide as the longest, then the task counts.

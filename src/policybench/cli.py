@@ -36,6 +36,8 @@ def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from policybench.perturbation import axes_of
+
     if args.eval:
         return list_tasks(args.eval)
     print("policies:", ", ".join(known_policies()), "(and lerobot:PATH, module:attr)")
@@ -48,7 +50,8 @@ def run_list(args: argparse.Namespace) -> int:
     for value in evals:
         extra = f"  ([{value.extra}])" if value.extra else ""  # an isolated Eval needs none
         count = len(value.tasks)
-        own = f"  axes +{','.join(value.perturbations)}" if value.perturbations else ""
+        beyond = [name for name in axes_of(value) if name not in NOISE_AXES]  # every Eval's
+        own = f"  axes +{','.join(beyond)}" if beyond else ""
         print(f"  {value.name:<{width}} {count:>3} task{'s' * (count != 1)}{extra}{own}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
