@@ -317,3 +317,18 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+def test_both_arms_of_an_ab_run_play_through_servers_of_the_run_alike(start):
+    """With --policy-sharing=shared under -n 2, every local arm is played through a server of
+    the run's own (one per policy), not only the first; their records say so in the same
+    terms, and each server keeps its own log."""
+    run = start("models:SLOW", "--policy=random", "--policy-sharing=shared")
+    assert run.finish() == 0, run.text()[-3000:]
+    records = run.records()
+    assert {r[keys.ARM] for r in records} == {"SLOW", "random"}
+    for record in records:
+        assert record[keys.POLICY]["served"] == "shared", record[keys.POLICY]
+    logs = {path.name for path in run.run_dir().glob("server*.log")}
+    assert logs == {"server.log", "server-2.log"}
+    assert not run.alive()

@@ -4,7 +4,7 @@ configured), and the run settings read from them once by the controller (see run
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -355,11 +355,12 @@ def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSett
 
 
 def served_by_shared_server(
-    config: pytest.Config, settings: RunSettings, url: str, key: str
+    config: pytest.Config, settings: RunSettings, urls: Mapping[str, str], keys: Mapping[str, str]
 ) -> RunSettings:
-    """A worker's settings once it knows the shared server the controller started: the arms
-    that server serves are played through it."""
-    arms = with_endpoints(config, settings.arms, shared=(url, key))
+    """A worker's settings once it knows the shared servers the controller started (each
+    policy's URL and key): the arms they serve are played through them."""
+    shared = {policy: (url, keys[policy]) for policy, url in urls.items()}
+    arms = with_endpoints(config, settings.arms, shared=shared)
     endpoint = arms[0].endpoint
     return replace(
         settings, arms=arms, policy_settings=replace(settings.policy_settings, endpoint=endpoint)
@@ -415,22 +416,24 @@ def resolved_policy(config: pytest.Config, policy: str) -> str:
 
 
 def with_endpoints(
-    config: pytest.Config, arms: Sequence[Arm], shared: tuple[str, str] | None = None
+    config: pytest.Config,
+    arms: Sequence[Arm],
+    shared: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[Arm, ...]:
     """The arms with where each is served: at its own URL (`POLICY@URL`), at --policy-url
-    (openpi), or by the run's `shared` server (URL and key; it serves the first arm's policy);
-    None: in this process."""
+    (openpi), or by the run's `shared` server of its policy (policy -> URL and key); None: in
+    this process."""
     timeout, wait = config.getoption("infer_timeout"), config.getoption("server_wait")
     key = api_key(config.getoption("policy_api_key"))
-    first = arms[0]
 
     def endpoint(arm: Arm) -> Endpoint | None:
         if arm.url is not None:
             return Endpoint(arm.url, key, timeout, server_wait_s=wait)
         if arm.policy == OPENPI:
             return Endpoint(config.getoption("policy_url"), key, timeout, server_wait_s=wait)
-        if shared is not None and arm.policy == first.policy and first.url is None:
-            return Endpoint(shared[0], shared[1], timeout, server_wait_s=wait)
+        if shared is not None and arm.policy in shared:
+            url, shared_key = shared[arm.policy]
+            return Endpoint(url, shared_key, timeout, server_wait_s=wait)
         return None
 
     return tuple(replace(arm, endpoint=endpoint(arm)) for arm in arms)

@@ -42,7 +42,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-SERVER = pytest.StashKey["SharedServer"]()
+SERVERS = pytest.StashKey[list["SharedServer"]]()
 SERVER_LOG = "server.log"  # in the run directory: everything the run's server wrote
 SERVER_GONE = "server-gone.txt"  # in the run directory once the server is given up: why
 NOWHERE = "ws://127.0.0.1:0"  # handed to workers when the server never started: nothing listens
@@ -59,18 +59,28 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(absences, ignore_errors=True))
     share_outages_in(absences)
     if is_worker(config):
-        url = from_controller(config, SHARED_URL)
-        if url is not None:  # waiting for it ends as soon as the controller gives it up
-            gone = run_dir_of(config) / SERVER_GONE
-            give_up_waiting_when(url, lambda: gone.read_text() if gone.exists() else None)
+        urls = from_controller(config, SHARED_URL) or {}
+        for index, url in enumerate(urls.values()):  # waiting ends once the controller gives up
+            gone = run_dir_of(config) / numbered(SERVER_GONE, index)
+            give_up_waiting_when(url, lambda gone=gone: gone.read_text() if gone.exists() else None)
         return
-    if not _wants_shared_server(config):
-        return
-    server = SharedServer(config)
-    config.stash[SERVER] = server
-    config.add_cleanup(server.stop)
-    hand_to_workers(config, SHARED_URL, server.start())
-    hand_to_workers(config, SHARED_KEY, server.api_key)
+    servers = config.stash[SERVERS] = [
+        SharedServer(config, policy, index) for index, policy in enumerate(_shared(config))
+    ]
+    for server in servers:
+        config.add_cleanup(server.stop)
+    if servers:  # every arm it serves plays through it, each arm alike
+        hand_to_workers(config, SHARED_URL, {server.policy: server.start() for server in servers})
+        hand_to_workers(config, SHARED_KEY, {server.policy: server.api_key for server in servers})
+
+
+def numbered(name: str, index: int) -> str:
+    """The run directory's file `name` of the run's `index`-th shared server: `server.log`,
+    `server-2.log`, ..."""
+    if not index:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}-{index + 1}{dot}{suffix}"
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -105,27 +115,35 @@ def _unanswered(url: str, timeout_s: float = 3.0) -> str | None:
         return f"{type(error).__name__}: {error.strerror or error}"
 
 
-def _wants_shared_server(config: pytest.Config) -> bool:
+def _shared(config: pytest.Config) -> list[str]:
+    """The local policies the run serves from servers of its own under -n (one each, in arm
+    order): every arm's that loads weights, or with --policy-sharing=shared every arm's but a
+    served one (openpi, or POLICY@URL)."""
     distributed = getattr(config.option, "dist", "no") != "no"
-    policy, sharing = settings_of(config).policy, config.getoption("policy_sharing")
-    return (
-        distributed
-        and not config.option.collectonly
-        and policy != OPENPI
-        and (sharing == SHARED or (sharing == AUTO and policy not in LIGHT_POLICIES))
-    )
+    if not distributed or config.option.collectonly:
+        return []
+    sharing = config.getoption("policy_sharing")
+    found: list[str] = []
+    for arm in settings_of(config).arms:
+        policy = arm.policy
+        wanted = sharing == SHARED or (sharing == AUTO and policy not in LIGHT_POLICIES)
+        if wanted and arm.url is None and policy != OPENPI and policy not in found:
+            found.append(policy)
+    return found
 
 
 class SharedServer:
-    """The run's `policybench serve`, on a free loopback port with a fresh API key, its output
-    in the run directory's server.log. It ends with the run, is restarted when it dies, and when
-    it is given up the terminal and the workers (through SERVER_GONE) are told why."""
+    """A `policybench serve` of the run's, serving `policy` on a free loopback port with a fresh
+    API key, its output in the run directory's server.log (the `index`-th: server-2.log, ...).
+    It ends with the run, is restarted when it dies, and when it is given up the terminal and
+    the workers (through SERVER_GONE) are told why."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, policy: str, index: int = 0) -> None:
         self.config = config
+        self.policy = policy
         self.api_key = secrets.token_hex(16)
         run_dir = run_dir_of(config)
-        self.gone = run_dir / SERVER_GONE
+        self.gone = run_dir / numbered(SERVER_GONE, index)
         self.gone.unlink(missing_ok=True)  # a resumed run's server starts afresh
         command = [
             sys.executable,
@@ -133,7 +151,7 @@ class SharedServer:
             "policybench.cli",
             "serve",
             "--policy",
-            settings_of(config).policy,
+            policy,
             "--seed",
             str(config.getoption("seed")),
             "--policy-device",
@@ -145,7 +163,12 @@ class SharedServer:
         ]
         env = {**os.environ, API_KEY_VARIABLE: self.api_key, "PYTHONPATH": _import_path(config)}
         self.supervisor = Supervisor(
-            command, env, config.rootpath, run_dir / SERVER_LOG, self._say, self._give_up
+            command,
+            env,
+            config.rootpath,
+            run_dir / numbered(SERVER_LOG, index),
+            self._say,
+            self._give_up,
         )
 
     def start(self) -> str:
