@@ -173,3 +173,15 @@ def test_two_evaluations_at_once_in_one_report_dir_each_find_their_own_run(tmp_p
     for each in found:
         assert each.run_dir.parent == tmp_path.resolve()
         assert_summary_is_the_runs(each)
+
+
+def test_evaluate_says_how_its_run_goes_unless_quiet(tmp_path, capfd):
+    """The run's progress line reaches the caller's stderr as the run goes (it used to print
+    nothing until it ended); quiet=True prints none."""
+    policybench.evaluate(Exploding(), evals=["pusht"], rollouts=1, workers=0, report_dir=tmp_path)
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("policybench")]
+    assert said and said[-1].startswith("policybench: 1/1 done"), said
+    policybench.evaluate(
+        Exploding(), evals=["pusht"], rollouts=1, workers=0, report_dir=tmp_path, quiet=True
+    )
+    assert "policybench: " not in capfd.readouterr().err

@@ -92,6 +92,7 @@ def evaluate(
     pytest_args: Sequence[str] = (),
     env_url: str | None = None,
     env_api_key: str | None = None,
+    quiet: bool = False,
 ) -> Evaluation:
     """Evaluates `model` (a Model, a Policy over a Model, or a factory as `--policy module:attr`
     takes) on `evals` (names or Evals, or one) as `pytest --policy=openpi` would: a child pytest
@@ -100,8 +101,9 @@ def evaluate(
     this process, so the model never leaves it and no checkpoint is written. `report_dir`:
     where the run is written (default reports/ here). `env_url`, `env_api_key`: pytest's --env-url
     and --env-api-key, where isolated Evals' envs are built (the key reaches the run through its
-    environment alone). Blocks until the run ends; the run stops, as on Ctrl-C, when this
-    process ends or the call is interrupted."""
+    environment alone). Blocks until the run ends, printing its progress line to stderr every
+    few seconds (`quiet`: nothing); the run stops, as on Ctrl-C, when this process ends or the
+    call is interrupted."""
     if isinstance(model, Eval):
         raise TypeError(
             "evaluate(model, evals=...) evaluates a model; to run a test once per planned "
@@ -135,11 +137,14 @@ def evaluate(
         shown += [f"env_api_key={HIDDEN!r}"] if env_api_key is not None else []
         call = f"policybench.evaluate({', '.join(shown)})"
         child = ["--rollouts", str(rollouts), "--seed", str(seed), "--report-dir", str(reports)]
-        return _evaluate(served, call, [*child, "-n", str(workers), *pytest_args], reports)
+        if not quiet and not any(str(arg).startswith("--status-every") for arg in pytest_args):
+            child += ["--status-every", f"{PROGRESS_EVERY_S:g}"]
+        args = [*child, "-n", str(workers), *pytest_args]
+        return _evaluate(served, call, args, reports, echo=not quiet)
 
 
 def _evaluate(
-    served: dict[str, ServedModel], call: str, args: list[str], reports: Path
+    served: dict[str, ServedModel], call: str, args: list[str], reports: Path, echo: bool = False
 ) -> Evaluation:
     """Runs the child pytest run with `args` against a server of `served`, in this process;
     run.json names the model and `call`."""
@@ -156,7 +161,7 @@ def _evaluate(
         command += ["-p", "policybench.evaluate_run", "--rootdir", folder]
         command += ["--policy=openpi", "--policy-url", thread.url, *args]
         env = {**os.environ, API_KEY_VARIABLE: key, EVALS_VARIABLE: ",".join(served)}
-        returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told}, lock)
+        returncode = _run_child(command, Path(folder), {**env, CALL_VARIABLE: told}, lock, echo)
         output = (Path(folder) / OUTPUT).read_text(errors="replace")
         said = Path(folder) / RUN_FILE
         run = Path(said.read_text()) if said.is_file() else None
@@ -168,10 +173,13 @@ def _evaluate(
     return Evaluation(Summary.of_run(run), run, returncode, output)
 
 
-def _run_child(command: list[str], folder: Path, env: dict[str, str], lock: int) -> int:
-    """Runs the child run to its end, its output into `folder`. It holds the read end of a pipe
-    that only this process writes to: when this process ends, however it ends, or this call is
-    interrupted, the pipe closes and the run stops as on Ctrl-C, writing what it has."""
+def _run_child(
+    command: list[str], folder: Path, env: dict[str, str], lock: int, echo: bool = False
+) -> int:
+    """Runs the child run to its end, its output into `folder` (its progress lines echoed to
+    stderr as they come, with `echo`). It holds the read end of a pipe that only this process
+    writes to: when this process ends, however it ends, or this call is interrupted, the pipe
+    closes and the run stops as on Ctrl-C, writing what it has."""
     read, write = os.pipe()
     with os.fdopen(write, "wb") as evaluator, (folder / OUTPUT).open("wb") as output:
         try:
@@ -185,12 +193,39 @@ def _run_child(command: list[str], folder: Path, env: dict[str, str], lock: int)
             )
         finally:
             os.close(read)
+        said = 0  # how far into the output its progress lines were echoed
         try:
-            return child.wait()
+            while True:
+                try:
+                    code = child.wait(timeout=PROGRESS_EVERY_S / 5)
+                except subprocess.TimeoutExpired:
+                    said = _echoed(folder / OUTPUT, said) if echo else said
+                    continue
+                if echo:
+                    _echoed(folder / OUTPUT, said)
+                return code
         except BaseException:
             evaluator.close()
             child.wait()
             raise
+
+
+PROGRESS_EVERY_S = 5.0  # how often evaluate() tells how its run goes
+PROGRESS = "policybench: "  # the run's progress lines start so
+
+
+def _echoed(output: Path, start: int) -> int:
+    """Prints the run's progress lines written to `output` from byte `start` on (whole lines
+    only) to stderr; returns where it stopped."""
+    with output.open("rb") as file:
+        file.seek(start)
+        written = file.read()
+    whole = written[: written.rfind(b"\n") + 1]
+    for line in whole.decode(errors="replace").splitlines():
+        line = line.strip().rsplit("\r", 1)[-1]
+        if line.startswith(PROGRESS) and " done " in line:
+            print(line, file=sys.stderr, flush=True)
+    return start + len(whole)
 
 
 @contextlib.contextmanager
