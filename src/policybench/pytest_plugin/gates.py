@@ -7,6 +7,7 @@ the workers, which hand them to the controller when they finish (xdist's workero
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
-from policybench.report.power import POWER, unpaired_requirement
+from policybench.report.power import POWER, unpaired_requirement, unpaired_size
 from policybench.report.rows import DecidedSide, Row
 from policybench.report.stats import tally_of
 from policybench.report.summary import OVERALL, Summary
@@ -245,7 +246,7 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
         rate = tally_of(shared).rate
         if not rate:  # nothing solved before: nothing to lose
             continue
-        needed = unpaired_requirement(rate, max(rate - margin, 0.0), alpha, POWER).needed
+        needed = _needed(rate, max(rate - margin, 0.0), alpha)
         if counts[(eval, label)] < needed:
             per_task = -(-needed // len(tasks))
             named = eval if label is None else f"{eval} [arm {label}]"
@@ -262,6 +263,19 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
         f"{'; '.join(short)}; give --rollouts so each Eval reaches what it needs, a larger "
         "--regression-margin, or --allow-weak-regression-gate to run this gate anyway"
     )
+
+
+def _needed(rate: float, target: float, alpha: float) -> int:
+    """The rollouts a drop from `rate` to `target` needs, as `policybench plan` says: the
+    formula's count checked by the exact test, or beyond EXACT_CHECKED the formula's alone (the
+    exact search takes seconds there, in every worker; the two are close by then)."""
+    formula = math.ceil(unpaired_size(rate, target, alpha, POWER))
+    if formula > EXACT_CHECKED:
+        return formula
+    return unpaired_requirement(rate, target, alpha, POWER).needed
+
+
+EXACT_CHECKED = 400
 
 
 BREACHED = pytest.StashKey[bool]()  # set by the controller when a gate failed
