@@ -10,6 +10,7 @@ often (fewer differing scenes weigh fewer, and a worse policy wins a smaller sha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,10 +96,8 @@ class Characteristic:
 
     @property
     def enough(self) -> bool:
-        """Whether the plan decides rightly as often as the test's error rates promise: FAIL
-        at `low` with at least 1 - (its false PASS), PASS at `high` with 1 - (its false FAIL)."""
-        fails, passes = self.power
-        return fails >= 1 - self.test.false_pass and passes >= 1 - self.test.false_fail
+        """Whether the plan decides rightly as often as the test's error rates promise."""
+        return _enough(self.test, *self.power)
 
     def line(self) -> str:
         if self.test.paired:
@@ -111,11 +110,20 @@ class Characteristic:
             )
         return f"{self.planned} rollouts planned; " + "; ".join(c.line() for c in self.at)
 
-    def as_json(self) -> dict[str, object]:
-        return {
-            "planned": self.planned,
-            "at": [
-                {"rate": c.rate, "pass": c.passes, "fail": c.fails, "inconclusive": c.inconclusive}
-                for c in self.at
-            ],
-        }
+
+def _enough(test: SequentialTest, fails: float, passes: float) -> bool:
+    """Whether a plan that FAILs at `low` with chance `fails` and PASSes at `high` with chance
+    `passes` decides rightly as often as the test's error rates promise: at least 1 - (its
+    false PASS) and 1 - (its false FAIL)."""
+    return fails >= 1 - test.false_pass and passes >= 1 - test.false_fail
+
+
+def first_enough(test: SequentialTest, sizes: Sequence[int]) -> int | None:
+    """The first of the plan sizes `sizes` whose plan is enough (Characteristic.enough), each
+    rate's dynamic programme run once up to the largest: its chances after k outcomes are
+    those of a plan of k."""
+    if not sizes:
+        return None
+    most = max(sizes)
+    at_low, at_high = (_decided_by(test, most, rate) for rate in (test.low, test.high))
+    return next((n for n in sizes if _enough(test, at_low[n][1], at_high[n][0])), None)

@@ -10,7 +10,6 @@ import re
 import shlex
 import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from policybench.pytest_plugin.resume import (
     resume_command,
     resumed_of,
 )
-from policybench.pytest_plugin.rundir import run_context
+from policybench.pytest_plugin.rundir import baseline_dir, run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.watchdog import HUNG
 from policybench.pytest_plugin.workers import is_worker
@@ -47,7 +46,7 @@ from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
 from policybench.run.info import RunInfo
 from policybench.run.records import latest_per_rollout
-from policybench.run.results import RESULTS, ResultsWriter, read_results, resolve_run
+from policybench.run.results import RESULTS, ResultsWriter, read_results
 from policybench.run.verdicts import read_verdicts
 from policybench.text import listed
 
@@ -67,7 +66,7 @@ class Aggregator:
         self.gate_settings = gate_settings
         context = run_context(config)
         self.run_dir = context.run_dir
-        self.baseline = _baseline_dir(gate_settings.baseline, settings.report_dir)
+        self.baseline = baseline_dir(config)
         self.run_info = RunInfo.now(
             self.run_dir.name,
             context.command,
@@ -323,16 +322,6 @@ def _junit_suite_properties(config: pytest.Config, summary: Summary) -> None:
             xml.add_global_property(
                 f"{prefix}.success_ci95", f"{interval[0]:.6f},{interval[1]:.6f}"
             )
-
-
-def _baseline_dir(baseline: str | None, report_dir: Path) -> Path | None:
-    """The baseline's run directory, resolved now (before `latest` moves to this run)."""
-    if baseline is None:
-        return None
-    try:
-        return resolve_run(baseline, report_dir).resolve()
-    except FileNotFoundError as error:
-        raise pytest.UsageError(f"--baseline: {error}") from None
 
 
 def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]:

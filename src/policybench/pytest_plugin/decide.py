@@ -33,16 +33,16 @@ from policybench.decide import (
     read_baseline,
     side_of,
 )
-from policybench.operating import Characteristic
+from policybench.operating import Characteristic, first_enough
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.refusals import refuse
 from policybench.pytest_plugin.resume import resumed_of
-from policybench.pytest_plugin.rundir import run_dir_of, settings_of
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
+from policybench.pytest_plugin.rundir import baseline_dir, run_dir_of, settings_of
+from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
 from policybench.run.layout import DECIDE_PLAN
 from policybench.run.records import scene_key
-from policybench.run.results import RESULTS, ResultsFollower, resolve_run, write_whole
+from policybench.run.results import RESULTS, ResultsFollower, write_whole
 
 TEST = pytest.StashKey[SequentialTest | None]()
 PLANS = pytest.StashKey[dict[tuple[str, str | None], Characteristic]]()  # each side's chances
@@ -52,7 +52,6 @@ ORDER = pytest.StashKey[dict[tuple[str, str | None], dict[int, int]]]()
 READER = pytest.StashKey["Outcomes"]()
 BASELINE = pytest.StashKey[Baseline | None]()
 BASELINE_AT = pytest.StashKey[dict[str, str | None]]()  # the paired test's baseline: run, arm
-BASELINE_DIR = "decide_baseline"  # the paired test's baseline run, handed to the workers
 # How a rollout skipped by a decision is reported: its Eval, the decision, the rollout it fell at.
 SKIPPED = "decided early (--decide {verdict} at rollout {at}{arm}): not needed"
 DECIDED_SKIP = re.compile(r"^(?:Skipped: )?([^:]+): (decided early \(--decide .+)$")
@@ -96,23 +95,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def _read_baseline(config: pytest.Config) -> Baseline:
     """The paired test's baseline: --baseline's run (its arm --baseline-arm in an A/B run),
     resolved by the controller before this run is `latest`, read by every process."""
-    where = from_controller(config, BASELINE_DIR)
+    where = baseline_dir(config)
     if where is None:
-        given = config.getoption("baseline", None)
-        if given is None:
-            raise pytest.UsageError(
-                f"--decide {PAIRED} decides against a baseline run: give --baseline RUN "
-                "(a run directory, its results.jsonl or a run id under the reports directory)"
-            )
-        try:
-            where = str(resolve_run(given, settings_of(config).report_dir).resolve())
-        except FileNotFoundError as error:
-            raise pytest.UsageError(f"--baseline: {error}") from None
-        hand_to_workers(config, BASELINE_DIR, where)
+        raise pytest.UsageError(
+            f"--decide {PAIRED} decides against a baseline run: give --baseline RUN "
+            "(a run directory, its results.jsonl or a run id under the reports directory)"
+        )
     arm = config.getoption("baseline_arm", None)
-    config.stash[BASELINE_AT] = {"run": where, keys.ARM: arm}
+    config.stash[BASELINE_AT] = {"run": str(where), keys.ARM: arm}
     try:
-        return read_baseline(Path(where), arm)
+        return read_baseline(where, arm)
     except ValueError as error:
         raise pytest.UsageError(f"--decide {PAIRED}: {error}") from None
 
@@ -225,14 +217,15 @@ def _weak(test: SequentialTest, weak: list[tuple[Side, Characteristic]], rollout
     named = "; ".join(f"{_label(side)}: {found.line()}" for side, found in weak)
     fails, passes = 1 - test.false_pass, 1 - test.false_fail
     enough = []
-    for _, found in weak:
-        planned = found.planned
-        while planned < 20 * found.planned and not Characteristic.of(test, planned).enough:
-            planned += max(1, found.planned // 10)
+    for _, found in weak:  # plan sizes up from this one, in tenths of it, to 20 times it
+        step = max(1, found.planned // 10)
+        sizes = range(found.planned, 20 * found.planned, step)
+        planned = first_enough(test, sizes) or found.planned + len(sizes) * step
         enough.append(-(-planned * rollouts // found.planned))
     given = f"{PAIRED} (margin {test.delta:g})" if test.paired else f"{test.rate:g}"
     wanted = (
-        f"FAIL a policy worse by the margin at least {fails:.0%} of the time"
+        f"FAIL a policy worse by the margin at least {fails:.0%} and PASS an identical one at "
+        f"least {passes:.0%} of the time (every scene differing)"
         if test.paired
         else f"FAIL at {test.low:g} at least {fails:.0%} and PASS at {test.high:g} at least "
         f"{passes:.0%} of the time"

@@ -21,8 +21,8 @@ from policybench.decide import Verdict
 from policybench.pytest_plugin.collection import planned_of
 from policybench.pytest_plugin.refusals import refuse
 from policybench.pytest_plugin.resume import resumed_of
-from policybench.pytest_plugin.rundir import settings_of
-from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
+from policybench.pytest_plugin.rundir import baseline_dir
+from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
 from policybench.report.power import POWER, unpaired_requirement, unpaired_size
@@ -30,7 +30,7 @@ from policybench.report.rows import DecidedSide, Row
 from policybench.report.stats import tally_of
 from policybench.report.summary import OVERALL, Summary
 from policybench.run.records import latest_per_rollout
-from policybench.run.results import RESULTS, read_results, resolve_run
+from policybench.run.results import RESULTS, read_results
 from policybench.run.verdicts import (
     AUTOMATIC_SOURCE,
     SOURCE_HELP,
@@ -40,7 +40,6 @@ from policybench.run.verdicts import (
 
 DECLARED_FLOORS = pytest.StashKey[dict[str, float]]()  # eval name -> Eval.success_floor
 REGRESSION_MARGIN = 0.2  # the drop of success --fail-on-regression must catch, by default
-REGRESSION_BASELINE = "regression_baseline"  # the baseline's run directory, handed to workers
 WORKER_OUTPUT = "policybench_declared_floors"
 
 
@@ -180,20 +179,10 @@ def read_floors(path: Path) -> dict[str, float]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller resolves --fail-on-regression's baseline (before this run is `latest`)
-    for every process that checks the plan against it."""
-    baseline = config.getoption("baseline", None)
-    if is_worker(config) or baseline is None or not config.getoption("fail_on_regression"):
-        return
-    try:
-        where = resolve_run(baseline, settings_of(config).report_dir).resolve()
-    except FileNotFoundError as error:
-        raise pytest.UsageError(f"--baseline: {error}") from None
-    hand_to_workers(config, REGRESSION_BASELINE, str(where))
-    config.stash[BASELINE_AT] = str(where)
-
-
-BASELINE_AT = pytest.StashKey[str]()
+    """The controller resolves --baseline now, for the workers that check the regression
+    plan against it (rundir.baseline_dir)."""
+    if config.getoption("fail_on_regression"):
+        baseline_dir(config)
 
 
 @pytest.hookimpl(trylast=True)  # after --suite and -k have deselected
@@ -213,14 +202,14 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
     on the baseline's tasks for its pooled test to catch a drop of --regression-margin from the
     baseline's rate with POWER, by the unpaired design (`policybench plan`'s pooled claim;
     pairing by scene can only help); None when every Eval's plan can."""
-    where = from_controller(config, REGRESSION_BASELINE) or config.stash.get(BASELINE_AT, None)
+    where = baseline_dir(config) if config.getoption("fail_on_regression") else None
     if where is None or config.getoption("allow_weak_regression_gate"):
         return None
     margin, alpha = config.getoption("regression_margin"), config.getoption("regression_alpha")
     arm = config.getoption("baseline_arm", None)
     baseline = [
         record
-        for record in latest_per_rollout(read_results(Path(where) / RESULTS).records)
+        for record in latest_per_rollout(read_results(where / RESULTS).records)
         if arm is None or str(record.get(keys.ARM)) == arm
     ]
     planned: dict[tuple[str, str | None], set[str]] = {}

@@ -155,3 +155,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(context.run_dir, ignore_errors=True)
         with contextlib.suppress(OSError):  # nor a report directory it made and left empty
             context.run_dir.parent.rmdir()
+
+
+BASELINE = pytest.StashKey["Path | None"]()
+BASELINE_HANDED = "baseline_run"  # --baseline's run directory, handed to the workers
+
+
+def baseline_dir(config: pytest.Config) -> Path | None:
+    """--baseline's run directory (None without one), resolved once by the controller before
+    this run is `latest`, and handed to its workers (the gates, --decide baseline and the
+    comparison at the end all read this one); a UsageError when there is no such run."""
+    if BASELINE not in config.stash:
+        if is_worker(config):
+            handed = from_controller(config, BASELINE_HANDED)
+            found = None if handed is None else Path(handed)
+        else:
+            found = _resolved_baseline(config)
+            if found is not None:
+                hand_to_workers(config, BASELINE_HANDED, str(found))
+        config.stash[BASELINE] = found
+    return config.stash[BASELINE]
+
+
+def _resolved_baseline(config: pytest.Config) -> Path | None:
+    given = config.getoption("baseline", None)
+    if given is None:
+        return None
+    try:
+        return resolve_run(given, settings_of(config).report_dir).resolve()
+    except FileNotFoundError as error:
+        raise pytest.UsageError(f"--baseline: {error}") from None
