@@ -13,6 +13,7 @@ from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_rec
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.record.rollout_trace import rollout_trace, write_trace
 from policybench.run.layout import TRACES, video_name
+from policybench.spec import Eval
 from policybench.trajectory.signals import element_names
 
 
@@ -38,9 +39,22 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         if episode is not None and episode.trace:
             name = f"{TRACES}/{video_name(item.nodeid)}.json"
             names = {
-                entry: element_names(planned.eval.signals, entry, kept[0].size)
+                entry: _named(item.config, planned.eval, entry, kept[0].size)
                 for entry, kept in states.states.items()
                 if kept
             }
             write_trace(run_dir_of(item.config) / name, rollout_trace(episode, states, names))
             add_to_record(item, {keys.ROLLOUT_TRACE: name})
+
+
+NAMED = pytest.StashKey[dict[tuple[str, str, int], dict[int, str]]]()
+
+
+def _named(config: pytest.Config, eval: Eval, entry: str, width: int) -> dict[int, str]:
+    """The names an Eval's signals give an observation entry's numbers (element_names), found
+    once per Eval and entry in a process, not once per rollout."""
+    found = config.stash.setdefault(NAMED, {})
+    key = (eval.name, entry, width)
+    if key not in found:
+        found[key] = element_names(eval.signals, entry, width)
+    return found[key]

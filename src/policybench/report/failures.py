@@ -109,7 +109,7 @@ def failure_clusters(
             [endings[i] for i in map(rollout_id, solved) if i in endings],
         )
         ways: dict[str, list[Mapping[str, Any]]] = {}
-        for record in sorted(failed, key=rollout_id):  # the same clusters whatever the order
+        for record in failed:  # in id order (of_eval's): the same clusters whatever the order
             ways.setdefault(_how(record, _normalized), []).append(record)
         groups = [
             (_shown(how, group), group)
