@@ -14,6 +14,7 @@ import pytest
 from policybench import keys
 from policybench.record.rollout_trace import FORMAT, encode_array
 from policybench.report.failures import clusters_lines, failure_clusters
+from tests.test_readme import example_source
 
 
 def rollout(run_dir: Path, n: int, outcome: str, path: np.ndarray, **more) -> dict:
@@ -152,29 +153,6 @@ MT = dataclasses.replace(mt10(tasks=TASKS), plan=seeded_per_task(TASKS, timeout_
 def test_mt(rollout, harness):
     harness(rollout)
 """
-REACHER = """
-import numpy as np
-
-from policybench.policy.base import Chunk
-
-
-class Reacher:
-    name = "reacher"
-
-    def open(self, context):
-        def predict(obs):
-            state = obs["state"]
-            move = np.clip(8.0 * (state[36:39] - state[0:3]), -1.0, 1.0)
-            return Chunk(np.append(move, -1.0)[None], context.control_hz)
-
-        return predict
-
-    def describe(self):
-        return {"name": self.name}
-
-
-MODEL = Reacher()
-"""
 
 
 def test_a_real_runs_clusters_are_one_per_way_of_failing_and_the_same_at_n0_and_n2(pytester):
@@ -182,7 +160,7 @@ def test_a_real_runs_clusters_are_one_per_way_of_failing_and_the_same_at_n0_and_
     rollouts time out after different numbers of steps yet are one cluster, named alike in a run
     without workers and one with two."""
     pytest.importorskip("metaworld")
-    pytester.makepyfile(test_mt=SHORT_MT, reacher=REACHER)
+    pytester.makepyfile(test_mt=SHORT_MT, reacher=example_source())  # the README's own
     pytester.syspathinsert()
     found = []
     for workers in ("0", "2"):

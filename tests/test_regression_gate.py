@@ -20,7 +20,7 @@ from scipy.stats import hypergeom
 from policybench.report.compare import compare_runs
 from policybench.report.paired import fisher_p, stratified_p
 from tests.test_compare import scenes
-from tests.test_failures import REACHER
+from tests.test_readme import example_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +119,7 @@ def pytest_run(args: list[str], report_dir: Path, policy_dir: Path) -> subproces
 
 def test_the_metaworld_collapse_is_refused_up_front_or_fails_the_run_never_exit_0(tmp_path):
     pytest.importorskip("metaworld")
-    (tmp_path / "reacher.py").write_text(REACHER)
+    (tmp_path / "reacher.py").write_text(example_source())  # the README's quickstart
     reports = tmp_path / "reports"
     experts = pytest_run(["-n", "2"], reports, tmp_path)
     assert experts.returncode == 0, experts.stdout[-2000:]
