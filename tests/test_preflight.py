@@ -171,3 +171,18 @@ def test_the_preflight_uses_the_first_rollout_a_process_runs_and_builds_no_other
     result = bench.runpytest_subprocess("--rollouts", "2", "--policy=greedy:MODEL", "-k", "b/")
     result.assert_outcomes(passed=2)
     assert [r["envs_built"] for r in records(bench)] == [1, 1]  # task b's env only
+
+
+def test_record_video_on_an_eval_without_an_image_says_so_in_its_preflight(bench):
+    pytest.importorskip("av")
+    bench.makepyfile(greedy="from envs import GreedyPointModel\nMODEL = GreedyPointModel()\n")
+    result = bench.runpytest_subprocess(
+        "--rollouts", "1", "--policy=greedy:MODEL", "-k", "b/", "--record-video"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "preflight point: passed: *; caveat: --record-video films the 'image' observation, "
+            "which this Eval does not have (one observation, Box(*)): its rollouts get no video"
+        ]
+    )

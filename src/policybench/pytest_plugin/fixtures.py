@@ -7,6 +7,7 @@ from __future__ import annotations
 import resource
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from policybench.pytest_plugin.rundir import settings_of
 from policybench.pytest_plugin.watchdog import watched
 from policybench.record.episode import Episode, Outcome
 from policybench.record.rollout_trace import StateRecorder
+from policybench.record.video import unfilmable
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.rendering import NEEDS_DEVICE, env_render_problem
 from policybench.spec import Rollout
@@ -197,7 +199,13 @@ class Runner:
         unrenderable = env_render_problem(eval)
         if unrenderable is not None:
             return Preflight(eval.name, Verdict.FAILED, unrenderable)
-        return preflight(world, rollout, policy, self._settings.contract_mismatch)
+        found = preflight(world, rollout, policy, self._settings.contract_mismatch)
+        if self._settings.record_video and found.verdict is Verdict.PASSED:
+            space = world.env_for(rollout.scene.task).observation_space
+            missing = unfilmable(space)
+            if missing is not None:
+                found = replace(found, notes=(*found.notes, f"caveat: --record-video {missing}"))
+        return found
 
     def _policy_for(self, planned: Planned, arm: Arm, world: World) -> Policy:
         eval = planned.eval

@@ -216,6 +216,7 @@ class RunSettings:
     assignment: Assignment | None = None  # scenes given one arm each (--assign)
     blinding: Blinding | None = None  # what the letters of a --blind run stand for
     contract_mismatch: str = REFUSE  # what a preflight does when contracts disagree
+    record_video: bool = False  # --record-video: the preflight says when there is no image
 
     @property
     def ab(self) -> bool:
@@ -351,6 +352,7 @@ def read_settings(config: pytest.Config, resumed: Path | None = None) -> RunSett
         assignment=assignment,
         blinding=blinding,
         contract_mismatch=config.getoption("contract_mismatch"),
+        record_video=bool(config.getoption("record_video", False)),
     )
 
 

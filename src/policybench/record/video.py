@@ -3,6 +3,7 @@ as the rollout runs, so no frames pile up in memory."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -118,3 +119,22 @@ def rgb_frame(image: np.ndarray) -> np.ndarray | None:
     if height % 2 or width % 2:
         image = np.pad(image, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
     return np.ascontiguousarray(image)
+
+
+def unfilmable(space: Any, image_key: str = keys.IMAGE) -> str | None:
+    """Why an env of observation `space` gives no video (None: it has an RGB image to film)."""
+    spaces = getattr(space, "spaces", None)
+    if not isinstance(spaces, Mapping) or image_key not in spaces:
+        has = (
+            f"observations: {', '.join(sorted(spaces))}"
+            if isinstance(spaces, Mapping)
+            else f"one observation, {space}"
+        )
+        return (
+            f"films the {image_key!r} observation, which this Eval does not have ({has}): "
+            "its rollouts get no video"
+        )
+    shape = tuple(getattr(spaces[image_key], "shape", None) or ())
+    if len(shape) != 3 or 3 not in (shape[0], shape[-1]):
+        return f"films an RGB {image_key!r}; this Eval's is of shape {list(shape)}: no video"
+    return None
