@@ -204,3 +204,16 @@ def test_the_line_says_pace_and_eta_while_running_and_finished_at_the_end():
     )
     finished = Status("r", 10, 10, 7, 2, 1, 0.0, 300.0, state=RunState.FINISHED)
     assert finished.line().endswith("· 1 error · 2.0/min · finished")
+
+
+def test_the_eta_prices_each_evals_rollouts_left_at_that_evals_own_pace():
+    """A run of quick rollouts then slow ones: the ETA is the slow Eval's rollouts at its own
+    pace, not the run's average pace so far (which a quick first Eval makes far too short)."""
+    from policybench.run.status import remaining_s
+
+    walls = {"test_quick": [0.5] * 10, "test_slow": [30.0]}
+    assert remaining_s({"test_slow": 9}, walls, workers=1) == pytest.approx(270.0)
+    assert remaining_s({"test_slow": 9}, walls, workers=3) == pytest.approx(90.0)
+    # An Eval none of whose rollouts has ended is priced at the mean of all that have.
+    assert remaining_s({"test_new": 2}, walls, workers=1) == pytest.approx(2 * 35.0 / 11)
+    assert remaining_s({"test_slow": 9}, {}, workers=1) is None  # nothing ended: no estimate

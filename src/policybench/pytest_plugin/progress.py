@@ -6,6 +6,7 @@ once a second, and at the end). A resumed run counts the rollouts it carried ove
 from __future__ import annotations
 
 import time
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
-from policybench.run.status import RunState, Status, StatusFile
+from policybench.run.status import RunState, Status, StatusFile, remaining_s
 
 CLEAR_TO_END = "\x1b[K"  # the rest of the terminal's line: a shorter line leaves nothing behind
 
@@ -47,6 +48,11 @@ def live(config: pytest.Config) -> bool:
     return config.stash.get(STATUS_LINE, False)
 
 
+def group_of(nodeid: str) -> str:
+    """The test function of a rollout's item: its Eval's rollouts share one, and a pace."""
+    return nodeid.partition("[")[0]
+
+
 class Progress:
     def __init__(self, config: pytest.Config, every_s: float) -> None:
         self.config = config
@@ -63,6 +69,12 @@ class Progress:
         self.outcomes = {nodeid: OutcomeKind(r[keys.OUTCOME]) for nodeid, r in carried.items()}
         self.printed_at = time.monotonic()
         self.terminal: Any = None
+        # For the ETA: each item's time so far (its phases' durations), and the whole times of
+        # the ended ones by group (an Eval's test function), spread over the run's processes.
+        self.took: dict[str, float] = defaultdict(float)
+        self.walls: dict[str, list[float]] = defaultdict(list)
+        processes = getattr(config.option, "numprocesses", None)
+        self.workers = processes if isinstance(processes, int) and processes > 0 else 1
 
     @pytest.hookimpl(trylast=True)  # after the terminal reporter registers itself
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -84,7 +96,10 @@ class Progress:
         record = record_of(report)
         if record is not None:
             self.outcomes[report.nodeid] = OutcomeKind(record[keys.OUTCOME])
+        self.took[report.nodeid] += report.duration
         if report.when in ("teardown", CRASHED):
+            if report.nodeid not in self.done:
+                self.walls[group_of(report.nodeid)].append(self.took.pop(report.nodeid, 0.0))
             self.done.add(report.nodeid)
             self._update()
 
@@ -113,6 +128,11 @@ class Progress:
             updated_at=time.time(),
             state=state,
             carried=self.carried,
+            remaining_s=remaining_s(
+                Counter(group_of(nodeid) for nodeid in self.selected - self.done),
+                self.walls,
+                self.workers,
+            ),
         )
 
     def _update(self, state: RunState = RunState.RUNNING) -> Status:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -48,6 +48,9 @@ class Status:
     updated_at: float
     state: RunState = RunState.RUNNING
     carried: int = 0
+    # The run's own estimate of its time left, from each Eval's rollouts so far (remaining_s);
+    # None: the pace since the start stands in.
+    remaining_s: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -74,7 +77,7 @@ class Status:
         rate = self.per_minute
         if self.state is not RunState.RUNNING or rate is None:
             return None
-        return self.not_run / rate * 60
+        return self.remaining_s if self.remaining_s is not None else self.not_run / rate * 60
 
     def line(self, interval: bool = True) -> str:
         """`37/120 done · 21 solved (56.8%, 95% CI 40.1-72.1%) · 1 error · 6.2/min · ETA 13m`
@@ -122,6 +125,24 @@ class Status:
             ended = RunState.FINISHED if data["done"] >= data["total"] else RunState.STOPPED
             given[STATE_FIELD] = ended if data["finished"] else RunState.RUNNING
         return cls(**{**given, STATE_FIELD: RunState(given[STATE_FIELD])})
+
+
+def remaining_s(
+    left: Mapping[str, int], walls: Mapping[str, Sequence[float]], workers: int
+) -> float | None:
+    """Seconds left: each group's rollouts not run (`left`, by group: an Eval's test function)
+    times its own rollouts' mean wall time so far, a group none of whose rollouts has ended at
+    the mean of all that have, the whole spread over `workers` processes. None before any
+    rollout has ended."""
+    ended = [wall for group in walls.values() for wall in group]
+    if not ended:
+        return None
+    overall = sum(ended) / len(ended)
+    total = sum(
+        count * (sum(walls[group]) / len(walls[group]) if walls.get(group) else overall)
+        for group, count in left.items()
+    )
+    return total / max(workers, 1)
 
 
 def duration(seconds: float) -> str:
