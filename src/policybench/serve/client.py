@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import websockets
 from websockets.sync.client import ClientConnection, connect
@@ -91,6 +91,9 @@ class RemoteGone(RemoteUnavailable):
     it, and none is run again for it."""
 
 
+T = TypeVar("T")  # what a connection attempt gives: a connection, and what came on it
+
+
 class _Unreachable(Exception):
     """Nothing answered at the URL (yet): a server that is down, starting or restarting."""
 
@@ -156,20 +159,30 @@ class RemoteModel:
             # One Authorization header: the key's; a URL's user:password would add a second.
             headers["Authorization"] = f"Api-Key {endpoint.api_key}"
             url = without_userinfo(url)
-        connection = _OUTAGES.wait_for(endpoint, lambda: self._open(url, headers))
-        try:
-            first = connection.recv(timeout=endpoint.infer_timeout_s)
-        except (TimeoutError, websockets.ConnectionClosed) as error:
-            connection.close()
-            raise RemoteDown(
-                f"policy server {endpoint.shown} sent no metadata frame after connecting "
-                f"({type(error).__name__}: {error}); is it an openpi-protocol server?"
-            ) from None
+        connection, first = _OUTAGES.wait_for(endpoint, lambda: self._greeted(url, headers))
         if isinstance(first, str):
             connection.close()
             raise RemotePolicyError(_server_error(endpoint.shown, first))
         self.metadata = unpackb(first, endpoint.max_frame_bytes)
         return connection
+
+    def _greeted(self, url: str, headers: dict[str, str]) -> tuple[ClientConnection, Any]:
+        """A connection and the first frame it brought (the metadata, or an error's text). The
+        run's own server that accepts and then sends nothing is restarting (it exits when a
+        model call hangs, and its successor takes the port): waited for as an outage, so the
+        rollouts that meet one restart count it once."""
+        endpoint = self.endpoint
+        connection = self._open(url, headers)
+        try:
+            return connection, connection.recv(timeout=endpoint.infer_timeout_s)
+        except (TimeoutError, websockets.ConnectionClosed) as error:
+            connection.close()
+            said = f"sent no metadata frame after connecting ({type(error).__name__}: {error})"
+            if self._shared:
+                raise _Unreachable(said) from None
+            raise RemoteDown(
+                f"policy server {endpoint.shown} {said}; is it an openpi-protocol server?"
+            ) from None
 
     def _open(self, url: str, headers: dict[str, str]) -> ClientConnection:
         endpoint = self.endpoint
@@ -281,9 +294,7 @@ class Outages:
             contextlib.nullcontext
         )
 
-    def wait_for(
-        self, endpoint: Endpoint, connect_once: Callable[[], ClientConnection]
-    ) -> ClientConnection:
+    def wait_for(self, endpoint: Endpoint, connect_once: Callable[[], T]) -> T:
         url = endpoint.url
         try:
             connection = connect_once()
@@ -310,9 +321,9 @@ class Outages:
     def _wait(
         self,
         endpoint: Endpoint,
-        connect_once: Callable[[], ClientConnection],
+        connect_once: Callable[[], T],
         error: _Unreachable,
-    ) -> ClientConnection:
+    ) -> T:
         url, wait_s, started, delay = endpoint.url, endpoint.server_wait_s, time.monotonic(), 0.1
         if url not in self._down_since:
             self._down_since[url] = started
