@@ -246,6 +246,10 @@ class Aggregator:
             write(line, bold=line.startswith("where"))
         for line in clusters_lines(summary.failures):
             write(line, bold=line.startswith("how"))
+        for diagnosis in summary.diagnoses:
+            write("")
+            for line in diagnosis.lines():
+                write(line, bold=line.startswith("diagnosis"), yellow=bool(diagnosis.findings))
         if findings.comparison is not None:
             write("")
             write(f"compared with baseline {findings.comparison.before}:")

@@ -19,8 +19,9 @@ from policybench.preflight import Preflight, Verdict, latency_notes
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.run.arms import KEPT, sealed_description
+from policybench.run.layout import PREFLIGHTS
 
-PREFLIGHT = "preflight"  # the run directory's folder of preflights
+PREFLIGHT = PREFLIGHTS  # the run directory's folder of preflights
 ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
 
 

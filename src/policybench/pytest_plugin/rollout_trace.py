@@ -8,10 +8,13 @@ from collections.abc import Generator
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin.collection import planned_of
-from policybench.pytest_plugin.fixtures import EPISODE, add_to_record, state_recorder
-from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.policy.base import SessionContext
+from policybench.pytest_plugin.collection import Planned, planned_of
+from policybench.pytest_plugin.fixtures import EPISODE, add_observer, add_to_record, state_recorder
+from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.record.rollout_trace import rollout_trace, write_trace
+from policybench.record.shadow import ShadowExpert
+from policybench.registry import SCRIPTED
 from policybench.run.layout import TRACES, video_name
 from policybench.spec import Eval
 from policybench.trajectory.signals import element_names
@@ -32,6 +35,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if item.config.getoption("no_rollout_traces", False) or planned is None:
         return (yield)
     states = state_recorder(item)
+    expert = _shadow(item, planned)
+    if expert is not None:
+        add_observer(item, expert)
     try:
         return (yield)
     finally:
@@ -43,8 +49,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
                 for entry, kept in states.states.items()
                 if kept
             }
-            write_trace(run_dir_of(item.config) / name, rollout_trace(episode, states, names))
+            trace = rollout_trace(episode, states, names, expert)
+            write_trace(run_dir_of(item.config) / name, trace)
             add_to_record(item, {keys.ROLLOUT_TRACE: name})
+
+
+def _shadow(item: pytest.Item, planned: Planned) -> ShadowExpert | None:
+    """The Eval's expert, to watch a rollout another policy drives (what a diagnosis of a run
+    far below expectation compares the policy's actions with); None where there is none."""
+    eval, rollout = planned.eval, planned.rollout
+    arm = planned.arm or settings_of(item.config).arms[0]
+    if eval.scripted is None or arm.policy == SCRIPTED:
+        return None
+    facing = {name: rollout.scene.fields[name] for name in eval.policy_facing}
+    try:
+        model = eval.scripted()
+    except Exception:  # the policy's run goes on; its diagnosis has no expert to compare with
+        return None
+    return ShadowExpert(model, SessionContext(rollout.instruction, eval.control_hz, facing))
 
 
 NAMED = pytest.StashKey[dict[tuple[str, str, int], dict[int, str]]]()

@@ -21,12 +21,15 @@ import numpy as np
 from policybench import keys
 from policybench.policy.base import ModelCall, Observation, control_period_ns
 from policybench.record.episode import Episode
+from policybench.record.shadow import ShadowExpert
 
 FORMAT = "policybench-rollout-trace/1"
 STATE_CAP = 64  # an observation entry of more numbers than this (an image, say) is not kept
 # What a trace may cost, per 1,000 steps, with its state vectors (bench/trace_cost.py measures).
 TRACE_BUDGET_PER_1000_STEPS = 64 * 1024
 NO_CHUNK = -1  # a step not played from a chunk's waypoint: the hold, or a policy without calls
+EXPERT_ACTION = "expert_action"  # a row per action dimension: the Eval's expert's, step by step
+MOTION = "motion"  # motion/<image>: the image's mean absolute change from the step before
 
 
 @dataclass
@@ -38,9 +41,15 @@ class StateRecorder:
     states: dict[str, list[np.ndarray]] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)
     seen: int = 0
+    # Per image entry, each step's mean absolute change from the step before (0 at the first):
+    # all zeros is a camera that never shows anything happen.
+    motion: dict[str, list[float]] = field(default_factory=dict)
+    _last_image: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __call__(self, time_ns: int, obs: Observation) -> None:
         for name, value in obs.items():
+            if _is_image(value):
+                self._moved(name, np.asarray(value))
             if name in self.left_out:
                 continue
             kept = self.states.get(name)
@@ -57,7 +66,25 @@ class StateRecorder:
         """Forgets what it kept: the rollout runs again from its start."""
         self.states.clear()
         self.left_out.clear()
+        self.motion.clear()
+        self._last_image.clear()
         self.seen = 0
+
+    def _moved(self, name: str, image: np.ndarray) -> None:
+        last = self._last_image.get(name)
+        kept = self.motion.setdefault(name, [0.0] * self.seen)
+        changed = (
+            0.0
+            if last is None or last.shape != image.shape
+            else float(np.abs(image.astype(np.int16) - last.astype(np.int16)).mean())
+        )
+        kept.append(changed)
+        self._last_image[name] = image.copy()
+
+
+def _is_image(value: Any) -> bool:
+    array = np.asarray(value)
+    return array.dtype == np.uint8 and array.ndim == 3
 
 
 def _why_not_kept(value: Any, cap: int) -> str | None:
@@ -100,9 +127,11 @@ def rollout_trace(
     episode: Episode,
     states: StateRecorder | None = None,
     state_names: Mapping[str, Mapping[int, str]] | None = None,
+    expert: ShadowExpert | None = None,
 ) -> dict[str, Any]:
     """The trace document of `episode` (states from the recorder that watched it, if any;
-    `state_names`: per observation entry, the names its Eval gives some of its numbers)."""
+    `state_names`: per observation entry, the names its Eval gives some of its numbers; the
+    Eval's `expert` watching beside the policy, if one did)."""
     statics = episode.statics
     steps = len(episode.trace)
     period_ns = control_period_ns(statics[keys.CONTROL_HZ]) if keys.CONTROL_HZ in statics else 1
@@ -134,6 +163,15 @@ def rollout_trace(
                 left_out[name] = f"seen at {len(kept)} of {steps} steps"
             elif steps:  # half precision: a plot's, and half the bytes
                 arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(np.float16)
+        for name, moved in sorted(states.motion.items()):
+            if len(moved) >= steps and steps:
+                arrays[f"{MOTION}/{name}"] = np.asarray(moved[:steps], np.float16)
+    if expert is not None and expert.failed is not None:
+        left_out[EXPERT_ACTION] = f"the expert stopped watching: {expert.failed}"
+    elif expert is not None and len(expert.actions) >= steps and steps:
+        shadowed = np.stack(expert.actions[:steps])
+        if shadowed.shape == actions.shape:
+            arrays[EXPERT_ACTION] = shadowed.T
     bounds = episode.action_bounds
     return {
         "format": FORMAT,

@@ -20,6 +20,7 @@ from policybench.decide import (
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import compare_runs
+from policybench.report.diagnosis import Diagnosis, diagnoses
 from policybench.report.failures import Cluster, failure_clusters
 from policybench.report.robustness import robustness_json
 from policybench.report.rows import ArmComparison, DecidedSide, Row
@@ -54,6 +55,7 @@ class Summary:
     decisions: tuple[DecidedSide, ...] = ()  # a run under --decide: each Eval's (and arm's)
     specs: tuple[SpecRow, ...] = ()  # trajectory specs: per Eval and spec, their violations
     failures: tuple[Cluster, ...] = ()  # where the unsolved rollouts cluster, largest first
+    diagnoses: tuple[Diagnosis, ...] = ()  # why Evals far below expectation ended there
 
     @classmethod
     def of(
@@ -115,6 +117,7 @@ class Summary:
             decisions=decisions,
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
+            diagnoses=diagnoses(records, run_dir),
         )
 
     @classmethod
@@ -162,6 +165,7 @@ class Summary:
             **sweep_json(self, run),
             **robustness_json(self, run),
             **({"failure_clusters": [c.as_json() for c in self.failures]} if self.failures else {}),
+            **({"diagnoses": [d.as_json() for d in self.diagnoses]} if self.diagnoses else {}),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
             **(
                 {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}

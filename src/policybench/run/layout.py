@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 TRACES = "traces"  # the folder of a run's rollout traces
 VIDEOS = "videos"  # the folder of a run's videos
+PREFLIGHTS = "preflight"  # the folder of a run's preflights, one file per Eval (and arm)
 SUMMARY = "summary.json"  # the run's aggregates, written when it ends
 # A --decide plan's exact chances, written by the workers that collected it for the controller
 # to print before the run (removed once printed).
