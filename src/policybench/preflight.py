@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -58,6 +59,9 @@ class Preflight:
     notes: tuple[str, ...] = ()
     policy: dict[str, Any] = field(default_factory=dict)  # described after the call
     actions: list[list[float]] | None = None  # the answered chunk, as the env plays it
+    # Where the Eval has an expert and an image: how far the first action is from the expert's
+    # with the images as rendered and turned each way (ORIENTATIONS), for a run's diagnosis.
+    orientation: dict[str, float] | None = None
 
     @property
     def failed(self) -> bool:
@@ -157,6 +161,7 @@ def shown_preflight(
         notes=(*_out_of_bounds(actions, space.low, space.high), *played_notes, *contract_notes),
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
+        orientation=_orientation(policy, eval, obs, rollout.instruction, context, space.shape),
     )
     return Shown(passed, asked.shown)
 
@@ -202,6 +207,52 @@ def _first_actions(
     if answer.commands is None:
         return np.empty((0, *action_shape))
     return np.atleast_2d(answer.commands)
+
+
+# The ways a preflight turns an Eval's images to ask the model again (a convention's usual slips).
+ORIENTATION = "orientation"  # the Preflight field that keeps what they gave
+ORIENTATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "as rendered": lambda image: image,
+    "flipped upside down": lambda image: image[::-1],
+    "rotated 180 degrees": lambda image: image[::-1, ::-1],
+    "mirrored left to right": lambda image: image[:, ::-1],
+}
+
+
+def _orientation(
+    policy: Policy,
+    eval: Eval,
+    obs: Observation,
+    instruction: str,
+    context: SessionContext,
+    action_shape: tuple[int, ...],
+) -> dict[str, float] | None:
+    """The distance of the policy's first action from the Eval's expert's, with the first
+    observation's images shown each way of ORIENTATIONS; None without an expert, an image or a
+    policy other than the expert, or if asking fails (the preflight has passed: it says no more)."""
+    images = [name for name, value in obs.items() if _is_image(value)]
+    if eval.scripted is None or not images or policy.name == "scripted":
+        return None
+    try:
+        source = eval.scripted().open(context)
+        try:
+            expert = np.asarray(source(obs).actions[0], float)
+        finally:
+            release(source)
+        found = {}
+        for how, turn in ORIENTATIONS.items():
+            shown = {**obs, **{name: np.ascontiguousarray(turn(obs[name])) for name in images}}
+            answer = _first_actions(
+                policy, shown, instruction, context, action_shape, _Exchange(shown)
+            )
+            found[how] = round(float(np.linalg.norm(np.asarray(answer[0], float) - expert)), 6)
+        return found
+    except Exception:
+        return None
+
+
+def _is_image(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3
 
 
 # How the note on a latency profile's draws past the execution horizon goes on (after a share):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.preflight import ORIENTATION
 from policybench.record.rollout_trace import EXPERT_ACTION, MOTION, read_trace
 from policybench.run.layout import PREFLIGHTS, inside
 
@@ -32,10 +33,11 @@ DIAGNOSED_AT = 0.1  # an Eval solving this share of its rollouts or less is diag
 TRACES_READ = 20  # unsolved rollouts read per Eval, in the run's order
 PINNED = 0.5  # share of steps at a bound that pins a dimension
 OPPOSITE = -0.5  # correlation with the expert's own dimension that calls a sign flipped
-FOLLOWS, BETTER_BY = 0.7, 0.3  # ... with another of its dimensions that calls them reordered
+# ... with another of its dimensions that calls them reordered: both ways (i follows the
+# expert's j and j its i), or one way and by BETTER_BY more than with its own
+FOLLOWS, BETTER_BY = 0.7, 0.3
 UNRELATED = 0.2  # no correlation with any of the expert's dimensions above this: unrelated
 CLOSER = 0.5  # a flipped image's distance to the expert's action, against as rendered's
-ORIENTATION = "orientation"  # a preflight's field: how each image shown scored (preflight.py)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,11 @@ def _expert(traces: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
         own = r[dim, dim]
         others = [(r[dim, j], j) for j in range(dims) if j != dim and np.isfinite(r[dim, j])]
         best, j = max(others) if others else (np.nan, dim)
-        if best >= FOLLOWS and best - (own if np.isfinite(own) else 0.0) >= BETTER_BY:
+        mutual = best >= FOLLOWS and r[j, dim] >= FOLLOWS and best >= abs(own) - 0.05
+        flipped = np.isfinite(own) and own <= OPPOSITE
+        if mutual or (
+            not flipped and best >= FOLLOWS and best - (own if np.isfinite(own) else 0) >= BETTER_BY
+        ):
             found.append(
                 (
                     dim,
@@ -205,7 +211,7 @@ def _expert(traces: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
                     f"own (r = {own:.2f}): dimensions in another order (quaternion or axis order?)",
                 )
             )
-        elif np.isfinite(own) and own <= OPPOSITE:
+        elif flipped:
             which = "gripper" if dim == dims - 1 else "axis"
             found.append(
                 (
