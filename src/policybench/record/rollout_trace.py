@@ -155,23 +155,7 @@ def rollout_trace(
         "call_horizon": np.asarray([c.horizon for c in calls], np.int32),
         "call_wall_ms": np.asarray([c.wall_ns for c in calls], np.float32) / np.float32(1e6),
     }
-    left_out: dict[str, str] = {}
-    if states is not None:
-        left_out.update(states.left_out)
-        for name, kept in sorted(states.states.items()):
-            if len(kept) < steps:
-                left_out[name] = f"seen at {len(kept)} of {steps} steps"
-            elif steps:  # half precision: a plot's, and half the bytes
-                arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(np.float16)
-        for name, moved in sorted(states.motion.items()):
-            if len(moved) >= steps and steps:
-                arrays[f"{MOTION}/{name}"] = np.asarray(moved[:steps], np.float16)
-    if expert is not None and expert.failed is not None:
-        left_out[EXPERT_ACTION] = f"the expert stopped watching: {expert.failed}"
-    elif expert is not None and len(expert.actions) >= steps and steps:
-        shadowed = np.stack(expert.actions[:steps])
-        if shadowed.shape == actions.shape:
-            arrays[EXPERT_ACTION] = shadowed.T
+    left_out = _watched(arrays, states, expert, steps)
     bounds = episode.action_bounds
     return {
         "format": FORMAT,
@@ -189,6 +173,34 @@ def rollout_trace(
         },
         "arrays": {name: encode_array(array) for name, array in arrays.items()},
     }
+
+
+def _watched(
+    arrays: dict[str, np.ndarray],
+    states: StateRecorder | None,
+    expert: ShadowExpert | None,
+    steps: int,
+) -> dict[str, str]:
+    """Adds to `arrays` what watched the rollout kept (state vectors, images' motion, the
+    expert's actions) for its `steps`; what it could not keep, by name, with the reason."""
+    left_out: dict[str, str] = {}
+    if states is not None:
+        left_out.update(states.left_out)
+        for name, kept in sorted(states.states.items()):
+            if len(kept) < steps:
+                left_out[name] = f"seen at {len(kept)} of {steps} steps"
+            elif steps:  # half precision: a plot's, and half the bytes
+                arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(np.float16)
+        for name, moved in sorted(states.motion.items()):
+            if len(moved) >= steps and steps:
+                arrays[f"{MOTION}/{name}"] = np.asarray(moved[:steps], np.float16)
+    if expert is not None and expert.failed is not None:
+        left_out[EXPERT_ACTION] = f"the expert stopped watching: {expert.failed}"
+    elif expert is not None and len(expert.actions) >= steps and steps:
+        shadowed = np.stack(expert.actions[:steps])
+        if shadowed.shape == arrays["action"].T.shape:
+            arrays[EXPERT_ACTION] = shadowed.T
+    return left_out
 
 
 def _floats(values: np.ndarray) -> list[float | None]:

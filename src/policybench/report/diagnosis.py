@@ -157,7 +157,7 @@ def _actions(traces: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
 def _joined(traces: Sequence[Mapping[str, Any]], name: str) -> np.ndarray | None:
     """`name`'s rows over every trace's steps, end to end (None unless every trace has it)."""
     rows = [t["arrays"].get(name) for t in traces]
-    if any(row is None for row in rows):
+    if not rows or any(row is None for row in rows):
         return None
     return np.concatenate([np.asarray(row, float) for row in rows], axis=1)
 

@@ -111,9 +111,7 @@ class Summary:
             arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
             arm_tasks=tuple(arm_tasks),
             versus=tuple(versus),
-            operator=None
-            if verdicts is None or not (verdicts.given or verdicts.problems)
-            else Agreement.of(records, verdicts),
+            operator=_agreement(records, verdicts),
             decisions=decisions,
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
@@ -197,6 +195,13 @@ class Summary:
         path = run_dir / SUMMARY
         path.write_text(json.dumps(self.as_json(run), indent=2, sort_keys=True) + "\n")
         return path
+
+
+def _agreement(records: Records, verdicts: Verdicts | None) -> Agreement | None:
+    """What operators' verdicts say beside the automatic outcomes, in a run that has some."""
+    if verdicts is None or not (verdicts.given or verdicts.problems):
+        return None
+    return Agreement.of(records, verdicts)
 
 
 def _decisions(
