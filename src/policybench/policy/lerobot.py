@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -412,9 +413,28 @@ def checkpoint_contract(config: Any, checkpoint: Path | None) -> Contract:
     return Contract(**declared)
 
 
+_LOADED: dict[tuple[Path, str, int, int | None], LeRobotModel] = {}
+_LOADING = threading.Lock()
+
+
 def load_model(policy_name: str, device: str = "cpu", seed: int = 0) -> LeRobotModel:
-    """The LeRobotModel for `lerobot:PATH`; ValueError for a bad checkpoint directory."""
-    return LeRobotModel(checkpoint_of(policy_name), device, seed)
+    """The LeRobotModel for `lerobot:PATH`, loaded once a process for each device and seed: a
+    server or worker that plays it on several Evals (each through its own codec; its rollouts'
+    state is kept per session) holds one copy of the weights. ValueError for a bad checkpoint
+    directory. Weights rewritten since (a training run saving to the same path) load again."""
+    checkpoint = checkpoint_of(policy_name)
+    weights = checkpoint / "model.safetensors"
+    key = (
+        checkpoint.resolve(),
+        device,
+        seed,
+        weights.stat().st_mtime_ns if weights.exists() else None,
+    )
+    with _LOADING:
+        model = _LOADED.get(key)
+        if model is None:
+            model = _LOADED[key] = LeRobotModel(checkpoint, device, seed)
+        return model
 
 
 def is_pretrained_policy(target: Any) -> bool:
