@@ -275,7 +275,9 @@ def test_serving_beyond_loopback_needs_a_key(points, monkeypatch, capsys):
 def test_an_env_url_that_is_not_tcp_is_a_usage_error(pytester):
     result = pytester.runpytest("--env-url", "ws://gpu-box:7000")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--env-url takes tcp://HOST:PORT, e.g. tcp://gpu-box:7000*"])
+    result.stderr.fnmatch_lines(
+        ["*--env-url takes tcp://HOST:PORT (or tls://HOST:PORT *), e.g. tcp://gpu-box:7000*"]
+    )
 
 
 def test_a_port_in_use_is_one_line_naming_it(points, monkeypatch, capsys):
@@ -418,3 +420,37 @@ def test_an_env_url_for_a_run_without_isolated_evals_says_it_builds_nothing_ther
             "(here) runs its env in an interpreter of its own, so each runs here*"
         ]
     )
+
+
+def test_env_serve_over_tls_serves_a_run_at_a_tls_url_and_refuses_plain_tcp(points):
+    """--tls-cert/--tls-key on `env serve`: the key and every observation cross the network
+    encrypted. A certificate made here (trustme, a CA of the test's own) for 127.0.0.1; a run
+    trusting that CA through $SSL_CERT_FILE runs at tls://, one that does not is told so, and a
+    plain tcp:// client gets no answer to its hello."""
+    import trustme
+
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    cert, key, ca = (points / name for name in ("cert.pem", "key.pem", "ca.pem"))
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    authority.cert_pem.write_to_path(str(ca))
+    env = clean_env(points, **{API_KEY_VARIABLE: KEY})
+    server, port = start_env_server(
+        points, env, "test_remote_points:REMOTE", "--port", "0",
+        "--tls-cert", str(cert), "--tls-key", str(key),
+    )  # fmt: skip
+    try:
+        args = ["-k", "remote", "--rollouts", "2", "--env-api-key", KEY]
+        trusting = clean_env(points, SSL_CERT_FILE=str(ca))
+        served = run(points, trusting, *args, "--env-url", f"tls://127.0.0.1:{port}")
+        assert served.returncode == 0, served.stdout[-3000:]
+        assert [r["outcome"] for r in records(points).values()] == ["solved"] * 4
+        untrusting = run(points, clean_env(points), *args, "--env-url", f"tls://127.0.0.1:{port}")
+        assert "no TLS connection to the env server at tls://127.0.0.1:" in untrusting.stdout
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusting.stdout
+        plain = run(points, trusting, *args, "--env-url", f"tcp://127.0.0.1:{port}")
+        assert plain.returncode != 0 and "gave no answer to an env server's hello" in plain.stdout
+    finally:
+        stop(server)
+    assert "no TLS handshake" in (points / "serve.log").read_text()

@@ -27,7 +27,10 @@ from policybench.serve.command import READY as SERVING
 from tests.test_env_remote import KEY, clean_env, start_env_server, stop
 
 NOT_TCP = "ws://gpu-box:7000"
-WHY = f"takes tcp://HOST:PORT, e.g. tcp://gpu-box:7000, got '{NOT_TCP}'"  # pytest's --env-url
+WHY = (  # pytest's --env-url
+    "takes tcp://HOST:PORT (or tls://HOST:PORT for a server started with --tls-cert), e.g. "
+    f"tcp://gpu-box:7000, got '{NOT_TCP}'"
+)
 MADE = "pusht's env in env server"  # env serve's line for each env it builds
 
 

@@ -160,6 +160,7 @@ POLICY_DEVICE = Option(
 
 
 ENV_SCHEME = "tcp"  # where `policybench env serve` listens: tcp://HOST:PORT
+ENV_TLS_SCHEME = "tls"  # ... or, started with --tls-cert/--tls-key, tls://HOST:PORT
 
 
 def url_refusal(url: str) -> str | None:
@@ -171,15 +172,19 @@ def url_refusal(url: str) -> str | None:
     except ValueError:
         port = None
     else:
-        if parts.scheme == ENV_SCHEME and parts.hostname and port and not parts.path.strip("/"):
+        schemes = (ENV_SCHEME, ENV_TLS_SCHEME)
+        if parts.scheme in schemes and parts.hostname and port and not parts.path.strip("/"):
             return None
-    return f"takes {ENV_SCHEME}://HOST:PORT, e.g. {example}, got {url!r}"
+    return (
+        f"takes {ENV_SCHEME}://HOST:PORT (or {ENV_TLS_SCHEME}://HOST:PORT for a server started "
+        f"with --tls-cert), e.g. {example}, got {url!r}"
+    )
 
 
 ENV_URL = Option(
     "--env-url",
-    "run isolated Evals' envs on the `policybench env serve` at tcp://HOST:PORT instead of in "
-    "interpreters here (default: here)",
+    "run isolated Evals' envs on the `policybench env serve` at tcp://HOST:PORT (tls://HOST:PORT "
+    "for one serving TLS) instead of in interpreters here (default: here)",
     metavar="URL",
     check=url_refusal,
 )

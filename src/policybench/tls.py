@@ -39,3 +39,11 @@ def server_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     except ssl.SSLError as error:
         raise ValueError(f"--tls-cert {cert} / --tls-key {key}: {error.reason or error}") from None
     return context
+
+
+def client_context() -> ssl.SSLContext:
+    """A client's TLS context: the server's certificate verified against the system's trusted
+    authorities, or those of `$SSL_CERT_FILE`, and its name against the URL's host."""
+    context = ssl.create_default_context()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context

@@ -23,8 +23,9 @@ from policybench.envserver.interpreters import (
     python_of,
 )
 from policybench.lifetime import die_with_starter
-from policybench.options import API_KEY_VARIABLE, key_refusal
+from policybench.options import API_KEY_VARIABLE, ENV_TLS_SCHEME, key_refusal
 from policybench.spec import Eval
+from policybench.tls import add_tls_options, server_context
 
 if TYPE_CHECKING:
     from policybench.envserver.relay import Served
@@ -97,6 +98,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help=f"connections served at once, each with an env server of its own; more are refused "
         f"(default {MAX_CONNECTIONS})",
     )
+    add_tls_options(parser, ENV_TLS_SCHEME)
     parser.set_defaults(func=run_serve)
 
 
@@ -121,12 +123,17 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    try:
+        tls = server_context(args.tls_cert, args.tls_key)
+    except ValueError as error:
+        print(f"policybench env serve: {error}", file=sys.stderr)
+        return 1
     api_key = args.api_key or None
     for missing in not_installed(served):  # its connections are refused, saying so
         log(missing)
     try:
         relay_server = RelayServer(
-            Relay(served, api_key), args.host, args.port, args.max_connections
+            Relay(served, api_key), args.host, args.port, args.max_connections, tls
         )
     except OSError as error:  # the port taken, an address not this machine's, ...
         print(
@@ -138,7 +145,8 @@ def run_serve(args: argparse.Namespace) -> int:
     with relay_server as listening:
         host, port = listening.server_address[:2]
         names = ", ".join(s.name for s in served)
-        print(f"{READY} {names} on {SCHEME}://{host}:{port}", flush=True)
+        scheme = SCHEME if tls is None else ENV_TLS_SCHEME
+        print(f"{READY} {names} on {scheme}://{host}:{port}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a user stops a server
             listening.serve_forever()
     return 0

@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import socketserver
+import ssl
 import subprocess
 import sys
 import threading
@@ -444,8 +445,9 @@ class EnvServerProcess:
 
     @staticmethod
     def _client_gone(connection: socket.socket) -> bool:
-        try:
-            return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        try:  # peeks at the socket's own bytes (a TLS socket's encrypted ones): b"" is its end
+            peek = socket.socket.recv(connection, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            return peek == b""
         except BlockingIOError:
             return False
         except OSError:
@@ -535,9 +537,24 @@ class _Handler(socketserver.BaseRequestHandler):
             )
             return
         try:
-            self.server.relay.handle(self.request, admission)
+            if _shook_hands(self.request):
+                self.server.relay.handle(self.request, admission)
         finally:
             admission.release()
+
+
+def _shook_hands(connection: socket.socket) -> bool:
+    """A TLS connection's handshake, within the hello's time (True at once for plain TCP)."""
+    if not isinstance(connection, ssl.SSLSocket):
+        return True
+    connection.settimeout(HELLO_TIMEOUT_S)
+    try:
+        connection.do_handshake()
+    except (ssl.SSLError, OSError) as error:  # TimeoutError is an OSError
+        log(f"refused {peer_of(connection)}: no TLS handshake ({type(error).__name__}: {error})")
+        return False
+    connection.settimeout(None)
+    return True
 
 
 class RelayServer(socketserver.ThreadingTCPServer):
@@ -548,11 +565,27 @@ class RelayServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
 
-    def __init__(self, relay: Relay, host: str, port: int, max_connections: int) -> None:
+    def __init__(
+        self,
+        relay: Relay,
+        host: str,
+        port: int,
+        max_connections: int,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.relay = relay
+        self.tls = tls  # connections wrapped here; their handshakes run in their own threads
         self.max_connections = max_connections
         self.slots = threading.BoundedSemaphore(max_connections)
         self.waiting = threading.BoundedSemaphore(PRE_HELLO_PLACES)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.address_family = family
         super().__init__((host, port), _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        if self.tls is not None:  # no handshake here: a client that never sends one holds nothing
+            connection = self.tls.wrap_socket(
+                connection, server_side=True, do_handshake_on_connect=False
+            )
+        return connection, address

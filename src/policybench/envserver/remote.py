@@ -1,12 +1,13 @@
 """Isolated envs served from another machine: `RemoteEnvServer` is our side of a connection to
-`policybench env serve` (envserver/relay.py) at a tcp:// URL, making the same requests as a
-local EnvServer; `--env-url` points a run's isolated envs there (`used`)."""
+`policybench env serve` (envserver/relay.py) at a tcp:// URL (tls:// over TLS), making the same
+requests as a local EnvServer; `--env-url` points a run's isolated envs there (`used`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,8 @@ from urllib.parse import urlsplit
 from policybench import keys
 from policybench.envserver import server as protocol
 from policybench.envserver.proxy import Answering, EnvServerError, EnvServerGone
-from policybench.options import api_key, url_refusal
+from policybench.options import ENV_TLS_SCHEME, api_key, url_refusal
+from policybench.tls import client_context
 
 if TYPE_CHECKING:
     pass
@@ -36,6 +38,10 @@ class EnvEndpoint:
         why = url_refusal(self.url)
         if why is not None:
             raise ValueError(f"--env-url {why}")
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == ENV_TLS_SCHEME
 
     @property
     def address(self) -> tuple[str, int]:
@@ -105,6 +111,15 @@ class RemoteEnvServer:
         host, port = endpoint.address
         try:
             self._socket = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+            if endpoint.tls:  # the server's certificate checked against the trusted authorities
+                self._socket = client_context().wrap_socket(self._socket, server_hostname=host)
+        except ssl.SSLError as error:
+            self._socket.close()
+            raise EnvServerError(
+                f"no TLS connection to the env server at {endpoint.url} ({error.reason or error}): "
+                "is it started with --tls-cert, and is its certificate trusted here "
+                "($SSL_CERT_FILE names a private authority's)?"
+            ) from None
         except OSError as error:
             how = HOW_TO_SERVE.format(port=port)
             raise EnvServerError(
@@ -133,7 +148,10 @@ class RemoteEnvServer:
         with self._answering.request(op):
             try:
                 frame = self._codec.frame({"op": op, **args})
-                protocol.write_frame(self._socket.fileno(), frame)
+                if isinstance(self._socket, ssl.SSLSocket):  # through TLS, not the bare fd
+                    self._socket.sendall(b"".join(frame))
+                else:
+                    protocol.write_frame(self._socket.fileno(), frame)
                 answer = self._codec.read(self._stream)
             except OSError:  # reset by the other side, or closed here already
                 answer = None
