@@ -76,6 +76,22 @@ def attack(url: str, frame: bytes) -> str:
     return answer if isinstance(answer, str) else repr(sorted(unpackb(answer)))
 
 
+def push_without_reading(url: str, frame: bytes, count: int) -> int:
+    """Sends `frame` `count` times without reading an answer, giving up on a send the server
+    does not take within 10 s; how many were sent."""
+    sent = 0
+    with connect(url, additional_headers=HEADERS, max_size=None, open_timeout=30) as ws:
+        ws.recv(30)
+        for _ in range(count):
+            done = threading.Thread(target=ws.send, args=(frame,), daemon=True)
+            done.start()
+            done.join(10)
+            if done.is_alive():
+                break
+            sent += 1
+    return sent
+
+
 HOSTILE = {
     # 66 bytes that once made the server allocate 3.3 GiB: np.bytes_(2**30).
     "scalar-of-a-gib": msgpack.packb(
@@ -130,6 +146,9 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
                 said[name] = attack(url, frame)
         with ThreadPoolExecutor(2) as pool:  # two flood frames at once
             together = list(pool.map(attack, [url, url], [HOSTILE["empty-maps"]] * 2))
+        # Near-limit frames sent back to back without reading an answer: the server holds at
+        # most one waiting beyond the one it answers (max_queue), decoding them off its loop.
+        pushed = push_without_reading(url, HOSTILE["near-limit-frame"], 8)
         # Thousands of prompts on one connection: only the last few rollouts are kept.
         with connect(url, additional_headers=HEADERS, open_timeout=30) as ws:
             ws.recv(30)
@@ -142,6 +161,7 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
         asking.join(60)
     assert after - before < ATTACK_MIB, (before, after)
     assert all("more than 65536 maps and lists" in answer for answer in together), together
+    assert pushed == 8, pushed
     for name in (
         "scalar-of-a-gib",
         "million-entry-map",

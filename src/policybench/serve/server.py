@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -34,7 +35,7 @@ from websockets.http11 import Request as HttpRequest
 from websockets.http11 import Response
 
 from policybench import keys
-from policybench.policy.base import Model, SessionContext
+from policybench.policy.base import Model, Observation, SessionContext
 from policybench.policy.codec import IDENTITY, NATIVE, Codec
 from policybench.policy.contract import CONTRACT, actions_only, contract_of
 from policybench.serve import event_loop
@@ -67,6 +68,11 @@ MAX_PROMPT_CHARS = 4096  # an instruction longer than this is refused
 MAX_CONTROL_HZ = 10_000.0  # a context's control rate above this is no robot's
 ROLLOUTS_PER_CONNECTION = 8  # an openpi client's rollouts kept per connection (one per prompt)
 SERVED_CACHE = 64  # (Eval name, reference) pairs whose served model is looked up without a call
+OFF_LOOP_BYTES = 1 << 18  # a frame this large or larger is decoded off the event loop ...
+DECODERS = 2  # ... on one of these threads: at most this many large frames decode at once
+# Frames a connection may have waiting beyond the one answered (websockets' default is 16: with
+# 64 MiB frames, a client that sends without reading would have a GiB held for it).
+FRAMES_QUEUED = 1
 
 
 @dataclass(frozen=True)
@@ -129,8 +135,10 @@ class PolicyServer:
         self.config = config
         self.name = name
         self._batchers: dict[int, Batcher] = {}
-        # One thread runs every model call and build, off the event loop.
+        # One thread runs every model call and build, off the event loop; large frames are
+        # decoded on DECODERS threads of their own, so one never holds up the loop's others.
         self._model_thread = ModelThread()
+        self._decoders = ThreadPoolExecutor(DECODERS, thread_name_prefix="decode")
         self._hung: asyncio.Future[str] | None = None  # why the model thread is stuck
         self.metadata = {
             "server": "policybench",
@@ -147,6 +155,7 @@ class PolicyServer:
             config.port,
             compression=None,
             max_size=config.max_frame_bytes,
+            max_queue=FRAMES_QUEUED,
             process_request=self._check_request,
             ssl=config.tls,
         )
@@ -231,7 +240,7 @@ class PolicyServer:
                 await _fail(connection, "expected a binary msgpack frame, got a text frame", 1003)
                 return
             try:
-                obs, prompt = codec.decode(_as_map(unpackb(frame, None, writable=False)))
+                obs, prompt = await self._decoded(frame, codec)
             except Exception as error:
                 await _fail(connection, f"bad observation frame: {error}", 1007)
                 return
@@ -263,6 +272,17 @@ class PolicyServer:
                 timing["prev_total_ms"] = previous_total_ms
             await connection.send(packb({ACTIONS: answer.chunk.actions, SERVER_TIMING: timing}))
             previous_total_ms = (time.perf_counter() - started) * 1e3
+
+    async def _decoded(self, frame: bytes, codec: Codec) -> tuple[Observation, str]:
+        """The frame's observation and prompt: decoded on the loop when small, on a decoding
+        thread when OFF_LOOP_BYTES or more (its budget bounds how long it takes either way)."""
+
+        def decode() -> tuple[Observation, str]:
+            return codec.decode(_as_map(unpackb(frame, None, writable=False)))
+
+        if len(frame) < OFF_LOOP_BYTES:
+            return decode()
+        return await asyncio.get_running_loop().run_in_executor(self._decoders, decode)
 
     @staticmethod
     def _rollout(
@@ -342,6 +362,7 @@ class PolicyServer:
         for batcher in self._batchers.values():
             batcher.close()
         self._model_thread.shutdown()
+        self._decoders.shutdown(wait=False, cancel_futures=True)
 
 
 def served_description(served: ServedModel) -> dict[str, Any]:
