@@ -205,10 +205,24 @@ def _libero_moves(steps: int = 8) -> np.ndarray:
 
 
 def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]]]:
-    def metaworld(task: str):
-        from policybench.suites.metaworld import MT10_STATE
+    def metaworld(task: str, name: str = "MT10_STATE"):
+        from policybench.suites import metaworld
 
-        return MT10_STATE, task, MT10_STATE.scripted(), None
+        eval = getattr(metaworld, name)
+        return eval, task, eval.scripted(), None
+
+    def metaworld_lerobot(difficulty: str, task: str):
+        from policybench.suites import metaworld
+
+        # LeRobot's protocol, 480x480: its first observation and three steps pin the staging.
+        eval = getattr(metaworld, f"MT50_LEROBOT_{difficulty.upper()}")
+        return eval, task, FixedActions(_waves(3, 4)), 3 / eval.control_hz
+
+    def ml45(split: str, task: str):
+        from policybench.suites import metaworld_ml
+
+        eval = metaworld_ml.ML45_TRAIN if split == "train" else metaworld_ml.ML45_TEST
+        return eval, task, FixedActions(_waves(20, 4)), 20 / eval.control_hz
 
     def pusht():
         from policybench.suites.pusht import PUSHT
@@ -258,6 +272,17 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "kitchen-microwave": lambda: robotics("kitchen", "microwave"),
         "adroit-door": lambda: robotics("adroit", "door"),
         "metaworld-pick-place-v3": lambda: metaworld("pick-place-v3"),
+        "metaworld-mt50-stick-pull-v3": lambda: metaworld("stick-pull-v3", "MT50_STATE"),
+        "metaworld-mt50-lerobot-easy-faucet-open": lambda: metaworld_lerobot(
+            "easy", "faucet-open-v3"
+        ),
+        "metaworld-mt50-lerobot-medium-hammer": lambda: metaworld_lerobot("medium", "hammer-v3"),
+        "metaworld-mt50-lerobot-hard-assembly": lambda: metaworld_lerobot("hard", "assembly-v3"),
+        "metaworld-mt50-lerobot-very-hard-stick-pull": lambda: metaworld_lerobot(
+            "very_hard", "stick-pull-v3"
+        ),
+        "metaworld-ml45-train-reach-wall": lambda: ml45("train", "reach-wall-v3"),
+        "metaworld-ml45-test-door-lock": lambda: ml45("test", "door-lock-v3"),
         "pusht": pusht,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
@@ -282,7 +307,7 @@ class _FromInitState:
 
 
 SIM_GOLDENS = tuple(_sim_goldens())
-SIM_REQUIRES = {"metaworld-reach-v3": "metaworld", "metaworld-pick-place-v3": "metaworld"}
+SIM_REQUIRES = {name: "metaworld" for name in SIM_GOLDENS if name.startswith("metaworld-")}
 SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"

@@ -137,3 +137,45 @@ def test_the_04_staging_shows_other_scenes_than_06s(theirs):
         assert not np.array_equal(env._env._last_rand_vec, theirs[f"{SEEDS[0]}.placement"])
     finally:
         env.close()
+
+
+# A task of each of LeRobot's MT50 difficulty groups (the Evals metaworld-mt50-lerobot-<group>).
+MT50_TASKS = {
+    "easy": "faucet-open-v3",
+    "medium": "hammer-v3",
+    "hard": "assembly-v3",
+    "very_hard": "stick-pull-v3",
+}
+
+
+@pytest.mark.parametrize("difficulty", list(MT50_TASKS))
+def test_mt50_groups_stage_lerobot_06s_first_observations(tmp_path, difficulty):
+    """A task of each MT50 group, as its Eval stages rollout 0: the placement, first image and
+    state and LeRobot's description equal LeRobot 0.6.1's env at lerobot-eval's first seed, and
+    a few fixed actions' rewards and states after them."""
+    from policybench.suites import metaworld
+
+    eval = getattr(metaworld, f"MT50_LEROBOT_{difficulty.upper()}")
+    task = MT50_TASKS[difficulty]
+    assert eval.name == f"metaworld-mt50-lerobot-{difficulty.replace('_', '-')}"
+    root = importable(tmp_path, "lerobot/envs/metaworld.py", "lerobot/envs/metaworld_config.json")
+    out = str(root / "theirs")
+    np.save(out + ".actions.npy", ACTIONS)
+    (root / "theirs.py").write_text(textwrap.dedent(THEIRS))
+    seed = LEROBOT_START_SEED
+    command = [sys.executable, str(root / "theirs.py"), task, "4", out, str(seed)]
+    subprocess.run(command, check=True, env=child_env(root), timeout=300)
+    theirs = dict(np.load(out + ".npz"))
+    rollout = next(r for r in eval.rollouts(1, 0) if r.scene.task == task)
+    assert rollout.scene.seed == seed and rollout.instruction == str(theirs["description"])
+    env = eval.make_env(task)
+    try:
+        obs, _ = env.reset(seed=seed)
+        np.testing.assert_array_equal(env._env._last_rand_vec, theirs[f"{seed}.placement"])
+        np.testing.assert_array_equal(obs[keys.IMAGE], theirs[f"{seed}.first_image"])
+        np.testing.assert_array_equal(obs[keys.STATE], theirs[f"{seed}.first_state"])
+        played = [env.step(action) for action in ACTIONS[:4]]
+    finally:
+        env.close()
+    np.testing.assert_array_equal([p[1] for p in played], theirs[f"{seed}.rewards"])
+    np.testing.assert_array_equal([p[0][keys.STATE][:4] for p in played], theirs[f"{seed}.states"])

@@ -3,6 +3,7 @@ expert policies as the `scripted` policy. State observations by default, a camer
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ from policybench.policy.codec import (
 from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, Rollout, Scene, numbered, seeded_per_task
+from policybench.suites.metaworld_lerobot_tasks import LEROBOT_DIFFICULTY, LEROBOT_TASKS
 
 CONTROL_HZ = 80.0  # MetaWorld steps 5 MuJoCo frames of 2.5 ms
 MAX_STEPS = 500  # MetaWorld's own max_path_length; stepping past it raises
@@ -147,18 +149,9 @@ LEROBOT_START_SEED = 1000  # lerobot-eval's default --seed
 DRAW = "draw"  # a LeRobot 0.4 scene field: which placement of the seeded stream it takes
 # What lerobot-eval hands a policy as `task`: LeRobot's descriptions of the tasks
 # (lerobot/envs/metaworld_config.json's TASK_DESCRIPTIONS, the same in LeRobot 0.4.4 and 0.6.1).
-LEROBOT_MT10 = {
-    "reach-v3": "Reach a goal position",
-    "push-v3": "Push the puck to a goal",
-    "pick-place-v3": "Pick and place a puck to a goal",
-    "door-open-v3": "Open a door with a revolving joint",
-    "drawer-open-v3": "Open a drawer",
-    "drawer-close-v3": "Push and close a drawer",
-    "button-press-topdown-v3": "Press a button from the top",
-    "peg-insert-side-v3": "Insert a peg sideways",
-    "window-open-v3": "Push and open a window",
-    "window-close-v3": "Push and close a window",
-}
+LEROBOT_MT10 = {task: LEROBOT_TASKS[task] for task in MT10}
+# MetaWorld MT50: every task, each instructed by its LeRobot description.
+MT50 = dict(sorted(LEROBOT_TASKS.items()))
 
 
 class LeRobotMetaWorld(gym.Env):
@@ -396,10 +389,12 @@ def mt10(
     size: int = 224,
     shadows: bool = True,
     tasks: Mapping[str, str] = MT10,
+    benchmark: str = "mt10",
 ) -> Eval:
-    """The MT10 tasks; `camera` (e.g. "corner") adds a rendered `image` to each observation."""
+    """The MT10 tasks (or `tasks`, the Eval then named for `benchmark`); `camera` (e.g.
+    "corner") adds a rendered `image` to each observation."""
     return Eval(
-        name="metaworld-mt10" if camera is None else f"metaworld-mt10-{camera}",
+        name=f"metaworld-{benchmark}" + ("" if camera is None else f"-{camera}"),
         make_env=isolable(
             SeededPlacement, camera is not None, camera=camera, size=size, shadows=shadows
         ),
@@ -457,7 +452,10 @@ LEROBOT_VERSIONS = {
 
 
 def mt10_lerobot(
-    tasks: Mapping[str, str] = LEROBOT_MT10, shadows: bool = True, version: str = "0.6.1"
+    tasks: Mapping[str, str] = LEROBOT_MT10,
+    shadows: bool = True,
+    version: str = "0.6.1",
+    benchmark: str = "mt10",
 ) -> Eval:
     """The MT10 tasks as lerobot-eval `version` runs LeRobot's MetaWorld env: a 480x480
     `corner2` image and the state, LeRobot's task descriptions as instructions, up to 500 steps
@@ -471,7 +469,7 @@ def mt10_lerobot(
     latest = version == "0.6.1"
     timeout_s = MAX_STEPS / CONTROL_HZ
     return Eval(
-        name="metaworld-mt10-lerobot"
+        name=f"metaworld-{benchmark}-lerobot"
         + ("" if latest else "-" + version.rpartition(".")[0])
         + ("" if shadows else "-noshadows"),
         make_env=functools.partial(
@@ -508,6 +506,28 @@ def mt10_lerobot(
     )
 
 
+def mt50_lerobot(difficulty: str) -> Eval:
+    """One of LeRobot's MT50 difficulty groups (`easy`, `medium`, `hard`, `very_hard`) as
+    lerobot-eval 0.6.1 runs it: `metaworld-mt50-lerobot-<group>`, the four together MT50."""
+    if difficulty not in LEROBOT_DIFFICULTY:
+        raise ValueError(
+            f"no MetaWorld difficulty {difficulty!r}; known: {list(LEROBOT_DIFFICULTY)}"
+        )
+    tasks = {task: LEROBOT_TASKS[task] for task in LEROBOT_DIFFICULTY[difficulty]}
+    eval = mt10_lerobot(tasks, benchmark="mt50")
+    return dataclasses.replace(
+        eval,
+        name=f"{eval.name}-{difficulty.replace('_', '-')}",
+        metadata={**eval.metadata, "difficulty": difficulty},
+    )
+
+
 MT10_STATE = mt10()
+MT50_STATE = mt10(tasks=MT50, benchmark="mt50")
 MT10_LEROBOT = mt10_lerobot()
+# LeRobot's MT50, a group an Eval: 28 easy, 11 medium, 6 hard and 5 very hard tasks.
+MT50_LEROBOT_EASY = mt50_lerobot("easy")
+MT50_LEROBOT_MEDIUM = mt50_lerobot("medium")
+MT50_LEROBOT_HARD = mt50_lerobot("hard")
+MT50_LEROBOT_VERY_HARD = mt50_lerobot("very_hard")
 MT10_LEROBOT_04 = mt10_lerobot(version="0.4.4")
