@@ -30,9 +30,9 @@ def main() -> None:
     group_of = {task: group for group, tasks in LEROBOT_DIFFICULTY.items() for task in tasks}
     with tempfile.TemporaryDirectory() as reports:
         command = [
-            sys.executable, "-m", "pytest", "benchmarks/test_metaworld_mt50.py::test_metaworld_mt50",
-            "-p", "no:cacheprovider", "-q", "-n", args.n, f"--rollouts={args.rollouts}",
-            f"--report-dir={reports}",
+            sys.executable, "-m", "pytest",
+            "benchmarks/test_metaworld_mt50.py::test_metaworld_mt50", "-p", "no:cacheprovider",
+            "-q", "-n", args.n, f"--rollouts={args.rollouts}", f"--report-dir={reports}",
         ]  # fmt: skip
         subprocess.run(command, cwd=ROOT, capture_output=True, check=False)
         lines = (Path(reports) / "latest" / "results.jsonl").read_text().splitlines()
