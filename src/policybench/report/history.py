@@ -1,0 +1,391 @@
+"""A folder's runs over time: every run under it read once into a SQLite store
+(`history.sqlite`: runs, each Eval's row, every rollout), the runs of one Eval joined in lines
+of comparable runs (the same protocol, policy aside: a run under another starts a new line, and
+what changed is said), each change between consecutive runs of a line tested as `report compare`
+tests two runs (paired by scene where the scenes match), and a page, `index.html`, of it all.
+
+The run folders stay the source of truth: the store is an index, rebuilt when deleted, and a run
+is read again only when its results change. A run merged from shards lists its parts; parts that
+lie in the folder too are left out, so each rollout counts once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from policybench import keys
+from policybench.record.protocol import of_policy
+from policybench.report.compare import compare_runs
+from policybench.run.info import RunInfo
+from policybench.run.records import latest_per_rollout, rollout_id, tally_of
+from policybench.run.results import RESULTS, read_results
+from policybench.run.status import is_run
+
+STORE = "history.sqlite"
+INDEX = "index.html"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,      -- the run folder's name
+    path TEXT NOT NULL,           -- the folder, as found under the history's root
+    started TEXT,                 -- run.json's ISO time
+    policy TEXT,                  -- the run's policy (or arms, comma-separated)
+    git_revision TEXT,
+    command TEXT,
+    parts TEXT,                   -- a merged run: its parts' folders (JSON list)
+    results_mtime_ns INTEGER,     -- results.jsonl as last read: a change reads it again
+    results_size INTEGER
+);
+CREATE TABLE IF NOT EXISTS evals (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    eval TEXT NOT NULL,
+    line TEXT NOT NULL,           -- the protocol's digest, policy aside: equal lines compare
+    fields TEXT NOT NULL,         -- the protocol's fields, readable (JSON), to say what changed
+    rollouts INTEGER, solved INTEGER, unsolved INTEGER, errors INTEGER,
+    rate REAL, low REAL, high REAL,   -- success and its 95% Wilson interval
+    PRIMARY KEY (run_id, eval)
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    rollout TEXT NOT NULL,        -- its item id
+    eval TEXT NOT NULL, task TEXT, arm TEXT,
+    scene TEXT,                   -- JSON: task, seed, ...
+    outcome TEXT,                 -- solved | unsolved | error
+    steps INTEGER, success_step INTEGER,
+    margins TEXT,                 -- JSON: each trajectory spec's robustness margin
+    PRIMARY KEY (run_id, rollout)
+);
+"""
+
+
+def open_store(root: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(root / STORE)
+    connection.execute("PRAGMA foreign_keys = ON")
+    connection.executescript(SCHEMA)
+    return connection
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The runs directly under `root` (a `latest` link is its target, read once)."""
+    found = {}
+    for child in sorted(root.iterdir()) if root.is_dir() else ():
+        if child.is_dir() and is_run(child):
+            found.setdefault(child.resolve(), child)
+    return sorted(found.values(), key=lambda path: path.name)
+
+
+def update(connection: sqlite3.Connection, root: Path) -> tuple[int, int]:
+    """Reads the runs under `root` that are new or whose results changed, and forgets those
+    gone; (read, kept as they were)."""
+    dirs = run_dirs(root)
+    known = {
+        row[0]: (row[1], row[2])
+        for row in connection.execute("SELECT run_id, results_mtime_ns, results_size FROM runs")
+    }
+    read = 0
+    for run_dir in dirs:
+        results = run_dir / RESULTS
+        stat = results.stat() if results.is_file() else None
+        seen = (stat.st_mtime_ns, stat.st_size) if stat else (None, None)
+        if known.get(run_dir.name) == seen:
+            continue
+        _store_run(connection, run_dir, seen)
+        read += 1
+    gone = set(known) - {d.name for d in dirs}
+    connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
+    connection.commit()
+    return read, len(dirs) - read
+
+
+def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[Any, Any]) -> None:
+    results = read_results(run_dir / RESULTS)
+    records = latest_per_rollout(results.records)
+    try:
+        run = RunInfo.load(run_dir)
+    except ValueError:
+        run = None
+    settings = dict(run.settings) if run else {}
+    arms = settings.get("arms")
+    policy = ", ".join(arms) if arms else str(settings.get(keys.POLICY) or "")
+    parts = [part.get("path") for part in settings.get(keys.PARTS) or () if part.get("path")]
+    connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
+    connection.execute(
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_dir.name,
+            str(run_dir),
+            run.started if run else None,
+            policy,
+            run.git_revision if run else None,
+            run.command if run else None,
+            json.dumps(parts),
+            *seen,
+        ),
+    )
+    fingerprint = dict(run.fingerprint) if run else {}
+    by_eval: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        by_eval.setdefault(str(record.get(keys.EVAL)), []).append(record)
+    for eval, members in by_eval.items():
+        fields = _protocol_fields(fingerprint, eval)
+        tally = tally_of(members)
+        low, high = tally.interval() if tally.rollouts else (None, None)
+        connection.execute(
+            "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_dir.name, eval, _digest(fields), json.dumps(fields, sort_keys=True),
+                tally.rollouts, tally.solved, tally.unsolved, tally.errors,
+                tally.rate, low, high,
+            ),
+        )  # fmt: skip
+    connection.executemany(
+        "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [_rollout_row(run_dir.name, record) for record in records],
+    )
+
+
+def _rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
+    specs = record.get(keys.SPECS)
+    margins = (
+        {name: spec.get("margin") for name, spec in specs.items() if isinstance(spec, Mapping)}
+        if isinstance(specs, Mapping)
+        else None
+    )
+    return (
+        run_id,
+        rollout_id(record),
+        record.get(keys.EVAL),
+        record.get(keys.TASK),
+        record.get(keys.ARM),
+        json.dumps(record.get(keys.SCENE), sort_keys=True),
+        record.get(keys.OUTCOME),
+        record.get(keys.STEPS),
+        record.get(keys.SUCCESS_STEP),
+        None if margins is None else json.dumps(margins, sort_keys=True),
+    )
+
+
+def _protocol_fields(fingerprint: Mapping[str, Any], eval: str) -> dict[str, Any]:
+    """An Eval's protocol as its run's fingerprint reads it, the policy left out: the run's
+    fields, the Eval's, and each task's."""
+    evals = fingerprint.get("evals") or {}
+    mine = evals.get(eval) or {}
+    return {
+        "run": _without_policy(fingerprint.get("run") or {}),
+        "eval": _without_policy(mine.get("fields") or {}),
+        "tasks": mine.get("tasks") or {},
+    }
+
+
+def _without_policy(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if not of_policy(name)}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.blake2b(json.dumps(value, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run's row of an Eval, and how it moved from the run before it on its line."""
+
+    run_id: str
+    started: str | None
+    policy: str
+    git_revision: str | None
+    command: str | None
+    rollouts: int
+    solved: int
+    rate: float | None
+    low: float | None
+    high: float | None
+    line: int  # which line of the Eval (0, 1, ...: a new one at each protocol change)
+    change: str | None = None  # "worse" | "better": significant against the run before
+    p_value: float | None = None
+    changed: tuple[str, ...] = ()  # the protocol fields that differ from the line before's
+
+
+@dataclass(frozen=True)
+class History:
+    """Each Eval's points in run order (by start), runs merged from parts counted once, and each
+    Eval whose newest run is significantly worse than the best of the comparable runs before it
+    (a line saying so: what `history --fail-on-regression` fails on)."""
+
+    evals: dict[str, list[Point]]
+    runs: list[dict[str, Any]]
+    alpha: float
+    window: int
+    regressions: tuple[str, ...]
+
+
+def read_history(
+    connection: sqlite3.Connection, root: Path, alpha: float = 0.05, window: int = 5
+) -> History:
+    """The store's runs as lines per Eval, each step tested against the run before it, and the
+    newest run of each line tested against the best of the `window` before it."""
+    columns = ("run_id", "path", "started", "policy", "git_revision", "command", "parts")
+    runs = [
+        dict(zip(columns, row, strict=True))
+        for row in connection.execute(f"SELECT {', '.join(columns)} FROM runs")
+    ]
+    parts = {str(Path(p).resolve()) for run in runs for p in json.loads(run["parts"] or "[]")}
+    runs = [r for r in runs if str(Path(r["path"]).resolve()) not in parts]
+    runs.sort(key=lambda r: (r["started"] or "", r["run_id"]))
+    order = {r["run_id"]: i for i, r in enumerate(runs)}
+    by_run = {r["run_id"]: r for r in runs}
+    rows = connection.execute(
+        "SELECT run_id, eval, line, fields, rollouts, solved, rate, low, high FROM evals"
+    ).fetchall()
+    evals: dict[str, list[tuple]] = {}
+    for row in sorted((r for r in rows if r[0] in order), key=lambda r: order[r[0]]):
+        evals.setdefault(row[1], []).append(row)
+    records = _RecordsOf(connection)
+    found: dict[str, list[Point]] = {}
+    regressions = []
+    for eval, members in sorted(evals.items()):
+        found[eval] = _points(eval, members, by_run, records, alpha)
+        said = _against_best(eval, found[eval], records, alpha, window)
+        if said is not None:
+            regressions.append(said)
+    return History(found, runs, alpha, window, tuple(regressions))
+
+
+class _RecordsOf:
+    """An Eval's rollouts in a run, from the store, as compare reads records."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def __call__(self, run_id: str, eval: str) -> list[dict[str, Any]]:
+        return [
+            {
+                keys.NODEID: rollout,
+                keys.EVAL: eval,
+                keys.TASK: task,
+                keys.SCENE: json.loads(scene) if scene else None,
+                keys.OUTCOME: outcome,
+                **({keys.ARM: arm} if arm else {}),
+            }
+            for rollout, task, scene, outcome, arm in self.connection.execute(
+                "SELECT rollout, task, scene, outcome, arm FROM rollouts "
+                "WHERE run_id = ? AND eval = ?",
+                (run_id, eval),
+            )
+        ]
+
+
+def _points(
+    eval: str,
+    members: Sequence[tuple],
+    runs: Mapping[str, Mapping[str, Any]],
+    records: _RecordsOf,
+    alpha: float,
+) -> list[Point]:
+    points: list[Point] = []
+    line, previous = -1, None
+    for run_id, _, digest, fields, rollouts, solved, rate, low, high in members:
+        run = runs[run_id]
+        change, p_value, changed = None, None, ()
+        if previous is None or previous[2] != digest:
+            line += 1
+            if previous is not None:
+                changed = _changed(json.loads(previous[3]), json.loads(fields))
+        else:
+            change, p_value = _tested(eval, previous[0], run_id, records, alpha)
+        points.append(
+            Point(
+                run_id, run["started"], run["policy"], run["git_revision"], run["command"],
+                rollouts, solved, rate, low, high, line, change, p_value, changed,
+            )
+        )  # fmt: skip
+        previous = (run_id, None, digest, fields)
+    return points
+
+
+def _tested(
+    eval: str, before: str, after: str, records: _RecordsOf, alpha: float
+) -> tuple[str | None, float | None]:
+    """`report compare`'s pooled test of the Eval between two runs: 'worse', 'better' or None
+    (not significant at `alpha`), and its p-value."""
+    comparison = compare_runs(records(before, eval), records(after, eval), (before, after), alpha)
+    if not comparison.evals:
+        return None, None
+    row = comparison.evals[0]
+    change = "worse" if row.regression else "better" if row.improvement else None
+    return change, row.adjusted_p
+
+
+def _against_best(
+    eval: str, points: Sequence[Point], records: _RecordsOf, alpha: float, window: int
+) -> str | None:
+    """The newest run of the Eval's newest line against the best of the `window` before it:
+    a line when significantly worse, else None."""
+    newest = points[-1]
+    earlier = [p for p in points[:-1] if p.line == newest.line][-window:]
+    if not earlier:
+        return None
+    best = max(earlier, key=lambda p: (p.rate or 0.0, p.rollouts))
+    change, p_value = _tested(eval, best.run_id, newest.run_id, records, alpha)
+    if change != "worse":
+        return None
+    return (
+        f"{eval}: {newest.run_id} solved {newest.solved}/{newest.rollouts} "
+        f"({(newest.rate or 0):.1%}), significantly worse than the best of the {len(earlier)} "
+        f"comparable run(s) before it, {best.run_id} at {best.solved}/{best.rollouts} "
+        f"({(best.rate or 0):.1%}; p = {p_value:.3g} < {alpha:g})"
+    )
+
+
+def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """The protocol fields that differ between two lines' runs, named as `run.X`, `eval.X`,
+    `tasks` (which tasks ran, or their instructions and timeouts)."""
+    found = []
+    for part in ("run", "eval"):
+        mine, theirs = before.get(part) or {}, after.get(part) or {}
+        for name in sorted(set(mine) | set(theirs)):
+            if mine.get(name) != theirs.get(name):
+                found.append(
+                    f"{part}.{name}: {_shown(mine.get(name))} -> {_shown(theirs.get(name))}"
+                )
+    if (before.get("tasks") or {}) != (after.get("tasks") or {}):
+        found.append(
+            "tasks: " + _tasks_changed(before.get("tasks") or {}, after.get("tasks") or {})
+        )
+    return tuple(found)
+
+
+def _shown(value: Any) -> str:
+    text = "(not set)" if value is None else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _tasks_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    added, removed = sorted(set(after) - set(before)), sorted(set(before) - set(after))
+    altered = sorted(t for t in set(before) & set(after) if before[t] != after[t])
+    said = [
+        *([f"added {', '.join(added[:3])}{'...' if len(added) > 3 else ''}"] if added else []),
+        *(
+            [f"left out {', '.join(removed[:3])}{'...' if len(removed) > 3 else ''}"]
+            if removed
+            else []
+        ),
+        *([f"{len(altered)} changed (instruction or timeout)"] if altered else []),
+    ]
+    return "; ".join(said)
+
+
+def success_per_eval(connection: sqlite3.Connection) -> list[tuple[str, str, int, int, float]]:
+    """The documented query: success per Eval per run, in run order."""
+    return connection.execute(SUCCESS_PER_EVAL).fetchall()
+
+
+SUCCESS_PER_EVAL = """
+SELECT runs.run_id, evals.eval, evals.solved, evals.rollouts, evals.rate
+FROM evals JOIN runs USING (run_id)
+ORDER BY runs.started, runs.run_id, evals.eval
+"""

@@ -1,0 +1,107 @@
+"""The history's page, `index.html` in the folder of runs: a row per run (when, policy, commit,
+command, each Eval's success with its interval, the changes found, a link to its report), and
+per Eval a plot of success over runs with its interval as a band, a break where the protocol
+changed, and a mark where a change was significant. It opens from disk, as the run reports do."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from policybench.report.history import INDEX, History, Point
+
+WIDTH, HEIGHT, PAD = 720, 180, 36  # a plot's size and its margin for the axis labels
+
+
+@dataclass(frozen=True)
+class Plot:
+    eval: str
+    segments: list[dict[str, Any]]  # per line: its polyline and band
+    marks: list[dict[str, Any]]  # significant changes: x, y, worse/better, title
+    breaks: list[dict[str, Any]]  # protocol changes: x, title
+    ticks: list[dict[str, Any]]  # run ids along the bottom
+
+
+def plot_of(eval: str, points: list[Point]) -> Plot:
+    count = max(len(points) - 1, 1)
+
+    def x(i: int) -> float:
+        return round(PAD + (WIDTH - 2 * PAD) * (i / count if len(points) > 1 else 0.5), 1)
+
+    def y(rate: float | None) -> float:
+        return round(HEIGHT - PAD / 2 - (HEIGHT - PAD) * (rate or 0.0), 1)
+
+    segments, marks, breaks = [], [], []
+    for line in sorted({p.line for p in points}):
+        mine = [(i, p) for i, p in enumerate(points) if p.line == line]
+        upper = [f"{x(i)},{y(p.high)}" for i, p in mine]
+        lower = [f"{x(i)},{y(p.low)}" for i, p in reversed(mine)]
+        segments.append(
+            {
+                "points": " ".join(f"{x(i)},{y(p.rate)}" for i, p in mine),
+                "band": " ".join(upper + lower),
+                "dots": [{"x": x(i), "y": y(p.rate), "title": _title(p)} for i, p in mine],
+            }
+        )
+    for i, point in enumerate(points):
+        if point.change is not None:
+            marks.append(
+                {"x": x(i), "y": y(point.rate), "change": point.change, "title": _title(point)}
+            )
+        if point.changed:
+            breaks.append({"x": round(x(i) - (WIDTH - 2 * PAD) / count / 2, 1),
+                           "title": "protocol changed: " + "; ".join(point.changed)})  # fmt: skip
+    ticks = [{"x": x(i), "label": p.run_id} for i, p in enumerate(points)]
+    return Plot(eval, segments, marks, breaks, ticks)
+
+
+def _title(point: Point) -> str:
+    rate = "-" if point.rate is None else f"{point.rate:.1%}"
+    interval = "" if point.low is None else f" [{point.low:.1%}, {point.high:.1%}]"
+    said = f"{point.run_id}: {point.solved}/{point.rollouts} solved, {rate}{interval}"
+    if point.change is not None:
+        said += f"; significantly {point.change} than the run before (p = {point.p_value:.3g})"
+    return said
+
+
+def write_page(root: Path, history: History) -> Path:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("policybench.report", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["pct"] = lambda value, digits=1: "-" if value is None else f"{value:.{digits}%}"
+    rows = _rows(root, history)
+    html = env.get_template("history.html.j2").render(
+        history=history,
+        rows=rows,
+        evals=list(history.evals),
+        plots=[plot_of(eval, points) for eval, points in history.evals.items()],
+        width=WIDTH,
+        height=HEIGHT,
+        pad=PAD,
+    )
+    path = root / INDEX
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+def _rows(root: Path, history: History) -> list[dict[str, Any]]:
+    """A row per run, newest first: its cells per Eval (the point, if the run ran it)."""
+    points = {(eval, p.run_id): p for eval, ps in history.evals.items() for p in ps}
+    rows = []
+    for run in reversed(history.runs):
+        report = Path(run["path"]) / "index.html"
+        link = os.path.relpath(report, root) if report.is_file() else None
+        rows.append(
+            {
+                **run,
+                "link": link,
+                "cells": [points.get((eval, run["run_id"])) for eval in history.evals],
+            }
+        )
+    return rows
