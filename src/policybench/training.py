@@ -38,6 +38,7 @@ from policybench.serve.command import action_space_of
 from policybench.serve.server import PolicyServer, ServedModel, ServerConfig, ServerThread
 from policybench.spec import Eval
 from policybench.suites import eval_named
+from policybench.trackers import check_trackers, log_run
 
 OUTPUT = "output.txt"  # the child run's output, beside its test file
 FOLDER_PREFIX = "policybench-evaluate-"  # the child run's folder, in the system's temp dir
@@ -93,6 +94,9 @@ def evaluate(
     env_url: str | None = None,
     env_api_key: str | None = None,
     quiet: bool = False,
+    log_to: Sequence[str] = (),
+    log_name: str | None = None,
+    log_step: int | None = None,
 ) -> Evaluation:
     """Evaluates `model` (a Model, a Policy over a Model, or a factory as `--policy module:attr`
     takes) on `evals` (names or Evals, or one) as `pytest --policy=openpi` would: a child pytest
@@ -103,7 +107,9 @@ def evaluate(
     and --env-api-key, where isolated Evals' envs are built (the key reaches the run through its
     environment alone). Blocks until the run ends, printing its progress line to stderr every
     few seconds (`quiet`: nothing); the run stops, as on Ctrl-C, when this process ends or the
-    call is interrupted."""
+    call is interrupted. `log_to` ("wandb", "mlflow", "tensorboard"): trackers the results are
+    logged to from this process, into a run already open there (a training loop's) at
+    `log_step`, else a new one named `log_name` (default: the run's id)."""
     if isinstance(model, Eval):
         raise TypeError(
             "evaluate(model, evals=...) evaluates a model; to run a test once per planned "
@@ -126,6 +132,7 @@ def evaluate(
     why = ENV_URL.refusal(env_url)
     if why is not None:
         raise ValueError(why)
+    check_trackers(list(log_to))
     reports = Path(report_dir if report_dir is not None else "reports").resolve()
     with remote.given(env_url, env_api_key):  # this process's envs, and the run's
         served = {e.name: _served(model, e, PolicySettings(seed=seed)) for e in named}
@@ -140,7 +147,13 @@ def evaluate(
         if not quiet and not any(str(arg).startswith("--status-every") for arg in pytest_args):
             child += ["--status-every", f"{PROGRESS_EVERY_S:g}"]
         args = [*child, "-n", str(workers), *pytest_args]
-        return _evaluate(served, call, args, reports, echo=not quiet)
+        evaluation = _evaluate(served, call, args, reports, echo=not quiet)
+    if log_to:
+        verdict = "passed" if evaluation.returncode == 0 else f"exit {evaluation.returncode}"
+        for line in log_run(evaluation.run_dir, list(log_to), log_name, verdict, log_step):
+            if not quiet:
+                print(f"policybench: logged to {line}", file=sys.stderr)
+    return evaluation
 
 
 def _evaluate(

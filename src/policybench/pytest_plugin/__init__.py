@@ -30,4 +30,5 @@ pytest_plugins = [
     "policybench.pytest_plugin.remote",
     "policybench.pytest_plugin.env_remote",
     "policybench.pytest_plugin.dataset",
+    "policybench.pytest_plugin.trackers",
 ]

@@ -1,0 +1,98 @@
+"""`policybench history`: runs written into one folder are read into history.sqlite and shown on
+index.html, success per Eval over runs; a run under another protocol starts a new line; a
+significant drop between consecutive comparable runs is marked, and `--fail-on-regression`
+fails on it; the store answers "success per Eval per run" as the runs' summaries do, is rebuilt
+when deleted, reads only new runs, and counts a run merged from shards once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from policybench.cli import main
+from policybench.report.history import STORE, SUCCESS_PER_EVAL
+from tests.test_shards import BENCHMARK, ENVS
+
+RUN = ("--rollouts", "6", "--report-dir", "runs", "-p", "no:randomly")
+
+
+def history(folder: Path, *args: str) -> int:
+    return main(["history", str(folder), *args])
+
+
+@pytest.fixture
+def runs(pytester: pytest.Pytester) -> Path:
+    """Two runs of one protocol into `runs/`: the expert, then a random policy."""
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    assert pytester.runpytest(*RUN).ret == 0
+    assert pytester.runpytest(*RUN, "--policy=random").ret == 0
+    return pytester.path / "runs"
+
+
+def test_two_runs_then_a_drop_then_another_protocol(runs, pytester, capsys):
+    assert history(runs) == 0  # without --fail-on-regression a drop is shown, not failed
+    said = capsys.readouterr().out
+    assert said.startswith(f"{runs}: 2 runs (2 read, 0 unchanged); {runs / 'index.html'}")
+    assert "regression: reach: " in said and "significantly worse than the best" in said
+    page = (runs / "index.html").read_text()
+    first, second = sorted(p.name for p in runs.iterdir() if p.name[:1].isdigit())
+    assert first in page and second in page
+    assert page.count('class="history-plot"') == 2  # reach and slow
+    assert 'class="change worse"' in page  # the drop, marked on reach's plot
+    assert history(runs, "--fail-on-regression") == 1
+    # A third run under another base seed: another protocol, a new line, and what changed.
+    assert pytester.runpytest(*RUN, "--seed", "7").ret == 0
+    assert history(runs, "--fail-on-regression") == 0  # nothing before it on its line
+    page = (runs / "index.html").read_text()
+    assert page.count('class="protocol-break"') == 2
+    assert "protocol changed: run.base_seed: 0 -&gt; 7" in page
+
+
+def test_the_store_answers_success_per_eval_as_the_runs_summaries_do(runs, capsys):
+    assert history(runs) == 0
+    with sqlite3.connect(runs / STORE) as store:
+        rows = store.execute(SUCCESS_PER_EVAL).fetchall()
+    expected = []
+    for run_dir in sorted(p for p in runs.iterdir() if p.name[:1].isdigit()):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        for row in sorted(summary["evals"], key=lambda r: r["eval"]):
+            expected.append((run_dir.name, row["eval"], row["solved"], row["rollouts"]))
+    assert [row[:4] for row in rows] == expected
+    with sqlite3.connect(runs / STORE) as store:
+        rollouts = store.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0]
+    assert rollouts == 2 * (3 * 6 + 6)
+    # Deleted, it is rebuilt from the runs; asked again, it reads nothing it has read.
+    (runs / STORE).unlink()
+    capsys.readouterr()
+    assert history(runs) == 0
+    assert "2 runs (2 read, 0 unchanged)" in capsys.readouterr().out
+    assert history(runs) == 0
+    assert "2 runs (0 read, 2 unchanged)" in capsys.readouterr().out
+    with sqlite3.connect(runs / STORE) as store:
+        assert store.execute(SUCCESS_PER_EVAL).fetchall() == rows
+
+
+def test_a_run_merged_from_shards_counts_once(pytester, capsys):
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    for k in (1, 2):
+        assert pytester.runpytest(*RUN, "--shard", f"{k}/2").ret == 0
+    runs = pytester.path / "runs"
+    parts = sorted(runs.glob("*-shard*of2"))
+    assert len(parts) == 2
+    assert main(["report", "merge", *map(str, parts), "--out", str(runs / "merged")]) == 0
+    capsys.readouterr()
+    assert history(runs) == 0
+    assert capsys.readouterr().out.startswith(f"{runs}: 1 runs (3 read, 0 unchanged)")
+    with sqlite3.connect(runs / STORE) as store:
+        [(rollouts,)] = store.execute(
+            "SELECT SUM(rollouts) FROM evals WHERE run_id = 'merged'"
+        ).fetchall()
+    assert rollouts == 3 * 6 + 6
+
+
+def test_a_folder_that_is_not_one_is_said(tmp_path, capsys):
+    assert history(tmp_path / "nowhere") == 2
+    assert "is not a folder of runs" in capsys.readouterr().err

@@ -1,0 +1,150 @@
+"""`--log-to wandb|mlflow|tensorboard`: a run logs each Eval's success with its interval, the
+per-task table, the verdict and the report, offline, and each test reads back what was logged:
+W&B in offline mode (its run files), MLflow on a file store, TensorBoard's event files."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from tests.test_shards import BENCHMARK, ENVS
+
+RUN = ("--rollouts", "2", "--report-dir", "runs")
+
+
+@pytest.fixture
+def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(pytester.path / "wandb-dir"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (pytester.path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3's file store, opted into
+    return pytester
+
+
+def summary(bench: pytest.Pytester) -> dict:
+    return json.loads((bench.path / "runs" / "latest" / "summary.json").read_text())
+
+
+def test_pytest_help_offers_each_tracker(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--log-to=TRACKER*"])
+    said = " ".join(result.stdout.lines)
+    assert all(name in said for name in ("wandb", "mlflow", "tensorboard"))
+
+
+def test_tensorboard_event_files_hold_each_evals_success_and_the_table(bench):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = bench.runpytest_subprocess(*RUN, "--log-to", "tensorboard", "--log-name", "tb-run")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["logged to tensorboard: */tensorboard/tb-run"])
+    events = EventAccumulator(
+        str(bench.path / "runs" / "latest" / "tensorboard" / "tb-run"), size_guidance={"tensors": 0}
+    ).Reload()
+    reach = next(row for row in summary(bench)["evals"] if row["eval"] == "reach")
+    assert events.Scalars("policybench/reach/success")[0].value == pytest.approx(
+        reach["success_rate"]
+    )
+    assert events.Scalars("policybench/reach/success_low")[0].value == pytest.approx(
+        reach["interval"][0]
+    )
+    table = events.Tensors("policybench/tasks")[0].tensor_proto.string_val[0].decode()
+    assert "| reach | a | 2 | 2 |" in table
+    verdict = events.Tensors("policybench/verdict")[0].tensor_proto.string_val[0].decode()
+    assert verdict == "passed"
+
+
+def test_mlflow_file_store_holds_the_metrics_table_verdict_and_report(bench):
+    import mlflow
+
+    result = bench.runpytest_subprocess(*RUN, "--log-to", "mlflow", "--log-name", "ml-run")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["logged to mlflow: run * (file://*mlruns)"])
+    mlflow.set_tracking_uri((bench.path / "mlruns").as_uri())
+    [run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert run.info.run_name == "ml-run"
+    overall = summary(bench)["overall"]
+    assert run.data.metrics["policybench/all/success"] == pytest.approx(overall["success_rate"])
+    assert run.data.tags["policybench.verdict"] == "passed"
+    artifacts = Path(run.info.artifact_uri.removeprefix("file://"))
+    tasks = json.loads((artifacts / "policybench" / "tasks.json").read_text())
+    assert {(t["eval"], t["task"]) for t in tasks} == {
+        ("reach", "a"),
+        ("reach", "b"),
+        ("reach", "c"),
+        ("slow", "far"),
+    }
+    assert (artifacts / "policybench-report" / "index.html").is_file()
+
+
+def wandb_records(path: Path):
+    """The records of an offline W&B run's transaction log (`run-<id>.wandb`): LevelDB's log
+    format (32 KiB blocks of records, each a 7-byte header: checksum, length, type; FULL, or
+    FIRST, MIDDLE... LAST pieces) after a 7-byte file header, each record a wandb protobuf."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    position, block, pending = 7, 32768, b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:  # a block's tail too short for a header is padding
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        piece = data[position + 7 : position + 7 + length]
+        position += 7 + length
+        pending = piece if kind in (1, 2) else pending + piece
+        if kind in (1, 4) and pending:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+            pending = b""
+
+
+def test_wandb_offline_run_holds_the_summary_and_the_report_artifact(bench):
+    result = bench.runpytest_subprocess(*RUN, "--log-to", "wandb", "--log-to", "tensorboard")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines(["logged to wandb: run *", "logged to tensorboard: *"])
+    [log] = (bench.path / "wandb-dir" / "wandb").glob("offline-run-*/run-*.wandb")
+    summary_of_run, artifacts = {}, []
+    for record in wandb_records(log):
+        kind = record.WhichOneof("record_type")
+        if kind == "summary":
+            summary_of_run.update(
+                {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                    for i in record.summary.update
+                }
+            )
+        elif kind == "artifact":
+            artifacts.append((record.artifact.name, record.artifact.type))
+    reach = next(row for row in summary(bench)["evals"] if row["eval"] == "reach")
+    assert summary_of_run["policybench/reach/success"] == pytest.approx(reach["success_rate"])
+    assert summary_of_run["policybench/reach/success_low"] == pytest.approx(reach["interval"][0])
+    assert summary_of_run["policybench/verdict"] == "passed"
+    run_id = (bench.path / "runs" / "latest").resolve().name
+    assert (f"policybench-report-{run_id}", "policybench-report") in artifacts
+    [table] = log.parent.glob("files/media/table/policybench/tasks_*.table.json")
+    rows = json.loads(table.read_text())["data"]
+    assert sorted((row[0], row[1]) for row in rows) == [
+        ("reach", "a"), ("reach", "b"), ("reach", "c"), ("slow", "far")
+    ]  # fmt: skip
+
+
+def test_a_tracker_not_installed_is_a_usage_error_naming_its_extra(bench, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    from policybench.trackers import check_trackers
+
+    with pytest.raises(ValueError, match=r"pip install 'policybench\[wandb\]'"):
+        check_trackers(["wandb"])
