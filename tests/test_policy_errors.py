@@ -20,6 +20,7 @@ BROKEN = """
 import numpy as np
 
 from policybench.policy.base import Chunk, InfrastructureError
+from policybench.preflight import ORIENTATIONS
 
 
 class Still:
@@ -57,18 +58,26 @@ class DescribableOnce(Still):
 
 
 class FirstRolloutDown(Still):
-    '''Its first rollout meets a server gone away, so the rollout is run again.'''
+    '''Its first rollout meets a server gone away, so the rollout is run again. The sessions
+    before it are the preflight's: its call, and one for each way it turns the image (PushT has
+    an image and an expert).'''
+
+    opened = 0
 
     def open(self, context):
         predict = super().open(context)
+        self.opened += 1
+        mine = self.opened
 
         def first(obs):
-            if self.answered == 1:  # the preflight's was the first
-                self.answered += 1
+            if mine == 1 + len(ORIENTATIONS) + 1 and not self.failed:
+                self.failed = True
                 raise InfrastructureError("server gone")
             return predict(obs)
 
         return first
+
+    failed = False
 
 
 UNDESCRIBABLE = Undescribable()

@@ -36,6 +36,7 @@ REACH = Eval(
 def test_the_built_in_suites_are_registered_like_any_other():
     assert suite_modules() == {
         "metaworld": "policybench.suites.metaworld",
+        "metaworld-ml45": "policybench.suites.metaworld_ml",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",
