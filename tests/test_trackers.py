@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,7 @@ def summary(bench: pytest.Pytester) -> dict:
 
 
 def test_pytest_help_offers_each_tracker(pytester):
-    result = pytester.runpytest("--help")
+    result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(["*--log-to=TRACKER*"])
     said = " ".join(result.stdout.lines)
     assert all(name in said for name in ("wandb", "mlflow", "tensorboard"))
@@ -59,26 +61,38 @@ def test_tensorboard_event_files_hold_each_evals_success_and_the_table(bench):
     assert verdict == "passed"
 
 
-def test_mlflow_file_store_holds_the_metrics_table_verdict_and_report(bench):
-    import mlflow
+READ_MLFLOW = """
+import json, sys
+import mlflow
 
+mlflow.set_tracking_uri(sys.argv[1])
+[run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
+print(json.dumps({"name": run.info.run_name, "metrics": run.data.metrics,
+                  "tags": run.data.tags, "artifacts": run.info.artifact_uri}))
+"""
+
+
+def test_mlflow_file_store_holds_the_metrics_table_verdict_and_report(bench):
     result = bench.runpytest_subprocess(*RUN, "--log-to", "mlflow", "--log-name", "ml-run")
     assert result.ret == 0, result.stdout.str()[-2000:]
     result.stdout.fnmatch_lines(["logged to mlflow: run * (file://*mlruns)"])
-    mlflow.set_tracking_uri((bench.path / "mlruns").as_uri())
-    [run] = mlflow.search_runs(search_all_experiments=True, output_format="list")
-    assert run.info.run_name == "ml-run"
+    # Read back in a process of its own: MLflow's imports change what this one's
+    # importlib.metadata finds.
+    uri = (bench.path / "mlruns").as_uri()
+    done = subprocess.run(
+        [sys.executable, "-c", READ_MLFLOW, uri], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    assert run["name"] == "ml-run"
     overall = summary(bench)["overall"]
-    assert run.data.metrics["policybench/all/success"] == pytest.approx(overall["success_rate"])
-    assert run.data.tags["policybench.verdict"] == "passed"
-    artifacts = Path(run.info.artifact_uri.removeprefix("file://"))
+    assert run["metrics"]["policybench/all/success"] == pytest.approx(overall["success_rate"])
+    assert run["tags"]["policybench.verdict"] == "passed"
+    artifacts = Path(run["artifacts"].removeprefix("file://"))
     tasks = json.loads((artifacts / "policybench" / "tasks.json").read_text())
     assert {(t["eval"], t["task"]) for t in tasks} == {
-        ("reach", "a"),
-        ("reach", "b"),
-        ("reach", "c"),
-        ("slow", "far"),
-    }
+        ("reach", "a"), ("reach", "b"), ("reach", "c"), ("slow", "far")
+    }  # fmt: skip
     assert (artifacts / "policybench-report" / "index.html").is_file()
 
 
@@ -148,3 +162,26 @@ def test_a_tracker_not_installed_is_a_usage_error_naming_its_extra(bench, monkey
 
     with pytest.raises(ValueError, match=r"pip install 'policybench\[wandb\]'"):
         check_trackers(["wandb"])
+
+
+def test_evaluate_logs_to_a_tracker_from_the_training_process(tmp_path, monkeypatch, capsys):
+    """`evaluate(log_to=...)` logs from the calling process (a training loop's), at its step."""
+    pytest.importorskip("gym_pusht")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import policybench
+    from policybench.suites.pusht import PUSHT
+
+    monkeypatch.setenv("POLICYBENCH_TENSORBOARD_DIR", str(tmp_path / "tb"))
+    found = policybench.evaluate(
+        PUSHT.scripted(), evals=["pusht"], rollouts=1, workers=0, report_dir=tmp_path / "runs",
+        log_to=["tensorboard"], log_name="step-40", log_step=40,
+    )  # fmt: skip
+    assert found.returncode == 0, found.output[-2000:]
+    assert (
+        f"policybench: logged to tensorboard: {tmp_path / 'tb' / 'step-40'}"
+        in capsys.readouterr().err
+    )
+    events = EventAccumulator(str(tmp_path / "tb" / "step-40")).Reload()
+    [logged] = events.Scalars("policybench/pusht/success")
+    assert (logged.step, logged.value) == (40, pytest.approx(found.success_rate("pusht")))

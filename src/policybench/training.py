@@ -110,6 +110,35 @@ def evaluate(
     call is interrupted. `log_to` ("wandb", "mlflow", "tensorboard"): trackers the results are
     logged to from this process, into a run already open there (a training loop's) at
     `log_step`, else a new one named `log_name` (default: the run's id)."""
+    named = _checked(model, evals, rollouts, workers, env_url, log_to)
+    reports = Path(report_dir if report_dir is not None else "reports").resolve()
+    with remote.given(env_url, env_api_key):  # this process's envs, and the run's
+        served = {e.name: _served(model, e, PolicySettings(seed=seed)) for e in named}
+        shown = [f"<model {_model_name(served)!r}>", f"evals={list(served)!r}"]
+        shown += [f"rollouts={rollouts}", f"workers={workers}", f"seed={seed}"]
+        shown += [f"report_dir={str(reports)!r}"]
+        shown += [f"pytest_args={_shown_args(pytest_args)!r}"] if pytest_args else []
+        shown += [f"env_url={without_secrets(env_url)!r}"] if env_url is not None else []
+        shown += [f"env_api_key={HIDDEN!r}"] if env_api_key is not None else []
+        call = f"policybench.evaluate({', '.join(shown)})"
+        child = ["--rollouts", str(rollouts), "--seed", str(seed), "--report-dir", str(reports)]
+        if not quiet and not any(str(arg).startswith("--status-every") for arg in pytest_args):
+            child += ["--status-every", f"{PROGRESS_EVERY_S:g}"]
+        args = [*child, "-n", str(workers), *pytest_args]
+        evaluation = _evaluate(served, call, args, reports, echo=not quiet)
+    _logged(evaluation, log_to, log_name, log_step, quiet)
+    return evaluation
+
+
+def _checked(
+    model: Any,
+    evals: str | Eval | Sequence[str | Eval],
+    rollouts: int,
+    workers: int,
+    env_url: str | None,
+    log_to: Sequence[str],
+) -> list[Eval]:
+    """`evaluate`'s Evals, once its arguments are seen to be sound (else what is wrong)."""
     if isinstance(model, Eval):
         raise TypeError(
             "evaluate(model, evals=...) evaluates a model; to run a test once per planned "
@@ -133,27 +162,23 @@ def evaluate(
     if why is not None:
         raise ValueError(why)
     check_trackers(list(log_to))
-    reports = Path(report_dir if report_dir is not None else "reports").resolve()
-    with remote.given(env_url, env_api_key):  # this process's envs, and the run's
-        served = {e.name: _served(model, e, PolicySettings(seed=seed)) for e in named}
-        shown = [f"<model {_model_name(served)!r}>", f"evals={list(served)!r}"]
-        shown += [f"rollouts={rollouts}", f"workers={workers}", f"seed={seed}"]
-        shown += [f"report_dir={str(reports)!r}"]
-        shown += [f"pytest_args={_shown_args(pytest_args)!r}"] if pytest_args else []
-        shown += [f"env_url={without_secrets(env_url)!r}"] if env_url is not None else []
-        shown += [f"env_api_key={HIDDEN!r}"] if env_api_key is not None else []
-        call = f"policybench.evaluate({', '.join(shown)})"
-        child = ["--rollouts", str(rollouts), "--seed", str(seed), "--report-dir", str(reports)]
-        if not quiet and not any(str(arg).startswith("--status-every") for arg in pytest_args):
-            child += ["--status-every", f"{PROGRESS_EVERY_S:g}"]
-        args = [*child, "-n", str(workers), *pytest_args]
-        evaluation = _evaluate(served, call, args, reports, echo=not quiet)
-    if log_to:
-        verdict = "passed" if evaluation.returncode == 0 else f"exit {evaluation.returncode}"
-        for line in log_run(evaluation.run_dir, list(log_to), log_name, verdict, log_step):
-            if not quiet:
-                print(f"policybench: logged to {line}", file=sys.stderr)
-    return evaluation
+    return named
+
+
+def _logged(
+    evaluation: Evaluation,
+    log_to: Sequence[str],
+    name: str | None,
+    step: int | None,
+    quiet: bool,
+) -> None:
+    """Logs an evaluation's results to the trackers of `log_to` (trackers.py), saying where."""
+    if not log_to:
+        return
+    verdict = "passed" if evaluation.returncode == 0 else f"exit {evaluation.returncode}"
+    for line in log_run(evaluation.run_dir, list(log_to), name, verdict, step):
+        if not quiet:
+            print(f"policybench: logged to {line}", file=sys.stderr)
 
 
 def _evaluate(
