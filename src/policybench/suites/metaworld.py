@@ -293,6 +293,17 @@ def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     return np.array([0.0, 0.0, 0.0, gripper])
 
 
+# What every MetaWorld Eval shares: its rate, its hold, and what it needs installed.
+COMMON: dict[str, Any] = {
+    "control_hz": CONTROL_HZ,
+    "hold": hold,
+    "hold_name": "zero-delta, keep gripper",
+    "requires": ("metaworld",),
+    "extra": "metaworld",
+    "packages": ("metaworld", "mujoco", "gymnasium"),
+}
+
+
 class MetaWorldExpert:
     """MetaWorld's hand-written expert for the task the instruction names, one action a call."""
 
@@ -399,12 +410,7 @@ def mt10(
             SeededPlacement, camera is not None, camera=camera, size=size, shadows=shadows
         ),
         plan=seeded_per_task(tasks, timeout_s=MAX_STEPS / CONTROL_HZ),
-        control_hz=CONTROL_HZ,
-        hold=hold,
-        hold_name="zero-delta, keep gripper",
-        requires=("metaworld",),
-        extra="metaworld",
-        packages=("metaworld", "mujoco", "gymnasium"),
+        **COMMON,
         renderer=None if camera is None else MUJOCO,
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
@@ -478,12 +484,7 @@ def mt10_lerobot(
         plan=seeded_per_task(tasks, timeout_s, LEROBOT_START_SEED)
         if latest
         else LeRobotDraws(dict(tasks), timeout_s=timeout_s),
-        control_hz=CONTROL_HZ,
-        hold=hold,
-        hold_name="zero-delta, keep gripper",
-        requires=("metaworld",),
-        extra="metaworld",
-        packages=("metaworld", "mujoco", "gymnasium"),
+        **COMMON,
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
             "protocol": "lerobot",

@@ -21,7 +21,7 @@ import numpy as np
 
 from policybench.perturbation import INITIAL_STATE, MujocoStaging
 from policybench.spec import Eval, seeded_per_task
-from policybench.suites.metaworld import CONTROL_HZ, MAX_STEPS, SIGNALS, hold, openpi_codec
+from policybench.suites.metaworld import COMMON, CONTROL_HZ, MAX_STEPS, SIGNALS, openpi_codec
 from policybench.suites.metaworld_lerobot_tasks import LEROBOT_TASKS
 
 ML_SEED = 42  # the benchmark's seed: which 50 placements each class's tasks are
@@ -86,12 +86,7 @@ def ml45(split: str) -> Eval:
         plan=seeded_per_task(
             {task: LEROBOT_TASKS[task] for task in classes}, timeout_s=MAX_STEPS / CONTROL_HZ
         ),
-        control_hz=CONTROL_HZ,
-        hold=hold,
-        hold_name="zero-delta, keep gripper",
-        requires=("metaworld",),
-        extra="metaworld",
-        packages=("metaworld", "mujoco", "gymnasium"),
+        **COMMON,
         metadata={
             "observation": "state (39-d; the goal's state[36:39] zero: ML45 hides it)",
             "placement": f"seed i: the class's i-th task (mod {TASKS_PER_CLASS}) of "
