@@ -211,6 +211,14 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         eval = getattr(metaworld, name)
         return eval, task, eval.scripted(), None
 
+    def gym_hil(pixels: bool):
+        from policybench.suites import gym_hil as suite
+
+        eval = suite.GYM_HIL_PIXELS if pixels else suite.GYM_HIL
+        steps = 3 if pixels else 20
+        actions = 0.05 * _waves(steps, 7)  # the target moved by up to 2.5 cm a step
+        return eval, "PandaPickCube", FixedActions(actions), steps / eval.control_hz
+
     def metaworld_lerobot(difficulty: str, task: str):
         from policybench.suites import metaworld
 
@@ -282,6 +290,8 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
             "very_hard", "stick-pull-v3"
         ),
         "metaworld-ml45-train-reach-wall": lambda: ml45("train", "reach-wall-v3"),
+        "gym-hil-pick-cube": lambda: gym_hil(False),
+        "gym-hil-pixels-pick-cube": lambda: gym_hil(True),
         "metaworld-ml45-test-door-lock": lambda: ml45("test", "door-lock-v3"),
         "pusht": pusht,
         "aloha-transfer-cube": aloha,
@@ -312,6 +322,7 @@ SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"
+SIM_REQUIRES["gym-hil-pick-cube"] = SIM_REQUIRES["gym-hil-pixels-pick-cube"] = "gym_hil"
 SIM_REQUIRES["libero-spatial-task0"] = "libero"
 SIM_REQUIRES["libero-spatial-task4-rollout3"] = "libero"
 SIM_REQUIRES["libero-10-task8-lerobot-rollout2"] = "libero"

@@ -37,6 +37,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
     assert suite_modules() == {
         "metaworld": "policybench.suites.metaworld",
         "metaworld-ml45": "policybench.suites.metaworld_ml",
+        "gym-hil": "policybench.suites.gym_hil",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",
