@@ -22,6 +22,7 @@ from typing import Any
 from policybench import keys
 from policybench.record.protocol import of_policy
 from policybench.report.compare import compare_runs
+from policybench.run.arms import ARMS
 from policybench.run.info import RunInfo
 from policybench.run.records import latest_per_rollout, rollout_id, tally_of
 from policybench.run.results import RESULTS, read_results
@@ -90,8 +91,10 @@ def update(connection: sqlite3.Connection, root: Path) -> tuple[int, int]:
     read = 0
     for run_dir in dirs:
         results = run_dir / RESULTS
-        stat = results.stat() if results.is_file() else None
-        seen = (stat.st_mtime_ns, stat.st_size) if stat else (None, None)
+        if not results.is_file():  # started, no rollout ended yet: read once one has
+            continue
+        stat = results.stat()
+        seen = (stat.st_mtime_ns, stat.st_size)
         if known.get(run_dir.name) == seen:
             continue
         _store_run(connection, run_dir, seen)
@@ -102,7 +105,7 @@ def update(connection: sqlite3.Connection, root: Path) -> tuple[int, int]:
     return read, len(dirs) - read
 
 
-def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[Any, Any]) -> None:
+def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, int]) -> None:
     results = read_results(run_dir / RESULTS)
     records = latest_per_rollout(results.records)
     try:
@@ -110,7 +113,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[Any, A
     except ValueError:
         run = None
     settings = dict(run.settings) if run else {}
-    arms = settings.get("arms")
+    arms = settings.get(ARMS)
     policy = ", ".join(arms) if arms else str(settings.get(keys.POLICY) or "")
     parts = [part.get("path") for part in settings.get(keys.PARTS) or () if part.get("path")]
     connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
