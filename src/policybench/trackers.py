@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from policybench import keys
+from policybench.run.arms import ARMS
 from policybench.run.layout import SUMMARY, VIDEOS
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
@@ -40,18 +42,18 @@ class Logged:
     @classmethod
     def of(cls, run_dir: Path, name: str | None = None, verdict: str | None = None) -> Logged:
         summary = json.loads((run_dir / SUMMARY).read_text())
-        if "arms" in summary:  # an A/B run: each arm's rows, under the arm's name
-            rows = [(f"{arm['arm']}/", arm) for arm in summary["arms"]]
+        if ARMS in summary:  # an A/B run: each arm's rows, under the arm's name
+            rows = [(f"{arm[keys.ARM]}/", arm) for arm in summary[ARMS]]
         else:
             rows = [("", summary)]
         scalars: dict[str, float] = {}
         tasks: list[list[Any]] = []
         for prefix, found in rows:
             for row in [*found["evals"], found["overall"]]:
-                key = f"{PREFIX}/{prefix}{row['eval']}"
+                key = f"{PREFIX}/{prefix}{row[keys.EVAL]}"
                 scalars.update(_rates(key, row))
             tasks += [
-                [f"{prefix}{row['eval']}", row["task"], row["rollouts"], row["solved"],
+                [f"{prefix}{row[keys.EVAL]}", row[keys.TASK], row["rollouts"], row["solved"],
                  row["errors"], row["success_rate"], *row["interval"]]
                 for row in found["tasks"]
             ]  # fmt: skip

@@ -180,7 +180,7 @@ def _protocol_fields(fingerprint: Mapping[str, Any], eval: str) -> dict[str, Any
     mine = evals.get(eval) or {}
     return {
         "run": _without_policy(fingerprint.get("run") or {}),
-        "eval": _without_policy(mine.get("fields") or {}),
+        keys.EVAL: _without_policy(mine.get("fields") or {}),
         "tasks": mine.get("tasks") or {},
     }
 
@@ -231,7 +231,7 @@ def read_history(
 ) -> History:
     """The store's runs as lines per Eval, each step tested against the run before it, and the
     newest run of each line tested against the best of the `window` before it."""
-    columns = ("run_id", "path", "started", "policy", "git_revision", "command", "parts")
+    columns = ("run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts")
     runs = [
         dict(zip(columns, row, strict=True))
         for row in connection.execute(f"SELECT {', '.join(columns)} FROM runs")
@@ -302,7 +302,7 @@ def _points(
             change, p_value = _tested(eval, previous[0], run_id, records, alpha)
         points.append(
             Point(
-                run_id, run["started"], run["policy"], run["git_revision"], run["command"],
+                run_id, run["started"], run[keys.POLICY], run["git_revision"], run[keys.COMMAND],
                 rollouts, solved, rate, low, high, line, change, p_value, changed,
             )
         )  # fmt: skip
@@ -348,7 +348,7 @@ def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, 
     """The protocol fields that differ between two lines' runs, named as `run.X`, `eval.X`,
     `tasks` (which tasks ran, or their instructions and timeouts)."""
     found = []
-    for part in ("run", "eval"):
+    for part in ("run", keys.EVAL):
         mine, theirs = before.get(part) or {}, after.get(part) or {}
         for name in sorted(set(mine) | set(theirs)):
             if mine.get(name) != theirs.get(name):

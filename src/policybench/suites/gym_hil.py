@@ -129,7 +129,7 @@ def gym_hil(pixels: bool = False) -> Eval:
             ),
             "placement": "seed s: numpy's global generator seeded with s for the reset alone "
             "(gym-hil draws the block's position from it); PickCube's random_block_position on",
-            "success": "the step info's `succeed`",
+            keys.SUCCESS: "the step info's `succeed`",
             "max_steps": MAX_STEPS,
         },
     )

@@ -293,15 +293,16 @@ def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
     return np.array([0.0, 0.0, 0.0, gripper])
 
 
-# What every MetaWorld Eval shares: its rate, its hold, and what it needs installed.
-COMMON: dict[str, Any] = {
-    "control_hz": CONTROL_HZ,
-    "hold": hold,
-    "hold_name": "zero-delta, keep gripper",
-    "requires": ("metaworld",),
-    "extra": "metaworld",
-    "packages": ("metaworld", "mujoco", "gymnasium"),
-}
+# An Eval with what every MetaWorld Eval shares: its rate, its hold, what it needs installed.
+metaworld_eval = functools.partial(
+    Eval,
+    control_hz=CONTROL_HZ,
+    hold=hold,
+    hold_name="zero-delta, keep gripper",
+    requires=("metaworld",),
+    extra="metaworld",
+    packages=("metaworld", "mujoco", "gymnasium"),
+)
 
 
 class MetaWorldExpert:
@@ -404,13 +405,12 @@ def mt10(
 ) -> Eval:
     """The MT10 tasks (or `tasks`, the Eval then named for `benchmark`); `camera` (e.g.
     "corner") adds a rendered `image` to each observation."""
-    return Eval(
+    return metaworld_eval(
         name=f"metaworld-{benchmark}" + ("" if camera is None else f"-{camera}"),
         make_env=isolable(
             SeededPlacement, camera is not None, camera=camera, size=size, shadows=shadows
         ),
         plan=seeded_per_task(tasks, timeout_s=MAX_STEPS / CONTROL_HZ),
-        **COMMON,
         renderer=None if camera is None else MUJOCO,
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
@@ -474,7 +474,7 @@ def mt10_lerobot(
         )
     latest = version == "0.6.1"
     timeout_s = MAX_STEPS / CONTROL_HZ
-    return Eval(
+    return metaworld_eval(
         name=f"metaworld-{benchmark}-lerobot"
         + ("" if latest else "-" + version.rpartition(".")[0])
         + ("" if shadows else "-noshadows"),
@@ -484,7 +484,6 @@ def mt10_lerobot(
         plan=seeded_per_task(tasks, timeout_s, LEROBOT_START_SEED)
         if latest
         else LeRobotDraws(dict(tasks), timeout_s=timeout_s),
-        **COMMON,
         scripted=lambda: MetaWorldExpert(tasks),
         metadata={
             "protocol": "lerobot",

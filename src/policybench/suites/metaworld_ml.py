@@ -21,7 +21,13 @@ import numpy as np
 
 from policybench.perturbation import INITIAL_STATE, MujocoStaging
 from policybench.spec import Eval, seeded_per_task
-from policybench.suites.metaworld import COMMON, CONTROL_HZ, MAX_STEPS, SIGNALS, openpi_codec
+from policybench.suites.metaworld import (
+    CONTROL_HZ,
+    MAX_STEPS,
+    SIGNALS,
+    metaworld_eval,
+    openpi_codec,
+)
 from policybench.suites.metaworld_lerobot_tasks import LEROBOT_TASKS
 
 ML_SEED = 42  # the benchmark's seed: which 50 placements each class's tasks are
@@ -80,13 +86,12 @@ def ml45(split: str) -> Eval:
     if split not in SPLITS:
         raise ValueError(f"ML45 splits are {SPLITS}, got {split!r}")
     classes = TRAIN_CLASSES if split == "train" else TEST_CLASSES
-    return Eval(
+    return metaworld_eval(
         name=f"metaworld-ml45-{split}",
         make_env=functools.partial(ML45Task, split=split),
         plan=seeded_per_task(
             {task: LEROBOT_TASKS[task] for task in classes}, timeout_s=MAX_STEPS / CONTROL_HZ
         ),
-        **COMMON,
         metadata={
             "observation": "state (39-d; the goal's state[36:39] zero: ML45 hides it)",
             "placement": f"seed i: the class's i-th task (mod {TASKS_PER_CLASS}) of "
