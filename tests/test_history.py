@@ -25,10 +25,10 @@ def history(folder: Path, *args: str) -> int:
 
 @pytest.fixture
 def runs(pytester: pytest.Pytester) -> Path:
-    """Two runs of one protocol into `runs/`: the expert, then a random policy."""
+    """Two runs of one protocol into `runs/`: the expert, then a random policy below its floor."""
     pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
     assert pytester.runpytest(*RUN).ret == 0
-    assert pytester.runpytest(*RUN, "--policy=random").ret == 0
+    assert pytester.runpytest(*RUN, "--policy=random", "--success-fail-under", "0.9").ret == 1
     return pytester.path / "runs"
 
 
@@ -63,7 +63,10 @@ def test_the_store_answers_success_per_eval_as_the_runs_summaries_do(runs, capsy
     assert [row[:4] for row in rows] == expected
     with sqlite3.connect(runs / STORE) as store:
         rollouts = store.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0]
+        verdicts = [v for (v,) in store.execute("SELECT verdict FROM runs ORDER BY run_id")]
     assert rollouts == 2 * (3 * 6 + 6)
+    assert verdicts[0] == "passed"
+    assert verdicts[1].startswith("failed: FAIL overall: success 0.0%")
     # Deleted, it is rebuilt from the runs; asked again, it reads nothing it has read.
     (runs / STORE).unlink()
     capsys.readouterr()

@@ -168,7 +168,7 @@ class Aggregator:
         protocol = Protocol.of(self.records, self.run_info.settings)
         self.run_info = dataclasses.replace(self.run_info, fingerprint=protocol.as_json())
         self.run_info.write(self.run_dir)
-        summary.write(self.run_dir, self.run_info)
+        summary.write(self.run_dir, self.run_info, [breach.line() for breach in breaches])
         if comparison is not None:
             comparison.write(self.run_dir)
         self.findings = Findings(

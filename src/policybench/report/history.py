@@ -22,8 +22,10 @@ from typing import Any
 from policybench import keys
 from policybench.record.protocol import of_policy
 from policybench.report.compare import compare_runs
+from policybench.report.summary import VERDICT
 from policybench.run.arms import ARMS
 from policybench.run.info import RunInfo
+from policybench.run.layout import SUMMARY
 from policybench.run.records import latest_per_rollout, rollout_id, tally_of
 from policybench.run.results import RESULTS, read_results
 from policybench.run.status import is_run
@@ -39,6 +41,7 @@ CREATE TABLE IF NOT EXISTS runs (
     git_revision TEXT,
     command TEXT,
     parts TEXT,                   -- a merged run: its parts' folders (JSON list)
+    verdict TEXT,                 -- passed | failed: <its breaches> | NULL (not recorded)
     results_mtime_ns INTEGER,     -- results.jsonl as last read: a change reads it again
     results_size INTEGER
 );
@@ -64,9 +67,16 @@ CREATE TABLE IF NOT EXISTS rollouts (
 """
 
 
+SCHEMA_VERSION = 1  # a store of another version is an index of old shape: rebuilt
+
+
 def open_store(root: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(root / STORE)
     connection.execute("PRAGMA foreign_keys = ON")
+    if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        connection.executescript("DROP TABLE IF EXISTS rollouts; DROP TABLE IF EXISTS evals; "
+                                 "DROP TABLE IF EXISTS runs;")  # fmt: skip
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     connection.executescript(SCHEMA)
     return connection
 
@@ -118,7 +128,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
     parts = [part.get("path") for part in settings.get(keys.PARTS) or () if part.get("path")]
     connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
     connection.execute(
-        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_dir.name,
             str(run_dir),
@@ -127,6 +137,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
             run.git_revision if run else None,
             run.command if run else None,
             json.dumps(parts),
+            _verdict(run_dir),
             *seen,
         ),
     )
@@ -150,6 +161,18 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
         "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [_rollout_row(run_dir.name, record) for record in records],
     )
+
+
+def _verdict(run_dir: Path) -> str | None:
+    """What the run's gates and decisions said when it ended (summary.json), if recorded."""
+    try:
+        verdict = json.loads((run_dir / SUMMARY).read_text()).get(VERDICT)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(verdict, dict):
+        return None
+    breaches = [str(line) for line in verdict.get("breaches") or ()]
+    return "passed" if verdict.get("passed") else "failed: " + "; ".join(breaches)
 
 
 def _rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -231,7 +254,10 @@ def read_history(
 ) -> History:
     """The store's runs as lines per Eval, each step tested against the run before it, and the
     newest run of each line tested against the best of the `window` before it."""
-    columns = ("run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts")
+    columns = (
+        "run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts",
+        "verdict",
+    )  # fmt: skip
     runs = [
         dict(zip(columns, row, strict=True))
         for row in connection.execute(f"SELECT {', '.join(columns)} FROM runs")

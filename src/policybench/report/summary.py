@@ -39,6 +39,9 @@ Records = Sequence[Mapping[str, Any]]
 OVERALL = "all"
 
 
+VERDICT = "verdict"  # summary.json: what the run's gates and decisions said when it ended
+
+
 @dataclass(frozen=True)
 class Summary:
     """What a run found. In an A/B run, `evals`, `tasks` and `overall` pool every arm's
@@ -191,9 +194,24 @@ class Summary:
             if row.success_reported is False
         ]
 
-    def write(self, run_dir: Path, run: RunInfo | None) -> Path:
+    def write(
+        self, run_dir: Path, run: RunInfo | None, breaches: Sequence[str] | None = None
+    ) -> Path:
+        """summary.json; `breaches`: the run's failed gates and decisions, as its verdict
+        (`verdict`: passed, and each breach's line). Written again without them (a report
+        rebuilt), the verdict the run ended with is kept."""
         path = run_dir / SUMMARY
-        path.write_text(json.dumps(self.as_json(run), indent=2, sort_keys=True) + "\n")
+        found = self.as_json(run)
+        if breaches is not None:
+            found[VERDICT] = {"passed": not breaches, "breaches": list(breaches)}
+        elif path.is_file():
+            try:
+                earlier = json.loads(path.read_text()).get(VERDICT)
+            except (OSError, ValueError, AttributeError):
+                earlier = None
+            if isinstance(earlier, dict):
+                found[VERDICT] = earlier
+        path.write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
         return path
 
 
