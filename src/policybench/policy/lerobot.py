@@ -190,7 +190,9 @@ class LeRobotModel:
         )
         action = config.output_features.get(ACTION)
         self.action_shape = None if action is None else tuple(action.shape)
-        self._checked = False
+        # The input layouts checked against the checkpoint's features: one model may serve
+        # several Evals (load_model keeps one a checkpoint), each checked at its first call.
+        self._checked: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
         self._memories: dict[int, RolloutMemory] = {}
         # Real-time chunking (pi0, pi0.5, SmolVLA with `rtc_config.enabled`): each rollout's last
         # chunk as the policy answered it (normalized), whose tail is the next call's prefix.
@@ -209,8 +211,10 @@ class LeRobotModel:
         inputs = [as_lerobot_inputs(obs) for _, obs in requests]
         if self._on_cpu:  # this model's kernels, whichever model of the process was loaded last
             torch.backends.mkldnn.enabled = self._onednn
-        if not self._checked:
+        layout = tuple(sorted((name, array.shape) for name, array in inputs[0].items()))
+        if layout not in self._checked:
             self._check(inputs[0])
+            self._checked.add(layout)
         batch: dict[str, Any] = {
             name: torch.from_numpy(np.stack([one[name] for one in inputs]))
             for name in self.expected.shapes
@@ -356,7 +360,6 @@ class LeRobotModel:
                 f"{', '.join(missing)}). Evaluate the checkpoint on the suite it was trained "
                 "for, or declare a codec that names its features"
             )
-        self._checked = True
 
     def describe(self) -> dict[str, Any]:
         return {
