@@ -30,6 +30,7 @@ from policybench.policy.base import (
 )
 from policybench.policy.chunk_player import ChunkPolicy, late_share, play_problem
 from policybench.policy.contract import actions_only, contract_of, mismatches
+from policybench.record.trace import is_image
 from policybench.spec import Eval, Rollout
 from policybench.world import World
 
@@ -230,7 +231,7 @@ def _orientation(
     """The distance of the policy's first action from the Eval's expert's, with the first
     observation's images shown each way of ORIENTATIONS; None without an expert, an image or a
     policy other than the expert, or if asking fails (the preflight has passed: it says no more)."""
-    images = [name for name, value in obs.items() if _is_image(value)]
+    images = [name for name, value in obs.items() if is_image(value)]
     if eval.scripted is None or not images or policy.name == "scripted":
         return None
     try:
@@ -249,10 +250,6 @@ def _orientation(
         return found
     except Exception:
         return None
-
-
-def _is_image(value: Any) -> bool:
-    return isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3
 
 
 # How the note on a latency profile's draws past the execution horizon goes on (after a share):

@@ -19,7 +19,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.run.arms import ARMS
-from policybench.run.layout import SUMMARY, VIDEOS
+from policybench.run.layout import SUMMARY, VIDEOS, verdict_line
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
 EXTRAS = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
@@ -40,7 +40,7 @@ class Logged:
     videos: list[Path]
 
     @classmethod
-    def of(cls, run_dir: Path, name: str | None = None, verdict: str | None = None) -> Logged:
+    def of(cls, run_dir: Path, name: str | None = None) -> Logged:
         summary = json.loads((run_dir / SUMMARY).read_text())
         if ARMS in summary:  # an A/B run: each arm's rows, under the arm's name
             rows = [(f"{arm[keys.ARM]}/", arm) for arm in summary[ARMS]]
@@ -58,7 +58,8 @@ class Logged:
                 for row in found["tasks"]
             ]  # fmt: skip
         videos = sorted((run_dir / VIDEOS).glob("*.mp4")) if (run_dir / VIDEOS).is_dir() else []
-        return cls(name or run_dir.name, run_dir, scalars, tasks, verdict or "-", videos)
+        verdict = verdict_line(summary) or "-"
+        return cls(name or run_dir.name, run_dir, scalars, tasks, verdict, videos)
 
 
 def _rates(key: str, row: dict[str, Any]) -> dict[str, float]:
@@ -87,14 +88,11 @@ def check_trackers(names: Sequence[str]) -> None:
 
 
 def log_run(
-    run_dir: Path,
-    to: Sequence[str],
-    name: str | None = None,
-    verdict: str | None = None,
-    step: int | None = None,
+    run_dir: Path, to: Sequence[str], name: str | None = None, step: int | None = None
 ) -> list[str]:
-    """Logs the run in `run_dir` to each tracker of `to`; a line per tracker saying where."""
-    logged = Logged.of(run_dir, name, verdict)
+    """Logs the run in `run_dir` to each tracker of `to`, with the verdict its summary.json
+    records; a line per tracker saying where."""
+    logged = Logged.of(run_dir, name)
     return [LOGGERS[tracker](logged, step) for tracker in dict.fromkeys(to)]
 
 

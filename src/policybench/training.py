@@ -175,8 +175,7 @@ def _logged(
     """Logs an evaluation's results to the trackers of `log_to` (trackers.py), saying where."""
     if not log_to:
         return
-    verdict = "passed" if evaluation.returncode == 0 else f"exit {evaluation.returncode}"
-    for line in log_run(evaluation.run_dir, list(log_to), name, verdict, step):
+    for line in log_run(evaluation.run_dir, list(log_to), name, step):
         if not quiet:
             print(f"policybench: logged to {line}", file=sys.stderr)
 

@@ -21,7 +21,6 @@ from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.run.arms import KEPT, sealed_description
 from policybench.run.layout import PREFLIGHTS
 
-PREFLIGHT = PREFLIGHTS  # the run directory's folder of preflights
 ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
 
 
@@ -78,12 +77,12 @@ def file_name(eval_name: str) -> str:
 def store_of(config: pytest.Config) -> PreflightStore:
     settings = settings_of(config)
     blinded, kept = settings.blinding is not None, sealed_fields(settings.arms)
-    return PreflightStore(run_dir_of(config) / PREFLIGHT, blinded, kept)
+    return PreflightStore(run_dir_of(config) / PREFLIGHTS, blinded, kept)
 
 
 def preflight_lines(config: pytest.Config) -> list[tuple[str, bool]]:
     """The run's preflights, one line each, and whether it failed: what the run's summary on the
     terminal says first (they ran before any rollout did)."""
-    directory = run_dir_of(config) / PREFLIGHT
+    directory = run_dir_of(config) / PREFLIGHTS
     found = [read(path) for path in sorted(directory.glob("*.json"))] if directory.is_dir() else []
     return [(preflight.line(arm), preflight.failed) for preflight, arm in found]

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from policybench.pytest_plugin.gates import BREACHED
 from policybench.pytest_plugin.rundir import run_dir_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.run.layout import SUMMARY
@@ -53,9 +52,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     run_dir = run_dir_of(config)
     if not (run_dir / SUMMARY).is_file():
         return
-    verdict = "failed: a gate or decision failed" if config.stash.get(BREACHED, False) else "passed"
     try:
-        said = log_run(run_dir, trackers, config.getoption("log_name"), verdict)
+        said = log_run(run_dir, trackers, config.getoption("log_name"))
     except Exception as error:  # the run's results stand: a tracker that fails says so
         said = [f"could not log to {', '.join(trackers)}: {type(error).__name__}: {error}"]
     config.stash[LOGGED] = said

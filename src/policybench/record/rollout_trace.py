@@ -22,6 +22,7 @@ from policybench import keys
 from policybench.policy.base import ModelCall, Observation, control_period_ns
 from policybench.record.episode import Episode
 from policybench.record.shadow import ShadowExpert
+from policybench.record.trace import is_image
 
 FORMAT = "policybench-rollout-trace/1"
 STATE_CAP = 64  # an observation entry of more numbers than this (an image, say) is not kept
@@ -48,7 +49,7 @@ class StateRecorder:
 
     def __call__(self, time_ns: int, obs: Observation) -> None:
         for name, value in obs.items():
-            if _is_image(value):
+            if is_image(value):
                 self._moved(name, np.asarray(value))
             if name in self.left_out:
                 continue
@@ -80,11 +81,6 @@ class StateRecorder:
         )
         kept.append(changed)
         self._last_image[name] = image.copy()
-
-
-def _is_image(value: Any) -> bool:
-    array = np.asarray(value)
-    return array.dtype == np.uint8 and array.ndim == 3
 
 
 def _why_not_kept(value: Any, cap: int) -> str | None:

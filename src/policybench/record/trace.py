@@ -42,10 +42,16 @@ def image_digest(image: np.ndarray) -> dict[str, Any]:
     }
 
 
+def is_image(value: Any) -> bool:
+    """Whether an observation entry is an image: HxWxC (or CxHxW) uint8."""
+    array = np.asarray(value)
+    return array.dtype == np.uint8 and array.ndim == 3
+
+
 def canonical_value(value: Any) -> Any:
     """A JSON value for an observation entry: images digested, arrays as float lists."""
     array = np.asarray(value)
-    if array.dtype == np.uint8 and array.ndim == 3:
+    if is_image(array):
         return image_digest(array)
     if array.dtype.kind == "b":
         return array.tolist()

@@ -26,8 +26,10 @@ import numpy as np
 
 from policybench import keys
 from policybench.preflight import ORIENTATION
-from policybench.record.rollout_trace import EXPERT_ACTION, MOTION, read_trace
-from policybench.run.layout import PREFLIGHTS, inside
+from policybench.record.rollout_trace import EXPERT_ACTION, MOTION
+from policybench.report.failures import trace_of
+from policybench.report.stats import group
+from policybench.run.layout import PREFLIGHTS
 
 DIAGNOSED_AT = 0.1  # an Eval solving this share of its rollouts or less is diagnosed
 TRACES_READ = 20  # unsolved rollouts read per Eval, in the run's order
@@ -71,7 +73,7 @@ def diagnoses(records: Sequence[Mapping[str, Any]], run_dir: Path | None) -> tup
         return ()
     orientations = _orientations(run_dir)
     found = []
-    for eval, members in _by_eval(records).items():
+    for (eval,), members in group(records, keys.EVAL).items():
         ended = [r for r in members if r.get(keys.OUTCOME) in ("solved", "unsolved")]
         if not ended:
             continue
@@ -109,22 +111,10 @@ def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:
     return found
 
 
-def _by_eval(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
-    for record in records:
-        grouped.setdefault(str(record.get(keys.EVAL)), []).append(record)
-    return grouped
-
-
 def _trace(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | None:
-    name = record.get(keys.ROLLOUT_TRACE)
-    if not isinstance(name, str):
-        return None
-    try:
-        trace = read_trace(inside(run_dir, name))
-    except (ValueError, OSError, KeyError):
-        return None  # its rollout page says why
-    return trace if trace.get("arrays", {}).get("action") is not None else None
+    """The rollout's trace, if it can be read and holds its actions."""
+    trace = trace_of(run_dir, record)
+    return trace if trace is not None and trace["arrays"].get("action") is not None else None
 
 
 def _actions(traces: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:

@@ -145,19 +145,28 @@ def clusters_lines(clusters: Sequence[Cluster]) -> list[str]:
     ]
 
 
+def trace_of(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The rollout's trace (its arrays read), from inside its run's folder; None when it has
+    none or it cannot be read (its rollout page says why)."""
+    name = record.get(keys.ROLLOUT_TRACE)
+    if not isinstance(name, str):
+        return None
+    try:
+        trace = read_trace(inside(run_dir, name))  # OutsideRun is a ValueError
+    except (ValueError, OSError, KeyError):
+        return None
+    return trace if isinstance(trace.get("arrays"), dict) else None
+
+
 def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, Ending]:
     """Each traced rollout's ending; a number has stopped moving when it stays within STILL of
     its whole range over the Eval's rollouts (so jitter in place is stillness)."""
     rows: dict[str, dict[str, np.ndarray]] = {}
     for record in records:
-        name = record.get(keys.ROLLOUT_TRACE)
-        if not isinstance(name, str):
+        trace = trace_of(run_dir, record)
+        if trace is None:
             continue
-        try:
-            trace = read_trace(inside(run_dir, name))  # OutsideRun is a ValueError
-            arrays = trace["arrays"]
-        except (ValueError, OSError, KeyError):
-            continue  # a rollout page says why its trace cannot be read
+        arrays = trace["arrays"]
         named = trace.get("state_names") or {}
         kept = {
             _number_name(entry[len(STATE) :], i, named): row

@@ -22,10 +22,10 @@ from typing import Any
 from policybench import keys
 from policybench.record.protocol import of_policy
 from policybench.report.compare import compare_runs
-from policybench.report.summary import VERDICT
+from policybench.report.stats import group
 from policybench.run.arms import ARMS
 from policybench.run.info import RunInfo
-from policybench.run.layout import SUMMARY
+from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import latest_per_rollout, rollout_id, tally_of
 from policybench.run.results import RESULTS, read_results
 from policybench.run.status import is_run
@@ -142,10 +142,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
         ),
     )
     fingerprint = dict(run.fingerprint) if run else {}
-    by_eval: dict[str, list[Mapping[str, Any]]] = {}
-    for record in records:
-        by_eval.setdefault(str(record.get(keys.EVAL)), []).append(record)
-    for eval, members in by_eval.items():
+    for (eval,), members in group(records, keys.EVAL).items():
         fields = _protocol_fields(fingerprint, eval)
         tally = tally_of(members)
         low, high = tally.interval() if tally.rollouts else (None, None)
@@ -166,13 +163,10 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
 def _verdict(run_dir: Path) -> str | None:
     """What the run's gates and decisions said when it ended (summary.json), if recorded."""
     try:
-        verdict = json.loads((run_dir / SUMMARY).read_text()).get(VERDICT)
-    except (OSError, ValueError, AttributeError):
+        summary = json.loads((run_dir / SUMMARY).read_text())
+    except (OSError, ValueError):
         return None
-    if not isinstance(verdict, dict):
-        return None
-    breaches = [str(line) for line in verdict.get("breaches") or ()]
-    return "passed" if verdict.get("passed") else "failed: " + "; ".join(breaches)
+    return verdict_line(summary) if isinstance(summary, dict) else None
 
 
 def _rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:

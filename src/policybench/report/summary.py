@@ -29,7 +29,7 @@ from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
 from policybench.run.arms import ARMS, arm_order
 from policybench.run.info import RunInfo
-from policybench.run.layout import SUMMARY
+from policybench.run.layout import SUMMARY, VERDICT
 from policybench.run.records import CONFIDENCE
 from policybench.run.results import RESULTS, read_results
 from policybench.run.verdicts import Verdicts, read_verdicts
@@ -37,9 +37,6 @@ from policybench.world import SUCCESS_INFO_KEYS
 
 Records = Sequence[Mapping[str, Any]]
 OVERALL = "all"
-
-
-VERDICT = "verdict"  # summary.json: what the run's gates and decisions said when it ended
 
 
 @dataclass(frozen=True)

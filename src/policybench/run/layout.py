@@ -1,12 +1,13 @@
 """Where a run directory keeps its files: a rollout's trace and video, each named for the
-rollout's id, and the run's summary."""
+rollout's id, and the run's summary (and the verdict it records)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from policybench import keys
 
@@ -17,6 +18,7 @@ TRACES = "traces"  # the folder of a run's rollout traces
 VIDEOS = "videos"  # the folder of a run's videos
 PREFLIGHTS = "preflight"  # the folder of a run's preflights, one file per Eval (and arm)
 SUMMARY = "summary.json"  # the run's aggregates, written when it ends
+VERDICT = "verdict"  # summary.json: what the run's gates and decisions said when it ended
 # A --decide plan's exact chances, written by the workers that collected it for the controller
 # to print before the run (removed once printed).
 DECIDE_PLAN = ".decide-plan.txt"
@@ -53,3 +55,13 @@ def inside(run_dir: Path, name: str) -> Path:
     if not path.resolve().is_relative_to(root):
         raise OutsideRun(f"{name!r} leads outside the run's folder {root}; refused")
     return path
+
+
+def verdict_line(summary: Mapping[str, Any]) -> str | None:
+    """A summary.json's verdict as a line: `passed`, or `failed: ` and its breaches' lines;
+    None where the run recorded none."""
+    verdict = summary.get(VERDICT)
+    if not isinstance(verdict, Mapping):
+        return None
+    breaches = [str(line) for line in verdict.get("breaches") or ()]
+    return "passed" if verdict.get("passed") else "failed: " + "; ".join(breaches)

@@ -106,7 +106,7 @@ class SeededPlacement(gym.Wrapper):
         self._staging.stage(options)
         obs, info = env.reset()
         if self._staging.displace(env.data, options):
-            obs = _observed_again(env)
+            obs = observed_again(env)
         return self._observe(obs), info
 
     def step(self, action):
@@ -133,7 +133,7 @@ def rendered(env: gym.Env, staging: MujocoStaging) -> np.ndarray:
     return env.render()
 
 
-def _observed_again(env: Any) -> np.ndarray:
+def observed_again(env: Any) -> np.ndarray:
     """MetaWorld's reset observation of its scene as it is now (its previous frame the same, as
     a reset's is), after the initial-state axis moved the objects."""
     env._prev_obs = env._get_curr_obs_combined_no_goal()
@@ -200,7 +200,7 @@ class LeRobotMetaWorld(gym.Env):
     def _staged(self, state: np.ndarray, options: dict[str, Any] | None) -> dict[str, np.ndarray]:
         self._staging.stage(options)
         if self._staging.displace(self._env.data, options):
-            state = _observed_again(self._env)
+            state = observed_again(self._env)
         return self._observe(state)
 
     def step(self, action: np.ndarray):

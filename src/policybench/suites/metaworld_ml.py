@@ -26,6 +26,7 @@ from policybench.suites.metaworld import (
     MAX_STEPS,
     SIGNALS,
     metaworld_eval,
+    observed_again,
     openpi_codec,
 )
 from policybench.suites.metaworld_lerobot_tasks import LEROBOT_TASKS
@@ -76,8 +77,7 @@ class ML45Task(gym.Wrapper):
         self._staging.stage(options)
         obs, info = env.reset()
         if self._staging.displace(env.data, options):
-            env._prev_obs = env._get_curr_obs_combined_no_goal()
-            obs = env._get_obs().astype(np.float64)
+            obs = observed_again(env)
         return obs, info
 
 
