@@ -2,14 +2,14 @@
 level (kinetix-env 3.0.2's API: `reset(..., override_reset_state=level)` where the paper's pinned
 Kinetix had `reset_to_level`), run in Kinetix's interpreter by tests/test_kinetix.py: the level,
 reset with key `seed`, then `steps` seeded random actions through train_expert.py's noisy-action
-wrapper; saves each observation, reward, done and GoalR.
+wrapper; saves each observation, reward, done and GoalR. LEVEL is a level file's path, as
+eval_flow.py names its `worlds/l/*.json`.
 
-Usage: python kinetix_reference.py LEVEL SEED STEPS OUT.npz"""
+Usage: python kinetix_reference.py LEVEL.json SEED STEPS OUT.npz"""
 
 import sys
 
 import jax
-import kinetix
 import kinetix.environment.env_state as kenv_state
 import kinetix.util.saving as saving
 import numpy as np
@@ -28,10 +28,9 @@ FRAME_SKIP = 2
 ACTION_NOISE_STD = 0.1
 
 
-def main(level_name: str, seed: int, steps: int, out: str) -> None:
+def main(path: str, seed: int, steps: int, out: str) -> None:
     static_env_params = kenv_state.StaticEnvParams(**LARGE_ENV_PARAMS, frame_skip=FRAME_SKIP)
     env_params = kenv_state.EnvParams()
-    path = f"{kinetix.__path__[0]}/levels/l/{level_name}.json"
     level, _, _ = saving.load_from_json_file(path)
     env = make_kinetix_env(
         ActionType.CONTINUOUS,

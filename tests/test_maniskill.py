@@ -16,13 +16,20 @@ import pytest
 
 from policybench import keys
 from policybench.rendering import SAPIEN, render_problem
-from policybench.suites import maniskill
+from policybench.suites import maniskill, maniskill_primitives, maniskill_rdt
 from policybench.world import World
 from tests.interpreters import built_python
 
 HERE = Path(__file__).resolve().parent
 STEPS = 6
-EVALS = [*maniskill.STATE_EVALS, maniskill.PICK_CUBE_RGB, maniskill.PUSH_T_RGB]
+EVALS = [
+    *maniskill.STATE_EVALS,
+    maniskill.PICK_CUBE_RGB,
+    maniskill.PUSH_T_RGB,
+    maniskill_primitives.PLUG_CHARGER,
+    maniskill_primitives.ROLL_BALL,
+    maniskill_primitives.TWO_ROBOT_STACK_CUBE,  # both arms' actions, flattened
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +81,37 @@ def test_first_observation_and_trajectory_are_the_baselines_bit_for_bit(eval, py
             assert_same(step.obs, seen(saved, f"step{i}"), f"step {i}")
             succeeded = succeeded or bool(saved[f"step{i}/success"])
             assert step.reward == saved[f"step{i}/reward"] and step.success == succeeded
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize(
+    "eval", [maniskill_rdt.PICK_CUBE, maniskill_rdt.PLUG_CHARGER], ids=lambda e: e.name
+)
+def test_rdts_protocol_is_its_scripts_loop_bit_for_bit(eval, index, python, tmp_path):
+    """What RDT's script gives its model (the render, the proprio) at reset and under fixed
+    joint targets, and its count of success, for the episode of seed 20241201 + index; the
+    script runs its episodes in one env, one after the other: a fresh env here gives the same."""
+    rollout = eval.rollouts(index + 1, 0)[index]
+    assert rollout.scene.seed == maniskill_rdt.FIRST_SEED + index
+    out = tmp_path / "reference.npz"
+    command = [str(python), str(HERE / "maniskill_rdt_reference.py")]
+    env_id = eval.metadata["maniskill_env"]
+    subprocess.run([*command, env_id, str(index), str(STEPS), str(out)], check=True, cwd=tmp_path)
+    with np.load(out) as saved:
+        saved = dict(saved)
+    world = World(eval)
+    try:
+        first = world.reset(rollout.scene)
+        assert np.array_equal(first[keys.IMAGE], saved["first/image"])
+        assert np.array_equal(first[keys.STATE], saved["first/state"])
+        for i, action in enumerate(saved["actions"]):
+            step = world.step(action)
+            assert np.array_equal(step.obs[keys.IMAGE], saved[f"step{i}/image"]), i
+            assert np.array_equal(step.obs[keys.STATE], saved[f"step{i}/state"]), i
+            assert step.reward == saved[f"step{i}/reward"], i
+            assert step.success == saved[f"step{i}/success"], i
     finally:
         world.close()
 

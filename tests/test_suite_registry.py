@@ -46,6 +46,8 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "lerobot-env": "policybench.suites.lerobot_env",
         "robomimic": "policybench.suites.robomimic",
         "maniskill": "policybench.suites.maniskill",
+        "maniskill-primitives": "policybench.suites.maniskill_primitives",
+        "maniskill-rdt": "policybench.suites.maniskill_rdt",
         "kinetix": "policybench.suites.kinetix",
     }
     assert {

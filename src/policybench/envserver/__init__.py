@@ -27,12 +27,14 @@ class Isolated:
     there as `callable(task, **kwargs)` and returns a gymnasium env. `modules` names modules of
     ours (dotted, importable here, needing nothing of policybench) that the launcher puts beside
     the server as top-level modules under their last name: an entry that interpreter cannot
-    import otherwise, and the leaf modules it imports. `renders`: see the field."""
+    import otherwise, and the leaf modules it imports. `data` names data files of ours
+    ("package:file") put beside them. `renders`: see the field."""
 
     entry: str
     interpreter: Interpreter
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     modules: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
     # Whether an env renders through a GL context of its own, which must stay on the thread
     # that made it: in a server of several envs (--envs-per-worker), each such env then lives on
     # a thread of its own; envs that render nothing so share the server's (a thread's hand-off
@@ -49,7 +51,8 @@ class Isolated:
             if served is not None:
                 server = remote.RemoteEnvServer(served)
                 return EnvProxy(None, self.entry, task, self.kwargs, server=server)
-            script, python = proxy.server_script(self.modules), python_of(self.interpreter)
+            script = proxy.server_script(self.modules, self.data)
+            python = python_of(self.interpreter)
             pool = proxy.pool_in_use()  # a lockstep slot's: its K envs share a server
             shared = None if pool is None else pool.server_for(python, self.entry, script)
             return EnvProxy(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import importlib.resources
 import importlib.util
 import os
 import queue
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import gymnasium as gym
@@ -63,11 +64,23 @@ class Answering:
         self.interrupted = False
 
 
-def server_script(modules: tuple[str, ...] = ()) -> Path:
+def server_script(modules: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> Path:
     """A copy of server.py in a directory of its own (its name tells its content), with a copy
     of each of `modules` (dotted names of modules importable here) under its last name, so that
-    the other interpreter's path gains those modules and nothing else of policybench."""
+    the other interpreter's path gains those modules and nothing else of policybench, and of
+    each of `data` ("package:file", a file of a package of ours) under its file name, where a
+    module beside it finds it (`Path(__file__).with_name(...)`)."""
     files = {"policybench_envserver.py": SERVER_SOURCE.read_bytes()}
+    for resource in data:
+        package, _, file = resource.partition(":")
+        try:
+            found = importlib.resources.files(package).joinpath(file)
+            files[PurePosixPath(file).name] = found.read_bytes()
+        except (ModuleNotFoundError, FileNotFoundError, IsADirectoryError):
+            raise EnvServerError(
+                f"an isolated env's data file {resource!r} is not a file of a package importable "
+                "here; name it as package:file (policybench.suites:data/NAME)"
+            ) from None
     for name in modules:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None or not spec.origin.endswith(".py"):

@@ -355,7 +355,8 @@ class EnvServerProcess:
             self.python = python_of(isolated.interpreter)
         except InterpreterMissing as missing:
             raise Refused(EnvServerError, f"on the serving machine: {missing}") from None
-        command = [str(self.python), str(server_script(isolated.modules)), isolated.entry]
+        script = server_script(isolated.modules, isolated.data)
+        command = [str(self.python), str(script), isolated.entry]
         try:
             self.process = subprocess.Popen(
                 command,

@@ -19,7 +19,12 @@ from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import SAPIEN
 from policybench.spec import Eval, seeded_per_task
 from policybench.suites.maniskill import expert
-from policybench.suites.maniskill.maniskill_env import CONTROL_HZ, TASKS, needs_renderer
+from policybench.suites.maniskill.maniskill_env import (
+    ALL_TASKS,
+    CONTROL_HZ,
+    PRIMITIVE_TASKS,
+    needs_renderer,
+)
 
 INTERPRETER = Interpreter(
     "maniskill",
@@ -36,7 +41,10 @@ ENTRY = "maniskill_env:make"
 MODULES = ("policybench.suites.maniskill.maniskill_env",)
 FIRST_SEED = 1  # the baselines' default --seed
 RGB = "rgb"  # the RGB Evals' image key, as FlattenRGBDObservationWrapper names it
-IMAGE_SIZE = 128  # every task's base_camera
+IMAGE_SIZE = 128  # every task's cameras
+# The robot's cameras, stacked on the channels of `rgb` (FlattenRGBDObservationWrapper): the
+# tasks on PandaWristCam add its hand camera to the base camera.
+WRIST_CAMERA_TASKS = ("stack_cube", "peg_insertion_side", "plug_charger", "stack_pyramid")
 OPEN = 1.0  # the gripper's command: its joint target, normalized (+1 open, -1 closed)
 INSTRUCTIONS = {
     "pick_cube": "pick up the cube and move it to the goal",
@@ -44,30 +52,56 @@ INSTRUCTIONS = {
     "stack_cube": "stack the red cube on the green cube",
     "peg_insertion_side": "insert the peg into the hole in the box",
     "push_t": "push the T into the goal region",
+    "lift_peg_upright": "lift the peg and stand it upright",
+    "place_sphere": "place the sphere into the bin",
+    "plug_charger": "plug the charger into the receptacle",
+    "poke_cube": "poke the cube into the goal region with the peg",
+    "pull_cube": "pull the cube into the goal region",
+    "pull_cube_tool": "pull the cube closer with the L-shaped tool",
+    "roll_ball": "roll the ball into the goal region",
+    "stack_pyramid": "stack the three cubes into a pyramid",
+    "two_robot_pick_cube": "pick up the cube with two arms and move it to the goal",
+    "two_robot_stack_cube": "stack the cubes with two arms",
 }
-# Action width and the contract's rotation, by control mode.
-CONTROLS = {"pd_ee_delta_pos": (4, "none"), "pd_ee_delta_pose": (7, "euler-xyz")}
+# Action width (an arm's), the contract's action kind and its rotation, by control mode.
+CONTROLS = {
+    "pd_ee_delta_pos": (4, "eef-delta", "none"),
+    "pd_ee_delta_pose": (7, "eef-delta", "euler-xyz"),
+    "pd_joint_delta_pos": (8, "joint-delta", None),  # 7 joints and the gripper
+}
+
+
+def arms(task: str) -> int:
+    return 2 if task.startswith("two_robot_") else 1
 
 
 def action_width(task: str) -> int:
-    """PushT-v1's stick has no gripper: its pose actions are 6 numbers."""
-    width, _ = CONTROLS[TASKS[task]["control_mode"]]
-    return width - 1 if task == "push_t" else width
+    """PushT-v1's stick has no gripper: its pose actions are 6 numbers. Two robots: both arms'."""
+    width, _, _ = CONTROLS[ALL_TASKS[task]["control_mode"]]
+    return width - 1 if task == "push_t" else width * arms(task)
 
 
 def contract(task: str, obs_mode: str) -> Contract:
     """What ManiSkill's actions and images are: end-effector deltas in [-1, 1] (0.1 m and 0.1
-    rad at 1; rotations as XYZ Euler angles), a gripper that opens at +1, images upright."""
-    _, rotation = CONTROLS[TASKS[task]["control_mode"]]
+    rad at 1; rotations as XYZ Euler angles) or joint deltas (0.1 rad at 1), a gripper that opens
+    at +1, images upright."""
+    _, kind, rotation = CONTROLS[ALL_TASKS[task]["control_mode"]]
     grips = task != "push_t"
     return Contract(
-        action="eef-delta",
+        action=kind,
         rotation=rotation,
         gripper="negative-closes" if grips else None,
         gripper_range=(-1.0, 1.0) if grips else None,
         control_hz=CONTROL_HZ,
         images={RGB: Image(IMAGE_SIZE, IMAGE_SIZE, "none")} if obs_mode == RGB else {},
     )
+
+
+def rgb_shape(task: str) -> str:
+    """`rgb`'s shape and what it holds: 3 channels a camera."""
+    if task in WRIST_CAMERA_TASKS:
+        return f"{IMAGE_SIZE}x{IMAGE_SIZE}x6: base_camera's and hand_camera's RGB"
+    return f"{IMAGE_SIZE}x{IMAGE_SIZE}x3: base_camera"
 
 
 def model_keys(obs_mode: str) -> tuple[str, ...]:
@@ -90,13 +124,21 @@ def hold(task: str, last: np.ndarray | None, obs: Observation) -> np.ndarray:
     every episode starts with the gripper open (+1)."""
     held = np.zeros(action_width(task))
     if task != "push_t":
-        held[-1] = OPEN if last is None else last[-1]
+        grippers = [held.size // arms(task) * (i + 1) - 1 for i in range(arms(task))]
+        held[grippers] = OPEN if last is None else last[grippers]
     return held
 
 
 def maniskill(task: str, obs_mode: str = "state") -> Eval:
     """One ManiSkill task, its episodes seeded FIRST_SEED, FIRST_SEED + 1, ..."""
-    spec = TASKS[task]
+    spec = ALL_TASKS[task]
+    reference = (
+        "ManiSkill examples/baselines/ppo (ppo.py's evaluation env; control mode and episode "
+        "length as ppo.py's defaults and the task's registration)"
+        if task in PRIMITIVE_TASKS
+        else "ManiSkill examples/baselines/diffusion_policy (make_env.py, evaluate.py, "
+        "baselines.sh)"
+    )
     suffix = "-rgb" if obs_mode == RGB else ""
     return Eval(
         name=f"maniskill-{task.replace('_', '-')}{suffix}",
@@ -126,15 +168,15 @@ def maniskill(task: str, obs_mode: str = "state") -> Eval:
             "sim_backend": "physx_cpu",
             "interpreter": list(INTERPRETER.requirements),
             "observation": "state: `state` (ManiSkill's flat state vector) and its entries "
-            "by name (agent/qpos, extra/tcp_pose, ...); rgb: `state` and `rgb` (128x128x3 "
-            "uint8, base_camera), as FlattenRGBDObservationWrapper gives them",
+            f"by name (agent/qpos, extra/tcp_pose, ...); rgb: `state` and `rgb` ({rgb_shape(task)} "
+            "uint8), as FlattenRGBDObservationWrapper gives them",
             "action": f"{action_width(task)}-d {spec['control_mode']} in [-1, 1]",
             "staging_rule": f"rollout i is reset(seed={FIRST_SEED} + i (+ --seed)) of an env "
             "made as the baseline's CPU evaluation env (reconfiguration_freq=1)",
+            "reward_mode": spec.get("reward_mode", "sparse"),
             "score": "success_once: success on any step of the episode (the baseline's "
             "eval/success_once)",
-            "reference_loop": "ManiSkill examples/baselines/diffusion_policy "
-            "(make_env.py, evaluate.py, baselines.sh)",
+            "reference_loop": reference,
         },
         codecs=codecs(task, obs_mode),
         contract=actions_only(contract(task, obs_mode)),

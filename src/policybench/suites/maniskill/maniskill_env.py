@@ -1,7 +1,10 @@
 """ManiSkill3's tabletop tasks as ManiSkill 3.0.1 envs on SAPIEN's CPU physics, built in ManiSkill's
 interpreter by the env server, staged as ManiSkill's Diffusion Policy baseline evaluates on CPU
 (examples/baselines/diffusion_policy: `baselines.sh` for each task's control mode and episode
-length, `diffusion_policy/make_env.py` for the env, `diffusion_policy/evaluate.py` for the loop).
+length, `diffusion_policy/make_env.py` for the env, `diffusion_policy/evaluate.py` for the loop);
+the other tasks built of primitive shapes (PRIMITIVE_TASKS) the same way, in the control mode and
+episode length of ManiSkill's PPO baseline, whose evaluation env is made alike (reconfigured each
+reset, terminations ignored, success_once).
 It imports nothing of policybench (the launcher puts it beside the server); ManiSkill is imported
 when an env is made.
 
@@ -39,6 +42,32 @@ TASKS: dict[str, dict[str, Any]] = {
     },
     "push_t": {"env_id": "PushT-v1", "control_mode": "pd_ee_delta_pose", "max_steps": 150},
 }
+# ManiSkill 3.0.1's other tabletop tasks that need no downloaded asset (its asset registry,
+# mani_skill/utils/assets/data.py, lists none for them), as ManiSkill's PPO baseline evaluates
+# them (examples/baselines/ppo/ppo.py): its default control mode, the task's registered episode
+# length and ManiSkill's default reward (ppo.py sets none). The two-robot tasks' actions are both
+# arms', flattened (ppo.py's FlattenActionSpaceWrapper).
+PRIMITIVE_TASKS: dict[str, dict[str, Any]] = {
+    task: {
+        "env_id": env_id,
+        "control_mode": "pd_joint_delta_pos",
+        "max_steps": steps,
+        "reward_mode": "normalized_dense",
+    }
+    for task, env_id, steps in (
+        ("lift_peg_upright", "LiftPegUpright-v1", 50),
+        ("place_sphere", "PlaceSphere-v1", 50),
+        ("plug_charger", "PlugCharger-v1", 200),
+        ("poke_cube", "PokeCube-v1", 50),
+        ("pull_cube", "PullCube-v1", 50),
+        ("pull_cube_tool", "PullCubeTool-v1", 100),
+        ("roll_ball", "RollBall-v1", 80),
+        ("stack_pyramid", "StackPyramid-v1", 250),
+        ("two_robot_pick_cube", "TwoRobotPickCube-v1", 100),
+        ("two_robot_stack_cube", "TwoRobotStackCube-v1", 100),
+    )
+}
+ALL_TASKS = {**TASKS, **PRIMITIVE_TASKS}
 CONTROL_HZ = 20  # every task's control_freq
 OBS_MODES = ("state", "rgb")
 # ManiSkill's names, not policybench's (this module runs where policybench is not installed): the
@@ -55,12 +84,12 @@ def needs_renderer(task: str, obs_mode: str) -> bool:
 
 def make_kwargs(task: str, obs_mode: str) -> dict[str, Any]:
     """gym.make's arguments for `task` as the baseline's CPU evaluation env passes them."""
-    spec = TASKS[task]
+    spec = ALL_TASKS[task]
     return {
         "num_envs": 1,
         "obs_mode": "state_dict" if obs_mode == "state" else "rgb",
         "control_mode": spec["control_mode"],
-        "reward_mode": "sparse",
+        "reward_mode": spec.get("reward_mode", "sparse"),
         "render_mode": "rgb_array",
         "max_episode_steps": spec["max_steps"],
         "reconfiguration_freq": 1,
@@ -105,15 +134,20 @@ class ManiSkillEnv:
 
     def __init__(self, task: str, obs_mode: str = "state") -> None:
         import mani_skill.envs  # noqa: F401  (registers the tasks)
-        from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+        from mani_skill.utils.wrappers.flatten import (
+            FlattenActionSpaceWrapper,
+            FlattenRGBDObservationWrapper,
+        )
         from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
 
-        if task not in TASKS:
-            raise ValueError(f"no ManiSkill task {task!r}; its tasks: {', '.join(TASKS)}")
+        if task not in ALL_TASKS:
+            raise ValueError(f"no ManiSkill task {task!r}; its tasks: {', '.join(ALL_TASKS)}")
         if obs_mode not in OBS_MODES:
             raise ValueError(f"no observation mode {obs_mode!r}; one of {', '.join(OBS_MODES)}")
         self.task, self.obs_mode = task, obs_mode
-        env = gym.make(TASKS[task]["env_id"], **make_kwargs(task, obs_mode))
+        env = gym.make(ALL_TASKS[task]["env_id"], **make_kwargs(task, obs_mode))
+        if isinstance(env.action_space, gym.spaces.Dict):  # two robots: both arms, flattened
+            env = FlattenActionSpaceWrapper(env)
         if obs_mode == "rgb":
             env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
         else:
