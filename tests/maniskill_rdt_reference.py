@@ -5,7 +5,8 @@ one env made as the script makes it, its episodes reset in the script's order fr
 EPISODE with `steps` fixed joint targets (its first joints, nudged); saves what the script gives
 its model at each step (the rendered image, the proprio), the reward and the script's success.
 
-Usage: python maniskill_rdt_reference.py ENV_ID EPISODE STEPS OUT.npz"""
+Usage: python maniskill_rdt_reference.py ENV_ID EPISODE STEPS REWARD_MODE OUT.npz (REWARD_MODE:
+the script's --reward-mode, dense unless given)"""
 
 import sys
 
@@ -16,14 +17,14 @@ import numpy as np
 BASE_SEED = 20241201
 
 
-def main(env_id: str, episode: int, steps: int, out: str) -> None:
+def main(env_id: str, episode: int, steps: int, reward_mode: str, out: str) -> None:
     shader = "default"
     env = gym.make(
         env_id,
         obs_mode="rgb",
         control_mode="pd_joint_pos",
         render_mode="rgb_array",
-        reward_mode="dense",
+        reward_mode=reward_mode,
         sensor_configs=dict(shader_pack=shader),
         human_render_camera_configs=dict(shader_pack=shader),
         viewer_camera_configs=dict(shader_pack=shader),
@@ -51,4 +52,4 @@ def main(env_id: str, episode: int, steps: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -53,7 +53,8 @@ def main(task: str, obs_mode: str, seed: int, steps: int, out: str) -> None:
     env = FrameStack(env, num_stack=2)
     env = CPUGymWrapper(env, ignore_terminations=True, record_metrics=True)
     rng = np.random.default_rng(0)
-    actions = rng.uniform(-1, 1, size=(steps, *env.action_space.shape)).astype(np.float32)
+    width = gym.spaces.flatdim(env.action_space)  # both arms' for two robots
+    actions = rng.uniform(-1, 1, size=(steps, width)).astype(np.float32)
     saved = {"actions": actions}
 
     def keep(prefix, obs):

@@ -98,7 +98,8 @@ def test_rdts_protocol_is_its_scripts_loop_bit_for_bit(eval, index, python, tmp_
     out = tmp_path / "reference.npz"
     command = [str(python), str(HERE / "maniskill_rdt_reference.py")]
     env_id = eval.metadata["maniskill_env"]
-    subprocess.run([*command, env_id, str(index), str(STEPS), str(out)], check=True, cwd=tmp_path)
+    arguments = [env_id, str(index), str(STEPS), eval.metadata["reward_mode"], str(out)]
+    subprocess.run([*command, *arguments], check=True, cwd=tmp_path)
     with np.load(out) as saved:
         saved = dict(saved)
     world = World(eval)

@@ -45,6 +45,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "libero-pro": "policybench.suites.libero_pro",
         "lerobot-env": "policybench.suites.lerobot_env",
         "robomimic": "policybench.suites.robomimic",
+        "robosuite": "policybench.suites.robosuite15",
         "maniskill": "policybench.suites.maniskill",
         "maniskill-primitives": "policybench.suites.maniskill_primitives",
         "maniskill-rdt": "policybench.suites.maniskill_rdt",

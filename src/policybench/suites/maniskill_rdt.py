@@ -20,7 +20,13 @@ from policybench.policy.contract import Contract, Image, actions_only
 from policybench.rendering import SAPIEN
 from policybench.spec import Eval, seeded_per_task
 from policybench.suites.maniskill import INTERPRETER
-from policybench.suites.maniskill.rdt_env import CONTROL_HZ, FIRST_SEED, MAX_STEPS, TASKS
+from policybench.suites.maniskill.rdt_env import (
+    CONTROL_HZ,
+    FIRST_SEED,
+    MAX_STEPS,
+    REWARD_MODES,
+    TASKS,
+)
 
 ENTRY = "rdt_env:make"
 MODULES = ("policybench.suites.maniskill.rdt_env",)
@@ -74,7 +80,7 @@ def rdt_eval(task: str) -> Eval:
             "maniskill_env": TASKS[task],
             "control_mode": "pd_joint_pos",
             "obs_mode": "rgb",
-            "reward_mode": "dense",
+            "reward_mode": REWARD_MODES.get(task, "dense"),
             "max_steps": MAX_STEPS,
             "sim_backend": "auto (one env: physx_cpu)",
             "interpreter": list(INTERPRETER.requirements),

@@ -173,7 +173,7 @@ def maniskill(task: str, obs_mode: str = "state") -> Eval:
             "action": f"{action_width(task)}-d {spec['control_mode']} in [-1, 1]",
             "staging_rule": f"rollout i is reset(seed={FIRST_SEED} + i (+ --seed)) of an env "
             "made as the baseline's CPU evaluation env (reconfiguration_freq=1)",
-            "reward_mode": spec.get("reward_mode", "sparse"),
+            "reward_mode": spec.get("reward_mode", "sparse") or "the task's default",
             "score": "success_once: success on any step of the episode (the baseline's "
             "eval/success_once)",
             "reference_loop": reference,

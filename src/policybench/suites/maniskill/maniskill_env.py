@@ -45,14 +45,14 @@ TASKS: dict[str, dict[str, Any]] = {
 # ManiSkill 3.0.1's other tabletop tasks that need no downloaded asset (its asset registry,
 # mani_skill/utils/assets/data.py, lists none for them), as ManiSkill's PPO baseline evaluates
 # them (examples/baselines/ppo/ppo.py): its default control mode, the task's registered episode
-# length and ManiSkill's default reward (ppo.py sets none). The two-robot tasks' actions are both
-# arms', flattened (ppo.py's FlattenActionSpaceWrapper).
+# length and the task's default reward (ppo.py sets none; PlugCharger has only sparse). The
+# two-robot tasks' actions are both arms', flattened (ppo.py's FlattenActionSpaceWrapper).
 PRIMITIVE_TASKS: dict[str, dict[str, Any]] = {
     task: {
         "env_id": env_id,
         "control_mode": "pd_joint_delta_pos",
         "max_steps": steps,
-        "reward_mode": "normalized_dense",
+        "reward_mode": None,  # the task's default
     }
     for task, env_id, steps in (
         ("lift_peg_upright", "LiftPegUpright-v1", 50),
@@ -85,11 +85,12 @@ def needs_renderer(task: str, obs_mode: str) -> bool:
 def make_kwargs(task: str, obs_mode: str) -> dict[str, Any]:
     """gym.make's arguments for `task` as the baseline's CPU evaluation env passes them."""
     spec = ALL_TASKS[task]
+    reward_mode = spec.get("reward_mode", "sparse")
     return {
         "num_envs": 1,
         "obs_mode": "state_dict" if obs_mode == "state" else "rgb",
         "control_mode": spec["control_mode"],
-        "reward_mode": spec.get("reward_mode", "sparse"),
+        **({} if reward_mode is None else {"reward_mode": reward_mode}),
         "render_mode": "rgb_array",
         "max_episode_steps": spec["max_steps"],
         "reconfiguration_freq": 1,
@@ -146,14 +147,17 @@ class ManiSkillEnv:
             raise ValueError(f"no observation mode {obs_mode!r}; one of {', '.join(OBS_MODES)}")
         self.task, self.obs_mode = task, obs_mode
         env = gym.make(ALL_TASKS[task]["env_id"], **make_kwargs(task, obs_mode))
+        flat_actions = None
         if isinstance(env.action_space, gym.spaces.Dict):  # two robots: both arms, flattened
-            env = FlattenActionSpaceWrapper(env)
+            env = flat_actions = FlattenActionSpaceWrapper(env)
         if obs_mode == "rgb":
             env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
         else:
             env = FlatAndNamed(env)
         self.env = CPUGymWrapper(env, ignore_terminations=True, record_metrics=True)
-        self.action_space = self.env.action_space
+        # CPUGymWrapper shows the base env's action space (a Dict for two robots); it plays the
+        # flat actions the wrapper below it takes.
+        self.action_space = (flat_actions or self.env).action_space
         self._succeeded = False
 
     def observe(self, obs: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -4,11 +4,12 @@ env server. It imports nothing of policybench (the launcher puts it beside the s
 ManiSkill is imported when an env is made.
 
 The env, as the script makes it: `gym.make(id, obs_mode="rgb", control_mode="pd_joint_pos",
-render_mode="rgb_array", reward_mode="dense", sensor_configs=dict(shader_pack="default"), ...,
-sim_backend="auto")` (one env: SAPIEN's CPU physics), no wrapper. What RDT sees: `env.render()`
-(the task's human render camera, 512x512 RGB) as `image`, and `obs["agent"]["qpos"][:, :-1]` (7
-joints and the first finger) as `state`. Its actions: 8 absolute joint targets (the arm's 7 and
-the gripper's finger position), which the script plays 16 a model call.
+render_mode="rgb_array", reward_mode="dense" (PlugCharger: "sparse", its only reward),
+sensor_configs=dict(shader_pack="default"), ..., sim_backend="auto")` (one env: SAPIEN's CPU
+physics), no wrapper. What RDT sees: `env.render()` (the task's human render camera, 512x512 RGB) as
+`image`, and `obs["agent"]["qpos"][:, :-1]` (7 joints and the first finger) as `state`. Its actions:
+8 absolute joint targets (the arm's 7 and the gripper's finger position), which the script plays 16
+a model call.
 
 The loop: episode i is `reset(seed=20241201 + i)`; it steps until 400 steps or until a step is
 terminated or truncated *and* successful (`info["success"]`), which ends the episode solved. The
@@ -28,6 +29,9 @@ TASKS = {  # the script's task2lang, by policybench's task names
     "plug_charger": "PlugCharger-v1",
     "push_cube": "PushCube-v1",
 }
+# The script's --reward-mode (dense unless given): PlugCharger-v1 has no dense reward, and the
+# script fails on it without `--reward-mode sparse`.
+REWARD_MODES = {"plug_charger": "sparse"}
 FIRST_SEED = 20241201  # the script's base_seed
 MAX_STEPS = 400  # the script's MAX_EPISODE_STEPS
 CONTROL_HZ = 20
@@ -36,14 +40,14 @@ SHADER = "default"
 IMAGE_KEY, STATE_KEY, QPOS_KEY = "image", "state", "agent/qpos"
 
 
-def make_kwargs() -> dict[str, Any]:
+def make_kwargs(task: str) -> dict[str, Any]:
     """gym.make's arguments as the script passes them (its defaults)."""
     shader = {"shader_pack": SHADER}
     return {
         "obs_mode": "rgb",
         "control_mode": "pd_joint_pos",
         "render_mode": "rgb_array",
-        "reward_mode": "dense",
+        "reward_mode": REWARD_MODES.get(task, "dense"),
         "sensor_configs": shader,
         "human_render_camera_configs": shader,
         "viewer_camera_configs": shader,
@@ -66,7 +70,7 @@ class RdtEnv:
             raise ValueError(
                 f"no task {task!r} in RDT's ManiSkill evaluation; its tasks: {', '.join(TASKS)}"
             )
-        self.env = gym.make(TASKS[task], **make_kwargs())
+        self.env = gym.make(TASKS[task], **make_kwargs(task))
         space = self.env.action_space
         self.action_space = gym.spaces.Box(space.low, space.high, dtype=space.dtype)
 
