@@ -361,3 +361,24 @@ def test_arrays_cross_with_their_values_dtype_and_layout_and_arrive_writable():
         np.testing.assert_array_equal(back[key], message[key])
         assert back[key].flags.writeable and back[key].flags.aligned
     assert back["pair"][0] is True and back["pair"][1].shape == (0,)
+
+
+def test_an_isolated_envs_data_files_go_beside_its_modules_and_a_missing_one_is_named():
+    """`Isolated(data=...)` puts a package's data file beside the server, where the env module
+    the launcher put there reads it (Kinetix's level files); one that is not a file of an
+    importable package is refused before any interpreter starts, naming it."""
+    from policybench.envserver.proxy import server_script
+    from policybench.suites import kinetix
+
+    script = server_script(kinetix.MODULES, kinetix.DATA)
+    folder = script.parent
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "kinetix_env.py",
+        "kinetix_rtc_levels.json.gz",
+        "policybench_envserver.py",
+    ]
+    shipped = Path(kinetix.__file__).parent.parent / "data" / "kinetix_rtc_levels.json.gz"
+    assert (folder / "kinetix_rtc_levels.json.gz").read_bytes() == shipped.read_bytes()
+    assert server_script(kinetix.MODULES) != script  # a folder per content
+    with pytest.raises(EnvServerError, match=r"data file 'policybench\.suites:data/nothing\.json'"):
+        server_script(kinetix.MODULES, ("policybench.suites:data/nothing.json",))

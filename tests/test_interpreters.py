@@ -297,12 +297,17 @@ def test_isolated_suites_without_their_interpreter_are_skipped_with_one_line_not
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/", "-p", "no:cacheprovider",
          "--report-dir", str(tmp_path / "reports"),
-         "-k", "maniskill-pick-cube or robomimic-lift or kinetix"],
+         "-k", "maniskill-pick-cube or robomimic-lift or robosuite-lift or kinetix"],
         cwd=repo, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:]
     assert "error" not in done.stdout.splitlines()[-1]
     assert (
-        "kinetix: 24 items not run: its interpreter 'kinetix' not installed; build it with "
+        "kinetix: 36 items not run: its interpreter 'kinetix' not installed; build it with "
         "`policybench env install kinetix`" in done.stdout
+    )
+    assert "kinetix-wheel: 24 items not run: its interpreter 'kinetix' not installed" in done.stdout
+    assert (
+        "robosuite-lift: 3 items not run: its interpreter 'robosuite' not installed; build it "
+        "with `policybench env install robosuite`" in done.stdout
     )

@@ -85,9 +85,10 @@ def test_first_observation_and_trajectory_are_the_baselines_bit_for_bit(eval, py
         world.close()
 
 
-@pytest.mark.parametrize("index", [0, 1])
 @pytest.mark.parametrize(
-    "eval", [maniskill_rdt.PICK_CUBE, maniskill_rdt.PLUG_CHARGER], ids=lambda e: e.name
+    ("eval", "index"),
+    [(maniskill_rdt.PICK_CUBE, 1), (maniskill_rdt.PLUG_CHARGER, 0)],
+    ids=["pick-cube-1", "plug-charger-0"],
 )
 def test_rdts_protocol_is_its_scripts_loop_bit_for_bit(eval, index, python, tmp_path):
     """What RDT's script gives its model (the render, the proprio) at reset and under fixed

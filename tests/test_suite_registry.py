@@ -61,6 +61,11 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "maniskill-pick-cube",
         "maniskill-push-t-rgb",
         "kinetix",
+        "kinetix-wheel",
+        "maniskill-plug-charger",
+        "maniskill-rdt-pick-cube",
+        "robosuite-lift",
+        "robosuite-two-arm-transport",
     } <= set(registered_evals())
 
 
