@@ -14,9 +14,10 @@ The loop is Diffusion Policy's (env_runner/robomimic_image_runner.py, env/robomi
 robomimic_image_wrapper.py), its torch, video and vector-env parts left out: the observation
 modalities from its shape_meta, the env created from the dataset's env metadata with images on
 and object observations off (which EnvRobosuite turns on again), hard_reset off, and a test
-episode: numpy's global RNG seeded with the seed, then env.reset(). One line is not the runner's:
-numpy's global RNG is seeded with policybench's BUILD_SEED before the env is created (the runner
-leaves it to the OS, so Lift's cube size is drawn anew in every process; see robomimic_env)."""
+episode: numpy's global RNG seeded with the seed, then env.reset(). Before the env, what the
+runner's process did to numpy's global RNG: the workspace seeded it with training.seed (42),
+and AsyncVectorEnv built its dummy env (`create_env(..., enable_render=False)`) before forking
+the process that builds this env."""
 
 from __future__ import annotations
 
@@ -92,7 +93,15 @@ def main() -> None:
     ObsUtils.initialize_obs_modality_mapping_from_dict({"rgb": images, "low_dim": arms})
     env_kwargs = robomimic_env.env_kwargs(task)
     env_kwargs["use_object_obs"] = False  # the runner's; EnvRobosuite sets it again
-    np.random.seed(robomimic_env.BUILD_SEED)  # not the runner's: see the module's doc
+    np.random.seed(42)  # the workspace's training.seed
+    EnvRobosuite(  # AsyncVectorEnv's dummy_env_fn, before the fork
+        env_name=robomimic_env.TASKS[task]["env_name"],
+        render=False,
+        render_offscreen=False,
+        use_image_obs=False,
+        postprocess_visual_obs=True,
+        **env_kwargs,
+    ).env.close()
     env = EnvRobosuite(
         env_name=robomimic_env.TASKS[task]["env_name"],
         render=False,

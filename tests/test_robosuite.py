@@ -83,3 +83,17 @@ def test_a_task_robosuite_lacks_is_refused_with_its_tasks(python):
 
     with pytest.raises(EnvServerError, match="no robosuite task 'lift_cube'; its tasks: lift"):
         robosuite15.LIFT.make_env("lift_cube")
+
+
+def test_each_evals_action_width_is_its_envs(python):
+    """The width each Eval's codecs and hold declare is the action the env takes (Wipe and
+    TwoArmPegInHole hold tools, not grippers: 6 numbers an arm)."""
+    for eval in robosuite15.EVALS:
+        [rollout] = eval.rollouts(1, 0)
+        env = eval.make_env(rollout.scene.task)
+        try:
+            width = robosuite15.action_width(rollout.scene.task)
+            assert env.action_space.shape == (width,), eval.name
+            assert eval.hold(None, {}).shape == (width,), eval.name
+        finally:
+            env.close()

@@ -23,11 +23,17 @@ bottom-up) and made a float32 CHW array in [0, 1], `object` (the object state), 
 `robot{i}_*` entry; the reward is robosuite's (sparse: 1 on a step in the goal state); an
 episode runs its task's max steps whatever happens (robomimic's envs never end one).
 
-One thing the runner leaves to chance is fixed here: robosuite draws what its model randomizes
-(Lift's cube is 20 to 22 mm a side) from numpy's global RNG when the env is created, and the
-runner creates each env process's env before any seed is set, so its Lift cube's size differs
-from process to process (a millimetre of height, measured here). policybench seeds that RNG with
-BUILD_SEED before creating the env: every process builds the same model."""
+The model: robosuite draws what its model randomizes (Lift's cube is 20 to 22 mm a side,
+Transport's objects) from numpy's global RNG when an env is created, and with hard_reset off
+never again. In the runner that RNG is as Diffusion Policy's workspace left it: seeded with
+`training.seed` (42 in every workspace config) when the workspace is made, then, in the process
+that makes the runner, its AsyncVectorEnv builds a dummy env (`dummy_env_fn`: no renderer, no
+camera observations) before it forks the env processes; each env process inherits that RNG and
+builds its env from it, so every process builds the same model. policybench replays that
+sequence when it creates an env (`TRAINING_SEED`, then a model without cameras built and
+dropped): the model of the runner's env, as long as nothing between the workspace's seeding and
+the runner draws from numpy's global RNG (in the code read, the policy's construction and the
+dataset's validation split do not: the latter draws from a Generator of its own)."""
 
 from __future__ import annotations
 
@@ -94,19 +100,20 @@ TASKS: dict[str, dict[str, Any]] = {
     },
 }
 CONTROL_HZ = 20  # robosuite's control_freq in every robomimic dataset
-BUILD_SEED = 0  # numpy's global RNG when an env is created (see the module's doc)
+TRAINING_SEED = 42  # Diffusion Policy's training.seed, numpy's when the runner is made
 
 
-def env_kwargs(task: str, absolute: bool = False) -> dict[str, Any]:
+def env_kwargs(task: str, absolute: bool = False, images: bool = True) -> dict[str, Any]:
     """robosuite.make's arguments for `task`, as robomimic's EnvRobosuite passes them with
-    images on; `absolute`: Diffusion Policy's absolute-action variant (control_delta off)."""
+    images on (off: the runner's dummy env); `absolute`: Diffusion Policy's absolute-action
+    variant (control_delta off)."""
     spec = TASKS[task]
     return {
         "has_renderer": False,
-        "has_offscreen_renderer": True,
+        "has_offscreen_renderer": images,
         "ignore_done": True,
         "use_object_obs": True,
-        "use_camera_obs": True,
+        "use_camera_obs": images,
         "control_freq": CONTROL_HZ,
         "controller_configs": {**CONTROLLER, "control_delta": not absolute},
         "robots": list(spec["robots"]),
@@ -164,8 +171,10 @@ class RobomimicEnv:
         if task not in TASKS:
             raise ValueError(f"no robomimic task {task!r}; its tasks: {', '.join(TASKS)}")
         self.task = task
-        np.random.seed(BUILD_SEED)
-        self.env = robosuite.make(TASKS[task]["env_name"], **env_kwargs(task, absolute))
+        name = TASKS[task]["env_name"]
+        np.random.seed(TRAINING_SEED)  # the runner's numpy, as its workspace seeded it
+        robosuite.make(name, **env_kwargs(task, absolute, images=False)).close()  # its dummy env
+        self.env = robosuite.make(name, **env_kwargs(task, absolute))
         # EnvRobosuite turns on every joint position and end-effector velocity observable.
         for name in self.env.observation_names:
             if "joint_pos" in name or "eef_vel" in name:

@@ -47,8 +47,9 @@ def arms(task: str) -> int:
 
 
 def grips(task: str) -> bool:
-    """Wipe's Panda holds a wiping tool, not a gripper: 6 numbers an arm."""
-    return task != "wipe"
+    """Wipe's Panda holds a wiping tool and TwoArmPegInHole's hold the peg and the hole, not
+    grippers: 6 numbers an arm."""
+    return task not in ("wipe", "two_arm_peg_in_hole")
 
 
 def action_width(task: str) -> int:
