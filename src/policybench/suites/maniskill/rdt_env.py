@@ -36,8 +36,10 @@ FIRST_SEED = 20241201  # the script's base_seed
 MAX_STEPS = 400  # the script's MAX_EPISODE_STEPS
 CONTROL_HZ = 20
 SHADER = "default"
-# policybench's observation keys (policybench.keys spells them; not importable here).
+# policybench's observation keys (policybench.keys spells them; not importable here), and
+# ManiSkill's success flag in info.
 IMAGE_KEY, STATE_KEY, QPOS_KEY = "image", "state", "agent/qpos"
+SUCCESS_KEY = "success"
 
 
 def make_kwargs(task: str) -> dict[str, Any]:
@@ -85,7 +87,7 @@ class RdtEnv:
 
     def step(self, action: np.ndarray):
         obs, reward, terminated, truncated, info = self.env.step(np.asarray(action))
-        solved = bool(terminated or truncated) and bool(info["success"])
+        solved = bool(terminated or truncated) and bool(info[SUCCESS_KEY])
         reward = float(np.asarray(reward).reshape(-1)[0])
         return self.observe(obs), reward, solved, False, {"is_success": solved}
 

@@ -39,6 +39,7 @@ TASKS: dict[str, dict[str, Any]] = {
 HORIZON = 500  # robosuite-benchmark's
 CONTROL_HZ = 20
 STATE_KEY = "state"  # policybench.keys.STATE's spelling (not importable here)
+SEED_ARGUMENT = "seed"  # robosuite.make's
 
 
 def make_kwargs(task: str, seed: int | None) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def make_kwargs(task: str, seed: int | None) -> dict[str, Any]:
         "reward_shaping": False,
         "control_freq": CONTROL_HZ,
         "horizon": HORIZON,
-        "seed": seed,
+        SEED_ARGUMENT: seed,
     }
 
 
