@@ -168,15 +168,3 @@ def test_without_a_vulkan_device_the_evals_are_skipped_saying_what_to_install(py
     assert "maniskill-pick-cube: SAPIEN finds no Vulkan device here" in line
     assert "failed to find a rendering device" in line and "mesa-vulkan-drivers" in line
 
-
-def test_each_new_evals_action_width_is_its_envs(python):
-    """The width the primitive-shape and RDT Evals declare is the action their env takes (two
-    robots: 16, both arms' flattened)."""
-    for eval in (*maniskill_primitives.EVALS, *maniskill_rdt.EVALS):
-        [rollout] = eval.rollouts(1, 0)
-        env = eval.make_env(rollout.scene.task)
-        try:
-            width = eval.codecs["openpi"].steps[-1].width
-            assert env.action_space.shape == (width,), eval.name
-        finally:
-            env.close()

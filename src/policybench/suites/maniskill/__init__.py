@@ -168,8 +168,8 @@ def maniskill(task: str, obs_mode: str = "state") -> Eval:
             "sim_backend": "physx_cpu",
             "interpreter": list(INTERPRETER.requirements),
             "observation": "state: `state` (ManiSkill's flat state vector) and its entries "
-            f"by name (agent/qpos, extra/tcp_pose, ...); rgb: `state` and `rgb` ({rgb_shape(task)} "
-            "uint8), as FlattenRGBDObservationWrapper gives them",
+            f"by name (agent/qpos, extra/tcp_pose, ...); rgb: `state` and `rgb` (uint8 "
+            f"{rgb_shape(task)}), as FlattenRGBDObservationWrapper gives them",
             "action": f"{action_width(task)}-d {spec['control_mode']} in [-1, 1]",
             "staging_rule": f"rollout i is reset(seed={FIRST_SEED} + i (+ --seed)) of an env "
             "made as the baseline's CPU evaluation env (reconfiguration_freq=1)",
