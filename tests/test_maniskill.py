@@ -27,7 +27,6 @@ EVALS = [
     maniskill.PICK_CUBE_RGB,
     maniskill.PUSH_T_RGB,
     maniskill_primitives.PLUG_CHARGER,
-    maniskill_primitives.ROLL_BALL,
     maniskill_primitives.TWO_ROBOT_STACK_CUBE,  # both arms' actions, flattened
 ]
 
@@ -85,11 +84,7 @@ def test_first_observation_and_trajectory_are_the_baselines_bit_for_bit(eval, py
         world.close()
 
 
-@pytest.mark.parametrize(
-    ("eval", "index"),
-    [(maniskill_rdt.PICK_CUBE, 1), (maniskill_rdt.PLUG_CHARGER, 0)],
-    ids=["pick-cube-1", "plug-charger-0"],
-)
+@pytest.mark.parametrize(("eval", "index"), [(maniskill_rdt.PICK_CUBE, 1)], ids=["pick-cube-1"])
 def test_rdts_protocol_is_its_scripts_loop_bit_for_bit(eval, index, python, tmp_path):
     """What RDT's script gives its model (the render, the proprio) at reset and under fixed
     joint targets, and its count of success, for the episode of seed 20241201 + index; the
@@ -167,4 +162,3 @@ def test_without_a_vulkan_device_the_evals_are_skipped_saying_what_to_install(py
     [line] = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
     assert "maniskill-pick-cube: SAPIEN finds no Vulkan device here" in line
     assert "failed to find a rendering device" in line and "mesa-vulkan-drivers" in line
-
