@@ -9,9 +9,8 @@ import pytest
 
 from policybench.perturbation import refusals
 from policybench.pytest_plugin.collection import planned_of
+from policybench.pytest_plugin.refusals import refuse
 from policybench.pytest_plugin.rundir import settings_of
-
-REFUSED = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(trylast=True)  # after --suite, -k and shards have selected
@@ -26,19 +25,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         checked.add(planned.eval.name)
         refused = refusals(planned.eval, perturbations)
-        if refused is None:  # one Eval of several may lack an axis the others have
-            continue
-        message = f"{refused}; select the Evals to perturb with --suite or -k"
-        if not hasattr(config, "workerinput"):
-            raise pytest.UsageError(message)
-        # In an xdist worker a UsageError ends the worker, and the controller loses its message
-        # (an INTERNALERROR): every item errors with it instead, at setup, before anything runs.
-        for each in items:
-            each.stash[REFUSED] = message
-        return
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    refused = item.stash.get(REFUSED, None)
-    if refused is not None:
-        raise pytest.UsageError(refused)
+        if refused is not None:  # one Eval of several may lack an axis the others have
+            why = f"{refused}; select the Evals to perturb with --suite or -k"
+            return refuse(config, items, why)
