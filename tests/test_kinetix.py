@@ -35,8 +35,7 @@ def python() -> Path:
 def compiled_kept() -> dict[str, str]:
     """The reference's environment, with the JAX compilation cache the env uses (the reference's
     step is the same program: it compiles once a machine, not once a test)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(Path(base, "policybench", "jax"))}
+    return {**os.environ, "JAX_COMPILATION_CACHE_DIR": kinetix_env.compilation_cache()}
 
 
 def level_file(eval_name: str, level: str, python: Path, folder: Path) -> Path:

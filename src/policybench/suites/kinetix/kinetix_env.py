@@ -150,15 +150,19 @@ class KinetixEnv:
         self._state = None
 
 
+def compilation_cache() -> str:
+    """Where JAX keeps compiled programs for Kinetix's envs: $JAX_COMPILATION_CACHE_DIR, else
+    under the user's cache folder."""
+    given = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return given or os.path.join(base, "policybench", "jax")
+
+
 def keep_compiled(jax: Any) -> None:
     """JAX's persistent compilation cache, so that an env process after the first loads the
     compiled step (the same program for every level: a level is data) instead of compiling it
-    again (11 s of 16 on this machine's CPU). Where the user set none (JAX_COMPILATION_CACHE_DIR),
-    under the user's cache folder."""
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return  # JAX reads it itself
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    jax.config.update("jax_compilation_cache_dir", os.path.join(base, "policybench", "jax"))
+    again (11 s of 16 on this machine's CPU)."""
+    jax.config.update("jax_compilation_cache_dir", compilation_cache())
 
 
 def level_text(task: str, levels: str) -> str:
