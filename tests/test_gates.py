@@ -117,7 +117,8 @@ def test_missing(rollout, harness):
 def test_breaches_are_shown_in_the_html_report(pytester):
     write_bench(pytester).runpytest("--rollouts", "1", "--success-fail-under", "0.9")
     index = (pytester.path / "reports" / "latest" / "index.html").read_text()
-    assert 'id="gates"' in index and "FAIL overall: success 50.0%" in index
+    assert 'id="verdict"' in index and "Verdict: failed" in index
+    assert "overall: success 50.0%" in index
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """`policybench history`: runs written into one folder are read into history.sqlite and shown on
 index.html, success per Eval over runs; a run under another protocol starts a new line; a
 significant drop between consecutive comparable runs is marked, and `--fail-on-regression`
-fails on it; the store answers "success per Eval per run" as the runs' summaries do, is rebuilt
+fails on a newest run significantly worse than its reference; the store answers "success per Eval per run" as the runs' summaries do, is rebuilt
 when deleted, reads only new runs, and counts a run merged from shards once."""
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def test_two_runs_then_a_drop_then_another_protocol(runs, pytester, capsys):
     assert history(runs) == 0  # without --fail-on-regression a drop is shown, not failed
     said = capsys.readouterr().out
     assert said.startswith(f"{runs}: 2 runs (2 read, 0 unchanged); {runs / 'index.html'}")
-    assert "regression: reach: " in said and "significantly worse than the best" in said
+    assert "REGRESSION reach: " in said
+    assert "significantly worse (18 of 18 paired scenes lost, 0 gained" in said
+    assert "level 0.001 for call 1 after the reference" in said
     page = (runs / "index.html").read_text()
     first, second = sorted(p.name for p in runs.iterdir() if p.name[:1].isdigit())
     assert first in page and second in page
@@ -66,7 +68,7 @@ def test_the_store_answers_success_per_eval_as_the_runs_summaries_do(runs, capsy
         verdicts = [v for (v,) in store.execute("SELECT verdict FROM runs ORDER BY run_id")]
     assert rollouts == 2 * (3 * 6 + 6)
     assert verdicts[0] == "passed"
-    assert verdicts[1].startswith("failed: FAIL overall: success 0.0%")
+    assert verdicts[1].startswith("failed: overall: success 0.0%")
     # Deleted, it is rebuilt from the runs; asked again, it reads nothing it has read.
     (runs / STORE).unlink()
     capsys.readouterr()

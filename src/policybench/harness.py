@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from policybench import keys
+from policybench.gl import no_backend_reason
 from policybench.policy.base import (
     EndEpisode,
     InfrastructureError,
@@ -108,14 +109,17 @@ def run_rollout(
     except ActionError as error:
         return _finished(played, world, policy, OutcomeKind.ERROR, str(error))
     except Exception as error:
+        said = f"{played.phase} raised {type(error).__name__}: {error}"
         if played.phase in (ENV_RESET, ENV_STEP):
             world.discard()
+            no_gl = no_backend_reason()  # the env may have failed to render for want of one
+            said += f" ({no_gl})" if no_gl else ""
         return _finished(
             played,
             world,
             policy,
             OutcomeKind.ERROR,
-            f"{played.phase} raised {type(error).__name__}: {error}",
+            said,
             traceback.format_exc(),
             transient=isinstance(error, InfrastructureError),
         )

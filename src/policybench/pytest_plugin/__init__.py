@@ -3,6 +3,7 @@ module of its own with its own hooks and options, listed below; read any one top
 
 pytest_plugins = [
     "policybench.pytest_plugin.workers",
+    "policybench.pytest_plugin.rendering",
     "policybench.pytest_plugin.refusals",
     "policybench.pytest_plugin.signals",
     "policybench.pytest_plugin.options",

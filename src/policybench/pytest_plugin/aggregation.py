@@ -31,8 +31,10 @@ from policybench.pytest_plugin.rundir import baseline_dir, run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.watchdog import HUNG
 from policybench.pytest_plugin.workers import is_worker
+from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
+from policybench.report.aborted import Witness
 from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
@@ -45,8 +47,9 @@ from policybench.report.summary import OVERALL, Summary
 from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
 from policybench.run.info import RunInfo
-from policybench.run.records import latest_per_rollout
+from policybench.run.records import latest_per_rollout, tally_of
 from policybench.run.results import RESULTS, ResultsWriter, read_results
+from policybench.run.run_verdict import RunVerdict
 from policybench.run.verdicts import read_verdicts
 from policybench.text import listed
 
@@ -56,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = run_context(config).settings
         aggregator = Aggregator(config, settings, gates.read_gate_settings(config))
         config.pluginmanager.register(aggregator, "policybench-aggregator")
+        # Where this process dies before the run ends, the witness records the run as aborted.
+        aggregator.witness = Witness(aggregator.run_dir, resume_command(config))
 
 
 class Aggregator:
@@ -90,6 +95,11 @@ class Aggregator:
         self.unreported: tuple[str, ...] = ()  # gate breaches of a run that recorded nothing
         self.report_s = 0.0
         self.interrupted = False  # set at the session's end: stopped by ^C or SIGTERM
+        # Items that failed outside a rollout's outcome, by id: "failed" (a trajectory spec, a
+        # golden) or "error" (setup or teardown); a later passing try of the item clears it.
+        self.item_faults: dict[str, str] = {}
+        self.verdict: RunVerdict | None = None  # the run's, once it has ended
+        self.witness: Witness | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         no_policy = no_policy_of(report)
@@ -100,6 +110,7 @@ class Aggregator:
             self.not_run.setdefault(missing, 0)
             self.not_run[missing] += 1
         record = record_of(report)
+        self._note_fault(report, record)
         if record is not None:
             if not self.records:  # a run that records something says how it was run, at once
                 self.run_info.write(self.run_dir)
@@ -109,6 +120,42 @@ class Aggregator:
                 record = self.sealer.seal(record)
             self.records.append(record)
             self.writer.write(record)
+
+    def _note_fault(self, report: pytest.TestReport, record: dict[str, Any] | None) -> None:
+        """Keeps what the verdict counts besides rollout outcomes: an item that failed with an
+        outcome other than an error (a violated trajectory spec; a test that is no rollout) or
+        errored outside its call."""
+        errored = record is not None and record.get(keys.OUTCOME) == OutcomeKind.ERROR.value
+        if report.failed and report.when == "call" and not errored:
+            self.item_faults[report.nodeid] = "failed"
+        elif report.failed and report.when != "call":
+            self.item_faults.setdefault(report.nodeid, "error")
+        elif report.passed and report.when == "call":
+            self.item_faults.pop(report.nodeid, None)
+
+    def _verdict(self, breaches: Sequence[str], exitstatus: int) -> RunVerdict:
+        """The run's one verdict (run_verdict.RunVerdict), and the exit status it implies."""
+        tally = tally_of(self.records)
+        faults = list(self.item_faults.values())
+        status = int(exitstatus)
+        if status == pytest.ExitCode.NO_TESTS_COLLECTED and self.records:
+            status = pytest.ExitCode.OK  # every rollout carried over by a resume
+        verdict = RunVerdict.of(
+            breaches,
+            tally.solved,
+            tally.unsolved,
+            tally.errors,
+            failed_items=faults.count("failed"),
+            other_errors=faults.count("error"),
+            interrupted=self.interrupted,
+            exit_status=status,
+        )
+        if not verdict.passed and status in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.NO_TESTS_COLLECTED,
+        ):
+            verdict = dataclasses.replace(verdict, exit_status=int(pytest.ExitCode.TESTS_FAILED))
+        return verdict
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._selected(item.nodeid for item in session.items)
@@ -158,7 +205,9 @@ class Aggregator:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.records:  # no report to write; a gate over nothing still fails the run
             self.unreported = tuple(breach.line() for breach in breaches)
-            self.config.stash[gates.BREACHED] = bool(breaches)
+            self.verdict = self._verdict(self.unreported, session.exitstatus)
+            self.config.stash[gates.BREACHED] = not self.verdict.passed
+            self._ended()
             return
         comparison = None
         if self.baseline is not None:
@@ -168,21 +217,30 @@ class Aggregator:
         protocol = Protocol.of(self.records, self.run_info.settings)
         self.run_info = dataclasses.replace(self.run_info, fingerprint=protocol.as_json())
         self.run_info.write(self.run_dir)
-        summary.write(self.run_dir, self.run_info, [breach.line() for breach in breaches])
+        self.verdict = self._verdict([breach.line() for breach in breaches], session.exitstatus)
+        summary.write(self.run_dir, self.run_info, self.verdict)
         if comparison is not None:
             comparison.write(self.run_dir)
         self.findings = Findings(
             summary,
             tuple(self.records),
             self.run_info,
-            tuple(breach.line() for breach in breaches),
+            self.verdict,
             tuple(notes),
             comparison,
+            tuple(breach.line() for breach in breaches),
         )
         write_html(self.run_dir, self.findings)
         _junit_suite_properties(self.config, summary)
         self.report_s = time.perf_counter() - started
-        self.config.stash[gates.BREACHED] = bool(breaches)
+        self.config.stash[gates.BREACHED] = not self.verdict.passed
+        self._ended()
+
+    def _ended(self) -> None:
+        """The run has ended, its verdict written: its witness has nothing to record."""
+        if self.witness is not None:
+            self.witness.ended()
+            self.witness = None
 
     def _compare(self, notes: list[str]) -> Comparison:
         assert self.baseline is not None
@@ -265,6 +323,19 @@ class Aggregator:
         write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
         if self.interrupted and HUNG not in self.config.stash:  # a hang says it itself
             write(f"interrupted: continue the run with: {resume_command(self.config)}", bold=True)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The run's last line, after pytest's own summary: its verdict."""
+        self._ended()  # a session that ended before its finish (a usage error, say)
+        if self.verdict is None or not (self.records or self.unreported or self.no_policy):
+            return  # no rollout was selected (an empty shard, a session of other tests)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            line = self.verdict.last_line()
+            reporter.write_line(
+                line, red=not self.verdict.passed, green=self.verdict.passed, bold=True
+            )
 
     def _no_policy_line(self) -> str:
         evals = ", ".join(sorted(self.no_policy))

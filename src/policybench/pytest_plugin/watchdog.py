@@ -27,11 +27,14 @@ import pytest
 
 from policybench.pytest_plugin.resume import resume_command
 from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.run.layout import HANGS
 from policybench.serve import client
 from policybench.spec import Rollout
 
-HANGS = "hangs"
 FIRED = "Timeout ("  # how faulthandler's dump begins when the limit passed
+# The hang file's first line while its rollout runs (then the limit in seconds): the file is
+# removed when the rollout ends, and holds a stack only once the limit has passed.
+STARTED = "running, its wall-clock limit "
 PACKAGE = "policybench"
 BASE_S, PER_SIM_S = 120.0, 30.0  # default limit: 2 minutes plus 30 wall seconds per sim second
 GRACE_S = 10.0  # without xdist: how long an interrupted call has to give way before the exit
@@ -177,7 +180,7 @@ def watched(
         raise RolloutHung(hang_of(run_dir, worker))
 
     with _opened(path) as file:
-        file.write(f"rollout {rollout.eval} {rollout.id}: no end within {limit:g} s\n")
+        file.write(f"rollout {rollout.eval} {rollout.id}: {STARTED}{limit:g} s\n")
         file.flush()
         previous = signal.signal(signal.SIGALRM, expired) if interrupt else None
         _running = _Deadline(limit, file, GRACE_S if interrupt else 0.0, interrupt)
@@ -260,7 +263,7 @@ def hang_of(run_dir: Path, worker: str) -> str | None:
     text = path.read_text(errors="replace")
     if FIRED not in text:  # the worker ended otherwise, mid-rollout (a signal, say)
         return None
-    header = text.splitlines()[0]
+    header = "no end within " + text.splitlines()[0].rpartition(STARTED)[2]
     rollout_thread = next((t for t in text.split("\n\n") if "in run_rollout" in t), "")
     frames = [
         line.strip()
@@ -268,9 +271,8 @@ def hang_of(run_dir: Path, worker: str) -> str | None:
         if line.strip().startswith("File") and __file__ not in line  # not the watchdog's own
     ]
     if not frames:
-        return f"{header.split(': ', 1)[-1]} (--rollout-wall-timeout); stack: {path}"
+        return f"{header} (--rollout-wall-timeout); stack: {path}"
     ours = next((frame for frame in frames if f"{PACKAGE}{os.sep}" in frame), frames[0])
     return (
-        f"{header.split(': ', 1)[-1]} (--rollout-wall-timeout); hung at {frames[0]}, "
-        f"called from {ours}; stack: {path}"
+        f"{header} (--rollout-wall-timeout); hung at {frames[0]}, called from {ours}; stack: {path}"
     )

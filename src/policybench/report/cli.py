@@ -27,6 +27,7 @@ from policybench.report.paired import Adjustment
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
 from policybench.run.info import RunInfo
+from policybench.run.layout import verdict_in
 from policybench.run.results import RESULTS, read_results, resolve_run
 from policybench.run.unfinished import seal_named, seal_unfinished
 from policybench.run.verdicts import SOURCE_HELP, VERDICTS, judged_records
@@ -156,7 +157,8 @@ def rebuild_report(run_dir: Path) -> Path:
     run = RunInfo.load(run_dir)
     summary = Summary.of_run(run_dir)
     summary.write(run_dir, run)
-    index = write_html(run_dir, Findings(summary, results.records, run))
+    findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
+    index = write_html(run_dir, findings)
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))
     print(f"{len(results.records)} rollouts; report: {index}")
@@ -270,7 +272,7 @@ def run_unblind(args: argparse.Namespace) -> int:
     _warn(results.problems)
     summary = Summary.of_run(run_dir)
     summary.write(run_dir, run)
-    index = write_html(run_dir, Findings(summary, results.records, run))
+    index = write_html(run_dir, Findings(summary, results.records, run, verdict_in(run_dir)))
     named = ", ".join(f"{letter} = {unsealed.label(letter)}" for letter in unsealed.letters)
     print(f"unblinded {run_dir.name}: {named}")
     for versus in summary.versus:

@@ -232,22 +232,16 @@ class Point:
 
 @dataclass(frozen=True)
 class History:
-    """Each Eval's points in run order (by start), runs merged from parts counted once, and each
-    Eval whose newest run is significantly worse than the best of the comparable runs before it
-    (a line saying so: what `history --fail-on-regression` fails on)."""
+    """Each Eval's points in run order (by start), runs merged from parts counted once (the gate
+    on the newest runs is history_gate's)."""
 
     evals: dict[str, list[Point]]
     runs: list[dict[str, Any]]
     alpha: float
-    window: int
-    regressions: tuple[str, ...]
 
 
-def read_history(
-    connection: sqlite3.Connection, root: Path, alpha: float = 0.05, window: int = 5
-) -> History:
-    """The store's runs as lines per Eval, each step tested against the run before it, and the
-    newest run of each line tested against the best of the `window` before it."""
+def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05) -> History:
+    """The store's runs as lines per Eval, each step tested against the run before it."""
     columns = (
         "run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts",
         "verdict",
@@ -267,18 +261,15 @@ def read_history(
     evals: dict[str, list[tuple]] = {}
     for row in sorted((r for r in rows if r[0] in order), key=lambda r: order[r[0]]):
         evals.setdefault(row[1], []).append(row)
-    records = _RecordsOf(connection)
-    found: dict[str, list[Point]] = {}
-    regressions = []
-    for eval, members in sorted(evals.items()):
-        found[eval] = _points(eval, members, by_run, records, alpha)
-        said = _against_best(eval, found[eval], records, alpha, window)
-        if said is not None:
-            regressions.append(said)
-    return History(found, runs, alpha, window, tuple(regressions))
+    records = RecordsOf(connection)
+    found = {
+        eval: _points(eval, members, by_run, records, alpha)
+        for eval, members in sorted(evals.items())
+    }
+    return History(found, runs, alpha)
 
 
-class _RecordsOf:
+class RecordsOf:
     """An Eval's rollouts in a run, from the store, as compare reads records."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:
@@ -306,7 +297,7 @@ def _points(
     eval: str,
     members: Sequence[tuple],
     runs: Mapping[str, Mapping[str, Any]],
-    records: _RecordsOf,
+    records: RecordsOf,
     alpha: float,
 ) -> list[Point]:
     points: list[Point] = []
@@ -331,7 +322,7 @@ def _points(
 
 
 def _tested(
-    eval: str, before: str, after: str, records: _RecordsOf, alpha: float
+    eval: str, before: str, after: str, records: RecordsOf, alpha: float
 ) -> tuple[str | None, float | None]:
     """`report compare`'s pooled test of the Eval between two runs: 'worse', 'better' or None
     (not significant at `alpha`), and its p-value."""
@@ -341,27 +332,6 @@ def _tested(
     row = comparison.evals[0]
     change = "worse" if row.regression else "better" if row.improvement else None
     return change, row.adjusted_p
-
-
-def _against_best(
-    eval: str, points: Sequence[Point], records: _RecordsOf, alpha: float, window: int
-) -> str | None:
-    """The newest run of the Eval's newest line against the best of the `window` before it:
-    a line when significantly worse, else None."""
-    newest = points[-1]
-    earlier = [p for p in points[:-1] if p.line == newest.line][-window:]
-    if not earlier:
-        return None
-    best = max(earlier, key=lambda p: (p.rate or 0.0, p.rollouts))
-    change, p_value = _tested(eval, best.run_id, newest.run_id, records, alpha)
-    if change != "worse":
-        return None
-    return (
-        f"{eval}: {newest.run_id} solved {newest.solved}/{newest.rollouts} "
-        f"({(newest.rate or 0):.1%}), significantly worse than the best of the {len(earlier)} "
-        f"comparable run(s) before it, {best.run_id} at {best.solved}/{best.rollouts} "
-        f"({(best.rate or 0):.1%}; p = {p_value:.3g} < {alpha:g})"
-    )
 
 
 def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:

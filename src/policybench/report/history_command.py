@@ -1,8 +1,9 @@
 """`policybench history [REPORTS...]`: reads every run under the folders given (default
 `reports/`), new and changed runs only, into each folder's `history.sqlite`, and writes its
 `index.html`: success per Eval over runs. `--fail-on-regression` exits 1 when an Eval's newest
-run is significantly worse than the best of the comparable runs before it, for a CI job that
-runs after each evaluation."""
+run is significantly worse than its line's reference run (history_gate: a stated chance of a
+false alarm per call and over a sequence of calls), for a CI job that runs after each
+evaluation."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import sys
 from pathlib import Path
 
 from policybench.report.compare import ALPHA
-from policybench.report.history import open_store, read_history, update
+from policybench.report.history import RecordsOf, open_store, read_history, update
+from policybench.report.history_gate import CALLS, gate
 from policybench.report.history_page import write_page
-
-WINDOW = 5  # comparable runs before the newest that --fail-on-regression compares it with
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,29 +35,47 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when an Eval's newest run is significantly worse than the best of the "
-        "comparable runs before it (paired by scene where the scenes match)",
+        help="exit 1 when an Eval's newest run is significantly worse than its reference run "
+        "(paired by scene; each call at level ALPHA/CALLS), or the --reference given is not "
+        "on the newest run's line",
     )
     parser.add_argument(
-        "--window",
+        "--reference",
+        metavar="RUN",
+        help="the run (its folder's name) each Eval's newest run is compared with; it must have "
+        "run the newest's protocol (default: the first run of the newest's line, which a "
+        "protocol change starts anew)",
+    )
+    parser.add_argument(
+        "--calls",
         type=int,
-        default=WINDOW,
+        default=CALLS,
         metavar="N",
-        help=f"with --fail-on-regression: how many comparable runs before the newest to take the "
-        f"best of (default {WINDOW})",
+        help=f"the gate's calls after a reference that ALPHA is spread over: each tests at "
+        f"ALPHA/N, so over N calls of an unchanged policy the chance of any false alarm is at "
+        f"most ALPHA (default {CALLS})",
     )
     parser.add_argument(
         "--alpha",
         type=float,
         default=ALPHA,
-        help=f"significance level of each comparison (default {ALPHA})",
+        help=f"significance level of the page's run-to-run comparisons, and the gate's chance "
+        f"of a false alarm over --calls calls (default {ALPHA})",
     )
+    parser.add_argument("--window", type=int, help=argparse.SUPPRESS)  # removed: see run()
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.window < 1 or not 0 < args.alpha < 1:
-        raise SystemExit("policybench history: --window must be >= 1 and --alpha in (0, 1)")
+    if args.window is not None:
+        raise SystemExit(
+            "policybench history: --window is gone: comparing the newest run with the best of "
+            "the last N raised false alarms in most long sequences. The gate now compares it "
+            "with a reference run (--reference RUN, default the line's first) at ALPHA/--calls "
+            "a call; see docs/guides/history.md"
+        )
+    if args.calls < 1 or not 0 < args.alpha < 1:
+        raise SystemExit("policybench history: --calls must be >= 1 and --alpha in (0, 1)")
     failed = False
     for root in args.reports:
         if not root.is_dir():
@@ -67,14 +85,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             with open_store(root) as store:
                 read, kept = update(store, root)
-                history = read_history(store, root, args.alpha, args.window)
+                history = read_history(store, root, args.alpha)
+                gated = gate(history, RecordsOf(store), args.alpha, args.calls, args.reference)
         except sqlite3.DatabaseError as error:
             print(f"policybench history: {root / 'history.sqlite'}: {error}; delete it to "
                   "rebuild it from the runs", file=sys.stderr)  # fmt: skip
             return 2
-        page = write_page(root, history)
+        page = write_page(root, history, gated)
         print(f"{root}: {len(history.runs)} runs ({read} read, {kept} unchanged); {page}")
-        for line in history.regressions:
-            print(f"regression: {line}")
-        failed = failed or bool(history.regressions)
+        if args.fail_on_regression or gated.regressions:
+            print("\n".join(gated.lines()))
+        failed = failed or gated.failed
     return 1 if failed and args.fail_on_regression else 0

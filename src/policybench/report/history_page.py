@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from policybench.report.history import INDEX, History, Point
+from policybench.report.history_gate import Gate
 
 WIDTH, HEIGHT, PAD = 720, 180, 36  # a plot's size and its margin for the axis labels
 
@@ -37,7 +38,8 @@ def plot_of(eval: str, points: list[Point]) -> Plot:
 
     segments, marks, breaks = [], [], []
     for line in sorted({p.line for p in points}):
-        mine = [(i, p) for i, p in enumerate(points) if p.line == line]
+        # A run whose rollouts all errored has no rate: no point on the line.
+        mine = [(i, p) for i, p in enumerate(points) if p.line == line and p.rate is not None]
         upper = [f"{x(i)},{y(p.high)}" for i, p in mine]
         lower = [f"{x(i)},{y(p.low)}" for i, p in reversed(mine)]
         segments.append(
@@ -48,7 +50,7 @@ def plot_of(eval: str, points: list[Point]) -> Plot:
             }
         )
     for i, point in enumerate(points):
-        if point.change is not None:
+        if point.change is not None and point.rate is not None:
             marks.append(
                 {"x": x(i), "y": y(point.rate), "change": point.change, "title": _title(point)}
             )
@@ -68,7 +70,7 @@ def _title(point: Point) -> str:
     return said
 
 
-def write_page(root: Path, history: History) -> Path:
+def write_page(root: Path, history: History, gate: Gate) -> Path:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("policybench.report", "templates"),
         autoescape=jinja2.select_autoescape(default=True),
@@ -78,6 +80,7 @@ def write_page(root: Path, history: History) -> Path:
     rows = _rows(root, history)
     html = env.get_template("history.html.j2").render(
         history=history,
+        gate=gate,
         rows=rows,
         evals=list(history.evals),
         plots=[plot_of(eval, points) for eval, points in history.evals.items()],

@@ -24,6 +24,7 @@ from policybench.report.sweep import sweep_of
 from policybench.run.info import RunInfo
 from policybench.run.records import rollout_id
 from policybench.run.results import OUTCOMES
+from policybench.run.run_verdict import RunVerdict
 
 INDEX = "index.html"
 ROLLOUTS = "rollouts"
@@ -37,9 +38,10 @@ class Findings:
     summary: Summary
     records: tuple[Mapping[str, Any], ...]
     run: RunInfo | None
-    breaches: tuple[str, ...] = ()
+    verdict: RunVerdict | None = None  # the run's, as summary.json records it
     notes: tuple[str, ...] = ()
     comparison: Comparison | None = None
+    breaches: tuple[str, ...] = ()  # the run's failed gates and decisions, as the terminal says
 
 
 def write_html(run_dir: Path, findings: Findings) -> Path:

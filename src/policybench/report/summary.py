@@ -29,9 +29,10 @@ from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
 from policybench.run.arms import ARMS, arm_order
 from policybench.run.info import RunInfo
-from policybench.run.layout import SUMMARY, VERDICT
+from policybench.run.layout import SUMMARY
 from policybench.run.records import CONFIDENCE
 from policybench.run.results import RESULTS, read_results
+from policybench.run.run_verdict import VERDICT, RunVerdict
 from policybench.run.verdicts import Verdicts, read_verdicts
 from policybench.world import SUCCESS_INFO_KEYS
 
@@ -191,16 +192,13 @@ class Summary:
             if row.success_reported is False
         ]
 
-    def write(
-        self, run_dir: Path, run: RunInfo | None, breaches: Sequence[str] | None = None
-    ) -> Path:
-        """summary.json; `breaches`: the run's failed gates and decisions, as its verdict
-        (`verdict`: passed, and each breach's line). Written again without them (a report
-        rebuilt), the verdict the run ended with is kept."""
+    def write(self, run_dir: Path, run: RunInfo | None, verdict: RunVerdict | None = None) -> Path:
+        """summary.json, with the run's `verdict`. Written again without one (a report rebuilt),
+        the verdict the run ended with is kept."""
         path = run_dir / SUMMARY
         found = self.as_json(run)
-        if breaches is not None:
-            found[VERDICT] = {"passed": not breaches, "breaches": list(breaches)}
+        if verdict is not None:
+            found[VERDICT] = verdict.as_json()
         elif path.is_file():
             try:
                 earlier = json.loads(path.read_text()).get(VERDICT)

@@ -4,21 +4,23 @@ rollout's id, and the run's summary (and the verdict it records)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from policybench import keys
+from policybench.run.run_verdict import RunVerdict, verdict_of
 
 if TYPE_CHECKING:
     from policybench.record.video import Video
 
 TRACES = "traces"  # the folder of a run's rollout traces
 VIDEOS = "videos"  # the folder of a run's videos
+HANGS = "hangs"  # the folder of the watchdog's files, one per worker with a rollout running
 PREFLIGHTS = "preflight"  # the folder of a run's preflights, one file per Eval (and arm)
 SUMMARY = "summary.json"  # the run's aggregates, written when it ends
-VERDICT = "verdict"  # summary.json: what the run's gates and decisions said when it ended
 # A --decide plan's exact chances, written by the workers that collected it for the controller
 # to print before the run (removed once printed).
 DECIDE_PLAN = ".decide-plan.txt"
@@ -58,10 +60,16 @@ def inside(run_dir: Path, name: str) -> Path:
 
 
 def verdict_line(summary: Mapping[str, Any]) -> str | None:
-    """A summary.json's verdict as a line: `passed`, or `failed: ` and its breaches' lines;
-    None where the run recorded none."""
-    verdict = summary.get(VERDICT)
-    if not isinstance(verdict, Mapping):
+    """A summary.json's verdict as a line (`passed`, or its kind and reasons); None where the run
+    recorded none."""
+    verdict = verdict_of(summary)
+    return None if verdict is None else verdict.line()
+
+
+def verdict_in(run_dir: Path) -> RunVerdict | None:
+    """The verdict a run's summary.json records; None where it has none (or cannot be read)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY).read_text())
+    except (OSError, ValueError):
         return None
-    breaches = [str(line) for line in verdict.get("breaches") or ()]
-    return "passed" if verdict.get("passed") else "failed: " + "; ".join(breaches)
+    return verdict_of(summary) if isinstance(summary, Mapping) else None

@@ -103,12 +103,19 @@ class Tally:
         )
 
     @property
+    def measured(self) -> bool:
+        """Whether a rollout ran to an outcome: where every one errored, there is no result."""
+        return self.solved + self.unsolved > 0
+
+    @property
     def rate(self) -> float | None:
-        return self.solved / self.rollouts if self.rollouts else None
+        """Success over the rollouts (errors count as attempts not solved); None where no
+        rollout ran to an outcome: every one errored is no result, never a 0% success."""
+        return self.solved / self.rollouts if self.measured else None
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
         """Wilson score interval of the success rate (errors count as attempts not solved)."""
-        if not self.rollouts:
+        if not self.measured:
             return None
         from scipy.stats import binomtest
 

@@ -29,6 +29,7 @@ class RunState(StrEnum):
     RUNNING = "running"
     FINISHED = "finished"  # ended with every selected item run
     STOPPED = "stopped"  # ended early (Ctrl-C, SIGTERM, -x): some items not run
+    ABORTED = "aborted"  # its process died before the run ended (report.aborted)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class Status:
         parts.append("-/min" if rate is None else f"{rate:.1f}/min")
         if self.state is RunState.STOPPED:
             parts.append(f"stopped with {self.not_run} not run")
+        elif self.state is RunState.ABORTED:
+            parts.append(f"aborted with {self.not_run} not run")
         elif self.state is RunState.FINISHED:
             parts.append("finished")
         elif (eta := self.eta_s) is not None:
@@ -104,7 +107,7 @@ class Status:
 
     def to_json(self) -> dict:
         """The fields, and what a poller asks: `finished` (complete) and `not_run` (stopped)."""
-        stopped = self.not_run if self.state is RunState.STOPPED else 0
+        stopped = self.not_run if self.state in (RunState.STOPPED, RunState.ABORTED) else 0
         return {
             "format": FORMAT,
             "version": VERSION,
@@ -220,7 +223,8 @@ def combined(statuses: Sequence[Status]) -> Status:
     """The runs as one (the shards of one run): counts add up, pace over the earliest start;
     running while one runs, finished when all did, else stopped."""
     states = {status.state for status in statuses}
-    state = next(s for s in (RunState.RUNNING, RunState.STOPPED, RunState.FINISHED) if s in states)
+    order = (RunState.RUNNING, RunState.ABORTED, RunState.STOPPED, RunState.FINISHED)
+    state = next(s for s in order if s in states)
     return Status(
         run_id=f"{len(statuses)} runs",
         total=sum(s.total for s in statuses),
