@@ -201,8 +201,9 @@ def test_rollouts_without_a_partner_are_left_out_of_the_paired_test_and_named(tm
     (row,) = comparison.tasks
     assert row.design is Design.PAIRED and row.left_out == (0, 10)
     assert (row.before.rollouts, row.after.rollouts) == (10, 10)
-    assert "e/t: 10 rollouts of B have no scene in A; left out of the paired test" in (
-        comparison.lines()
+    assert (
+        "10 rollouts of B on 1 task (e/t) have no scene in A, so the paired test leaves them "
+        "out: run A with as many rollouts a task to pair them all" in comparison.lines()
     )
 
 

@@ -1,8 +1,9 @@
 """`policybench history`: runs written into one folder are read into history.sqlite and shown on
 index.html, success per Eval over runs; a run under another protocol starts a new line; a
 significant drop between consecutive comparable runs is marked, and `--fail-on-regression`
-fails on a newest run significantly worse than its reference; the store answers "success per Eval per run" as the runs' summaries do, is rebuilt
-when deleted, reads only new runs, and counts a run merged from shards once."""
+fails on a newest run significantly worse than its reference; the store answers "success per
+Eval per run" as the runs' summaries do, is rebuilt when deleted, reads only new runs, and counts
+a run merged from shards once."""
 
 from __future__ import annotations
 

@@ -130,10 +130,17 @@ def test_the_metaworld_collapse_is_refused_up_front_or_fails_the_run_never_exit_
         assert refused.returncode == pytest.ExitCode.USAGE_ERROR, refused.stdout[-2000:]
         assert (
             "ERROR: --fail-on-regression could pass a regression of 20 points unseen: "
-            "metaworld-mt10 plans 30 rollouts on 10 tasks and needs 44 (5 a task: policybench "
-            "plan --baseline 1 --detect 0.2 --tasks 10)" in refused.stderr
+            "metaworld-mt10 plans 30 rollouts on 10 tasks and needs 44 on each side (5 a task: "
+            "policybench plan --baseline 1 --detect 0.2 --tasks 10)" in refused.stderr
         ), refused.stderr
         assert not refused.stdout.count("PASSED") and "1 passed" not in refused.stdout
+    # Enough rollouts in this run, but only 3 a task in the baseline: the advice names it.
+    more = pytest_run([*gate, "-n", "0", "--rollouts", "5"], reports, tmp_path)
+    assert more.returncode == pytest.ExitCode.USAGE_ERROR, more.stdout[-2000:]
+    assert "metaworld-mt10's baseline ran 30 rollouts on its 10 tasks" in more.stderr
+    assert f"(the baseline {baseline} needs as many: rerun it with the same --rollouts)" in (
+        more.stderr
+    )
     ran = pytest_run([*gate, "-n", "2", "--allow-weak-regression-gate"], reports, tmp_path)
     assert ran.returncode == pytest.ExitCode.TESTS_FAILED, ran.stdout[-3000:]
     assert "FAIL regression metaworld-mt10/(all tasks): success 20.0%" in ran.stdout

@@ -229,28 +229,40 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
         side = eval, None if arm is None else str(arm)
         planned.setdefault(side, set()).add(task)
         counts[side] = counts.get(side, 0) + 1
-    short = []
+    short, baseline_short = [], False
     for (eval, label), tasks in sorted(planned.items(), key=str):
         shared = [r for r in baseline if r[keys.EVAL] == eval and r[keys.TASK] in tasks]
         rate = tally_of(shared).rate
         if not rate:  # nothing solved before: nothing to lose
             continue
         needed = _needed(rate, max(rate - margin, 0.0), alpha)
-        if counts[(eval, label)] < needed:
+        # A comparison pairs at most as many scenes as the smaller side ran.
+        if min(counts[(eval, label)], len(shared)) < needed:
             per_task = -(-needed // len(tasks))
             named = eval if label is None else f"{eval} [arm {label}]"
+            said = (
+                f"{named} plans {counts[(eval, label)]} rollouts on {len(tasks)} tasks"
+                if counts[(eval, label)] < needed
+                else f"{named}'s baseline ran {len(shared)} rollouts on its {len(tasks)} tasks"
+            )
+            baseline_short = baseline_short or len(shared) < needed
             short.append(
-                f"{named} plans {counts[(eval, label)]} rollouts on {len(tasks)} tasks and "
-                f"needs {needed} ({per_task} a task: policybench plan --baseline {rate:.3g} "
-                f"--detect {margin:g} --tasks {len(tasks)}) to catch a drop from the "
-                f"baseline's {rate:.1%} to {max(rate - margin, 0.0):.1%} with {POWER:.0%} power"
+                f"{said} and needs {needed} on each side ({per_task} a task: policybench plan "
+                f"--baseline {rate:.3g} --detect {margin:g} --tasks {len(tasks)}) to catch a "
+                f"drop from the baseline's {rate:.1%} to {max(rate - margin, 0.0):.1%} with "
+                f"{POWER:.0%} power"
             )
     if not short:
         return None
+    baseline_too = (
+        f" (the baseline {where.name} needs as many: rerun it with the same --rollouts)"
+        if baseline_short
+        else ""
+    )
     return (
         f"--fail-on-regression could pass a regression of {margin * 100:g} points unseen: "
-        f"{'; '.join(short)}; give --rollouts so each Eval reaches what it needs, a larger "
-        "--regression-margin, or --allow-weak-regression-gate to run this gate anyway"
+        f"{'; '.join(short)}; give --rollouts so each Eval reaches what it needs{baseline_too}, "
+        "a larger --regression-margin, or --allow-weak-regression-gate to run this gate anyway"
     )
 
 

@@ -488,7 +488,7 @@ def _compared(
     stratified by task. Unpaired, an Eval's pooled row (`strata`: each task's rollouts) gets
     the exact stratified test of its tasks (a single group, Fisher's)."""
     matched = match(before, after)
-    if matched.pairs and 2 * len(matched.pairs) >= min(len(before), len(after)):
+    if _paired(matched, before, after):
         pairs = _pairs(matched.pairs)
         return TaskComparison(
             eval,
@@ -519,6 +519,21 @@ def _compared(
         unpaired_interval(was.solved, was.rollouts, now.solved, now.rollouts, confidence),
         alpha,
     )
+
+
+def _paired(matched: Any, before: Sequence[Any], after: Sequence[Any]) -> bool:
+    """Whether two groups of rollouts are compared paired: at least half the smaller group's
+    rollouts share a scene with the other (a stray shared seed does not decide it)."""
+    return bool(matched.pairs) and 2 * len(matched.pairs) >= min(len(before), len(after))
+
+
+def pooled_pairs(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> Pairs | None:
+    """Two runs' rollouts of one Eval paired by scene, as its pooled row pairs them; None where
+    they are compared unpaired."""
+    matched = match(before, after)
+    return _pairs(matched.pairs) if _paired(matched, before, after) else None
 
 
 def _counts(
@@ -584,13 +599,16 @@ def format_comparison(comparison: Comparison) -> list[str]:
     for name, pairs in ((before, comparison.only_before), (after, comparison.only_after)):
         if pairs:
             lines.append(f"only in {name}: " + ", ".join(f"{e}/{t}" for e, t in pairs))
-    for row in comparison.tasks:
-        for name, other, count in zip((before, after), (after, before), row.left_out, strict=True):
-            if count:
-                lines.append(
-                    f"{row.where}/{row.label}: {count} rollouts of {name} have no scene in "
-                    f"{other}; left out of the paired test"
-                )
+    for side, (name, other) in enumerate(((before, after), (after, before))):
+        rows = [row for row in comparison.tasks if row.left_out[side]]
+        if rows:  # one line for all the tasks: a run of more rollouts leaves some out on each
+            left_out = sum(row.left_out[side] for row in rows)
+            tasks = listed([f"{row.where}/{row.label}" for row in rows], 3)
+            lines.append(
+                f"{left_out} rollouts of {name} on {len(rows)} task{'s' * (len(rows) != 1)} "
+                f"({tasks}) have no scene in {other}, so the paired test leaves them out: "
+                f"run {other} with as many rollouts a task to pair them all"
+            )
     lines.append(f"tests: {comparison.method}")
     lines.append(comparison.verdict())
     return lines

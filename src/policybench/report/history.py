@@ -156,7 +156,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
         )  # fmt: skip
     connection.executemany(
         "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [_rollout_row(run_dir.name, record) for record in records],
+        [rollout_row(run_dir.name, record) for record in records],
     )
 
 
@@ -169,7 +169,7 @@ def _verdict(run_dir: Path) -> str | None:
     return verdict_line(summary) if isinstance(summary, dict) else None
 
 
-def _rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
+def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
     specs = record.get(keys.SPECS)
     margins = (
         {name: spec.get("margin") for name, spec in specs.items() if isinstance(spec, Mapping)}

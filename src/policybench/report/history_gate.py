@@ -1,7 +1,7 @@
 """The history's gate (`policybench history --fail-on-regression`): each Eval's newest run tested
-against its line's reference run — pinned with `--reference RUN`, by default the line's first run
-— by `report compare`'s pooled test (exact McNemar over the scenes both ran), each call at level
-alpha / calls.
+against its line's reference run (pinned with `--reference RUN`, by default the line's first run)
+by `report compare`'s pooled test (exact McNemar over the scenes both ran, each pair within its
+task), each call at level alpha / calls.
 
 What that holds, for a policy that did not change: one call raises a false alarm with chance at
 most alpha / calls; over `calls` calls after a reference, the chance of any false alarm is at most
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from policybench import keys
-from policybench.report.compare import compare_runs
+from policybench.report.compare import pooled_pairs
 from policybench.report.history import History, Point, RecordsOf
+from policybench.report.paired import mcnemar_p
 from policybench.report.power import mcnemar_power
 from policybench.report.stats import group, tally_of
 
@@ -131,8 +132,7 @@ def called(
 ) -> GateCall:
     """`newest` tested against `reference` at `level`."""
     before, after = records(reference.run_id, eval), records(newest.run_id, eval)
-    row = compare_runs(before, after, (reference.run_id, newest.run_id), level).evals
-    pairs = row[0].pairs if row else None
+    pairs = pooled_pairs(before, after)
     if pairs is None:  # no scene in common
         return GateCall(eval, reference, newest, call, level, None, 0, 0, 0, None)
     return GateCall(
@@ -141,7 +141,7 @@ def called(
         newest,
         call,
         level,
-        row[0].p_value,
+        mcnemar_p(pairs),
         pairs.count,
         pairs.lost,
         pairs.gained,

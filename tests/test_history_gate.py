@@ -1,0 +1,55 @@
+"""The history gate's error rates, by simulation with the project's own store and comparison code
+(tests/history_sim.py): an unchanged stochastic policy trips one call at most alpha / calls, and
+a sequence of 50 nightly calls at most alpha; a drop of 0.2 on every task is caught as often as
+the gate says it is (its stated power, which docs/guides/history.md tabulates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from policybench.report.history_gate import CALLS, DROP
+from tests.history_sim import Line, records_of
+
+ALPHA = 0.05
+
+
+def test_one_call_of_an_unchanged_policy_false_alarms_at_most_its_level(tmp_path):
+    rng = np.random.default_rng(1)
+    line = Line(tmp_path)
+    trials, level = 600, ALPHA  # --calls 1: the whole alpha in one call, the hardest case
+    alarms = 0
+    for _ in range(trials):
+        reference, newest = line.add(records_of(rng, 3)), line.add(records_of(rng, 3))
+        alarms += line.call(reference, newest, 1, level).regressed
+    # At most alpha, up to the simulation's own noise (a 1-in-1000 margin above it).
+    assert alarms <= binom.ppf(0.999, trials, level), alarms
+
+
+def test_fifty_nightly_calls_of_an_unchanged_policy_false_alarm_at_most_alpha(tmp_path):
+    rng = np.random.default_rng(2)
+    line = Line(tmp_path)
+    sequences, level = 80, ALPHA / CALLS
+    with_an_alarm = 0
+    for _ in range(sequences):
+        reference = line.add(records_of(rng, 3))
+        calls = [line.call(reference, line.add(records_of(rng, 3)), k, level) for k in range(1, 51)]
+        with_an_alarm += any(call.regressed for call in calls)
+    assert with_an_alarm <= binom.ppf(0.999, sequences, ALPHA), with_an_alarm
+
+
+@pytest.mark.parametrize("per_task", [5, 10])
+def test_a_drop_of_twenty_points_is_caught_as_often_as_the_gate_says(tmp_path, per_task):
+    rng = np.random.default_rng(3)
+    line = Line(tmp_path)
+    trials, level = 200, ALPHA / CALLS
+    calls = []
+    for _ in range(trials):
+        reference = line.add(records_of(rng, per_task))
+        calls.append(line.call(reference, line.add(records_of(rng, per_task, DROP)), 1, level))
+    caught = sum(call.regressed for call in calls) / trials
+    said = float(np.mean([call.power for call in calls]))
+    # The stated power (exact McNemar power at the reference's rates) within the simulation's
+    # noise: 3 standard errors of `trials` draws.
+    assert abs(caught - said) <= 3 * np.sqrt(said * (1 - said) / trials) + 0.02, (caught, said)
