@@ -134,6 +134,21 @@ def test_a_run_at_zero_names_the_convention_it_broke(bench, policy, select, said
     assert 'id="diagnoses"' in page
 
 
+def test_a_flipped_gripper_over_all_of_mt10_is_named_though_most_tasks_pass(bench):
+    # Only the tasks that grasp fail (pick-place, peg-insert): the Eval is far above 10%.
+    result = bench.runpytest_subprocess(
+        "--rollouts", "2", "-k", "not camera", "--policy=conventions:GRIPPER", "-n", "2"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "diagnosis of metaworld-mt10 (*% solved, * traces read):",
+            "  action[[]3[]] runs opposite to the expert's (r = *): gripper sign flipped?",
+        ]
+    )
+    [diagnosis] = diagnoses(bench)
+    assert diagnosis["rate"] > 0.5, diagnosis
+
+
 def test_a_policy_unrelated_to_the_expert_is_told_apart_from_a_convention(bench):
     result = bench.runpytest_subprocess(
         "--rollouts", "2", "-k", "not camera and reach", "--policy=random"

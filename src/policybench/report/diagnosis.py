@@ -2,7 +2,8 @@
 silent 0% are conventions (a gripper's sign, the order of an action's dimensions, an image
 flipped on its way to the model), and each leaves a mark in what the run recorded.
 
-For each Eval at or below DIAGNOSED_AT, over its unsolved rollouts' traces:
+For each Eval at or below DIAGNOSED_AT, over its unsolved rollouts' traces (above it, only the
+comparisons with the expert and the image's orientation, said where they find something):
 - actions pinned at a bound of the action space, or a dimension that never moves;
 - an image that never changes from one step to the next (a frozen camera, a failed render);
 - where the Eval has an expert (it watched each rollout beside the policy: `expert_action`),
@@ -68,7 +69,8 @@ class Diagnosis:
 
 def diagnoses(records: Sequence[Mapping[str, Any]], run_dir: Path | None) -> tuple[Diagnosis, ...]:
     """One Diagnosis per Eval that solved DIAGNOSED_AT of its rollouts or less (errors aside)
-    and has traces in `run_dir`."""
+    and has traces in `run_dir`, and per Eval above it whose unsolved rollouts break a
+    convention the expert's actions show."""
     if run_dir is None:
         return ()
     orientations = _orientations(run_dir)
@@ -78,13 +80,20 @@ def diagnoses(records: Sequence[Mapping[str, Any]], run_dir: Path | None) -> tup
         if not ended:
             continue
         rate = sum(r[keys.OUTCOME] == "solved" for r in ended) / len(ended)
-        if rate > DIAGNOSED_AT:
-            continue
         unsolved = [r for r in ended if r[keys.OUTCOME] == "unsolved"][:TRACES_READ]
         traces = [t for t in (_trace(run_dir, r) for r in unsolved) if t is not None]
         if not traces:
             continue
         compared = _expert(traces)  # a dimension the expert explains is not said again
+        if rate > DIAGNOSED_AT:
+            # Solving some tasks, an Eval may still fail others for a broken convention (a
+            # flipped gripper fails only the tasks that grasp): said where the expert's
+            # actions at the same observations show one, silent otherwise.
+            findings = [said for dim, said in compared if dim >= 0]
+            findings += _orientation(orientations.get(eval))
+            if findings:
+                found.append(Diagnosis(eval, rate, len(traces), tuple(findings)))
+            continue
         explained = {dim for dim, _ in compared}
         findings = [
             *(said for dim, said in _actions(traces) if dim not in explained),
