@@ -43,6 +43,16 @@ def test_the_commands_page_lists_each_commands_options_as_its_help_does(referenc
     assert reference.COMMANDS_MARK in (REPO / "docs/reference/commands.md").read_text()
 
 
+def test_the_generated_reference_committed_in_the_repository_is_current(reference):
+    stale = [
+        name
+        for name in reference.PAGES
+        if reference.refreshed((REPO / "docs" / name).read_text())
+        != (REPO / "docs" / name).read_text()
+    ]
+    assert not stale, f"{stale} are stale: run `python docs/hooks/reference.py` and commit them"
+
+
 def test_every_docs_page_is_in_the_sites_nav():
     import yaml
 

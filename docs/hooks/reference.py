@@ -1,26 +1,68 @@
 """Builds the reference pages from the parsers themselves, so that they cannot drift from the
-code: a page holding `<!-- pytest-options -->` gets a table of the plugin's pytest options, one
-holding `<!-- commands -->` a section per `policybench` command with its options, one holding
-`<!-- families -->` the suite families the registry holds. An MkDocs hook
-(mkdocs.yml's `hooks:`); `pytest_options()` and `commands()` serve the tests too."""
+code: a page holding `<!-- pytest-options -->` holds, up to `<!-- /pytest-options -->`, a table of
+the plugin's pytest options; `<!-- commands -->` a section per `policybench` command with its
+options; `<!-- families -->` the suite families the registry holds. The generated text is
+committed, so the pages read true in the repository too: `python docs/hooks/reference.py`
+rewrites it, the site's build (an MkDocs hook, mkdocs.yml's `hooks:`) regenerates it, and a test
+fails where the committed text is stale. `pytest_options()` and `commands()` serve the tests."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PYTEST_MARK, COMMANDS_MARK = "<!-- pytest-options -->", "<!-- commands -->"
 FAMILIES_MARK = "<!-- families -->"  # the suite families the registry holds, named and counted
+DOCS = Path(__file__).resolve().parents[1]
+PAGES = ("reference/pytest-options.md", "reference/commands.md", "index.md")
+
+
+def end_of(mark: str) -> str:
+    return mark.replace("<!-- ", "<!-- /")
+
+
+def generators() -> dict[str, Callable[[], str]]:
+    return {
+        PYTEST_MARK: lambda: "\n" + table(pytest_options()) + "\n",
+        COMMANDS_MARK: lambda: "\n" + commands_markdown() + "\n",
+        FAMILIES_MARK: families,
+    }
+
+
+def refreshed(markdown: str) -> str:
+    """`markdown` with the text after each mark, up to its end mark (added where missing),
+    generated anew."""
+    for mark, generate in generators().items():
+        if mark not in markdown:
+            continue
+        pattern = re.escape(mark) + r"(.*?)" + re.escape(end_of(mark))
+        text = mark + generate() + end_of(mark)
+        if re.search(pattern, markdown, flags=re.S):
+            markdown = re.sub(pattern, lambda _: text, markdown, count=1, flags=re.S)
+        else:
+            markdown = markdown.replace(mark, text, 1)
+    return markdown
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    if PYTEST_MARK in markdown:
-        markdown = markdown.replace(PYTEST_MARK, table(pytest_options()))
-    if COMMANDS_MARK in markdown:
-        markdown = markdown.replace(COMMANDS_MARK, commands_markdown())
-    if FAMILIES_MARK in markdown:
-        markdown = markdown.replace(FAMILIES_MARK, families())
-    return markdown
+    return refreshed(markdown)
+
+
+def write() -> list[str]:
+    """Rewrites the generated text of every page that holds some; the pages it changed."""
+    changed = []
+    for name in PAGES:
+        path = DOCS / name
+        text = path.read_text()
+        new = refreshed(text)
+        if new != text:
+            path.write_text(new)
+            changed.append(name)
+    return changed
 
 
 def families() -> str:
@@ -92,3 +134,9 @@ def commands_markdown() -> str:
     for name, rows in commands().items():
         parts.append(f"## `{name}`\n\n" + (table(rows) if rows else "(no options)"))
     return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    written = write()
+    print("rewrote " + ", ".join(written) if written else "the reference pages are up to date")
+    sys.exit(0)

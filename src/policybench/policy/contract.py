@@ -85,6 +85,19 @@ class Contract:
     images: Mapping[str, Image] | tuple[tuple[str, Image], ...] = ()
     state: tuple[str, ...] = ()  # the state vector's layout: "eef_pos:3", "gripper_qpos:2", ...
 
+    def state_names(self, width: int) -> dict[int, str]:
+        """Each number of a state vector of `width` named by its part of the layout (`goal_pos[1]`,
+        `gripper_opening`); none where the layout does not add up to `width`."""
+        parts = [(name, int(size)) for name, _, size in (p.partition(":") for p in self.state)]
+        if sum(size for _, size in parts) != width:
+            return {}
+        names, at = {}, 0
+        for name, size in parts:
+            for k in range(size):
+                names[at + k] = name if size == 1 else f"{name}[{k}]"
+            at += size
+        return names
+
     def __post_init__(self) -> None:
         _check("action", self.action, ACTIONS)
         _check("rotation", self.rotation, ROTATIONS)

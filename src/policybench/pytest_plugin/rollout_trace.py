@@ -73,10 +73,12 @@ NAMED = pytest.StashKey[dict[tuple[str, str, int], dict[int, str]]]()
 
 
 def _named(config: pytest.Config, eval: Eval, entry: str, width: int) -> dict[int, str]:
-    """The names an Eval's signals give an observation entry's numbers (element_names), found
-    once per Eval and entry in a process, not once per rollout."""
+    """The names an Eval's signals give an observation entry's numbers (element_names), and for
+    its state the names of the parts its contract lays it out in where the signals name none;
+    found once per Eval and entry in a process, not once per rollout."""
     found = config.stash.setdefault(NAMED, {})
     key = (eval.name, entry, width)
     if key not in found:
-        found[key] = element_names(eval.signals, entry, width)
+        laid_out = eval.contract.state_names(width) if eval.contract and entry == keys.STATE else {}
+        found[key] = {**laid_out, **element_names(eval.signals, entry, width)}
     return found[key]

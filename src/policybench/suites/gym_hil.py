@@ -6,7 +6,7 @@ gym-hil 0.1.14 builds it (`gym_hil/PandaPickCubeBase-v0`, `gym_hil/PandaArrangeB
 Actions: 7-d in [-1, 1]: the end-effector's target moved by (x, y, z) metres (clipped to the
 workspace), three rotation numbers the env ignores, and a change of the gripper's closure.
 Observations: `state`, the 18-d robot state (joint positions and velocities, gripper, pinch
-position) and `environment_state` (the block's position; the boxes' for ArrangeBoxes), or, with
+position) and `environment_state` (the block's position; for ArrangeBoxes, block1's), or, with
 pixels, the 128x128 `image` (front camera) and `wrist_image` with `state`.
 
 gym-hil places the block from numpy's global generator, which `reset(seed=...)` does not touch;
