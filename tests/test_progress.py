@@ -82,12 +82,16 @@ def test_off_a_terminal_the_status_line_is_printed_plainly_and_status_json_ends_
     tally = status.tally
     assert (tally.rollouts, tally.solved, tally.unsolved, tally.errors) == summary_counts(run_dir)
     assert (status.solved, status.unsolved) == (2 * ROLLOUTS, ROLLOUTS)
-    assert done.stdout.rstrip().splitlines()[-1].count("passed") == 1  # pytest's own last line
+    *_, pytests, verdict = done.stdout.rstrip().splitlines()
+    assert pytests.count("passed") == 1  # pytest's own summary, then the run's verdict
+    assert verdict == "policybench: PASS"
 
 
 def test_status_lines_are_spaced_by_status_every(checkout):
     done = run(checkout, "--status-every", "3600")
     lines = re.findall(r"^policybench: .*$", done.stdout, re.M)
+    assert lines[-1] == "policybench: PASS"  # the run's verdict, its last line
+    lines = lines[:-1]
     assert len(lines) == 1 and "finished" in lines[0], lines  # only the closing one
 
 
@@ -204,6 +208,11 @@ def test_the_line_says_pace_and_eta_while_running_and_finished_at_the_end():
     )
     finished = Status("r", 10, 10, 7, 2, 1, 0.0, 300.0, state=RunState.FINISHED)
     assert finished.line().endswith("· 1 error · 2.0/min · finished")
+    # An Eval none of whose rollouts ended yet: its pace, and the time left, are not known.
+    unknown = Status("r", 10, 4, 3, 1, 0, 0.0, 120.0, eta_unknown=True, failed=2)
+    assert unknown.line().endswith(
+        "· 0 errors · 2 failed a check · 2.0/min · ETA unknown (an Eval has no rollout ended yet)"
+    )
 
 
 def test_the_eta_prices_each_evals_rollouts_left_at_that_evals_own_pace():

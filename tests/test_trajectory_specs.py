@@ -366,8 +366,8 @@ def test_the_guides_formula_reads_as_it_says():
         s.name
         for s in hook["pytest_policybench_specs"](None, type("E", (), {"name": "metaworld-mt10"}))
     ] == [
-        "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.3]",
-        "action rate <= 60/s",
+        "hand in workspace [-0.5, 0.3, 0]-[0.5, 1, 0.5]",
+        "action rate <= 1000/s",
     ]
 
 

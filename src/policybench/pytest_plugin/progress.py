@@ -5,6 +5,7 @@ once a second, and at the end). A resumed run counts the rollouts it carried ove
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, defaultdict
 from typing import Any
@@ -19,6 +20,9 @@ from policybench.record.episode import OutcomeKind
 from policybench.run.status import RunState, Status, StatusFile, remaining_s
 
 CLEAR_TO_END = "\x1b[K"  # the rest of the terminal's line: a shorter line leaves nothing behind
+# However long a rollout takes, the status line comes at least this often (a slow rollout must
+# not read as a hang in a CI log).
+HEARTBEAT_S = 30.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,6 +75,10 @@ class Progress:
         self.terminal: Any = None
         # For the ETA: each item's time so far (its phases' durations), and the whole times of
         # the ended ones by group (an Eval's test function), spread over the run's processes.
+        self.failed: set[str] = set()
+        self.writing = threading.Lock()  # the heartbeat's lines and the rollouts' take turns
+        self.stopped = threading.Event()
+        self.heartbeat = threading.Thread(target=self._beat, name="policybench-status", daemon=True)
         self.took: dict[str, float] = defaultdict(float)
         self.walls: dict[str, list[float]] = defaultdict(list)
         processes = getattr(config.option, "numprocesses", None)
@@ -82,6 +90,21 @@ class Progress:
         if terminal is not None:
             self.terminal = terminal
             self.config.stash[STATUS_LINE] = terminal.isatty and terminal.verbosity <= 0
+            self.heartbeat.start()
+
+    def _beat(self) -> None:
+        """Between rollouts' ends, the line again every HEARTBEAT_S (or --status-every, if
+        shorter): its pace and time left move while a long rollout runs."""
+        period = min(self.every_s or HEARTBEAT_S, HEARTBEAT_S)
+        while not self.stopped.wait(period):
+            with self.writing:
+                if self.outcomes and time.monotonic() - self.printed_at >= period:
+                    status = self.status()
+                    if live(self.config):
+                        self._rewrite(status)
+                    else:
+                        self._print(status)
+                    self.printed_at = time.monotonic()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected.update(item.nodeid for item in session.items)
@@ -96,6 +119,11 @@ class Progress:
         record = record_of(report)
         if record is not None:
             self.outcomes[report.nodeid] = OutcomeKind(record[keys.OUTCOME])
+            # An item that failed though its rollout did not error: it broke a check (a spec).
+            if report.failed and self.outcomes[report.nodeid] is not OutcomeKind.ERROR:
+                self.failed.add(report.nodeid)
+            else:
+                self.failed.discard(report.nodeid)
         self.took[report.nodeid] += report.duration
         if report.when in ("teardown", CRASHED):
             if report.nodeid not in self.done:
@@ -105,6 +133,7 @@ class Progress:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The run has ended: finished when every item ran, else stopped (interrupted, -x)."""
+        self.stopped.set()
         complete = self.done >= self.selected
         status = self._update(RunState.FINISHED if complete else RunState.STOPPED)
         if not self.outcomes:
@@ -117,6 +146,7 @@ class Progress:
 
     def status(self, state: RunState = RunState.RUNNING) -> Status:
         counts = list(self.outcomes.values())
+        left = Counter(group_of(nodeid) for nodeid in self.selected - self.done)
         return Status(
             run_id=self.run_dir.name,
             total=len(self.selected | self.done),
@@ -128,11 +158,9 @@ class Progress:
             updated_at=time.time(),
             state=state,
             carried=self.carried,
-            remaining_s=remaining_s(
-                Counter(group_of(nodeid) for nodeid in self.selected - self.done),
-                self.walls,
-                self.workers,
-            ),
+            remaining_s=remaining_s(left, self.walls, self.workers),
+            eta_unknown=any(not self.walls.get(group) for group in left),
+            failed=len(self.failed),
         )
 
     def _update(self, state: RunState = RunState.RUNNING) -> Status:
@@ -142,11 +170,13 @@ class Progress:
         self.status_file.update(status)
         if self.terminal is None or state is not RunState.RUNNING or not status.done:
             return status
-        if live(self.config):
-            self._rewrite(status)
-        elif time.monotonic() - self.printed_at >= self.every_s:
-            self._print(status)
-            self.printed_at = time.monotonic()
+        with self.writing:
+            if live(self.config):
+                self._rewrite(status)
+                self.printed_at = time.monotonic()
+            elif time.monotonic() - self.printed_at >= self.every_s:
+                self._print(status)
+                self.printed_at = time.monotonic()
         return status
 
     def _rewrite(self, status: Status) -> None:

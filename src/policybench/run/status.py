@@ -52,6 +52,9 @@ class Status:
     # The run's own estimate of its time left, from each Eval's rollouts so far (remaining_s);
     # None: the pace since the start stands in.
     remaining_s: float | None = None
+    # An Eval with rollouts left has none ended yet: its pace, and so the time left, is unknown.
+    eta_unknown: bool = False
+    failed: int = 0  # items that failed beyond their outcome: a trajectory spec, a golden
 
     @property
     def finished(self) -> bool:
@@ -76,7 +79,7 @@ class Status:
     @property
     def eta_s(self) -> float | None:
         rate = self.per_minute
-        if self.state is not RunState.RUNNING or rate is None:
+        if self.state is not RunState.RUNNING or rate is None or self.eta_unknown:
             return None
         return self.remaining_s if self.remaining_s is not None else self.not_run / rate * 60
 
@@ -93,6 +96,8 @@ class Status:
             solved += f" ({tally.rate:.1%})"
         parts.append(solved)
         parts.append(f"{self.errors} error{'' if self.errors == 1 else 's'}")
+        if self.failed:
+            parts.append(f"{self.failed} failed a check")
         rate = self.per_minute
         parts.append("-/min" if rate is None else f"{rate:.1f}/min")
         if self.state is RunState.STOPPED:
@@ -103,6 +108,8 @@ class Status:
             parts.append("finished")
         elif (eta := self.eta_s) is not None:
             parts.append(f"ETA {duration(eta)}")
+        elif self.eta_unknown and self.done:
+            parts.append("ETA unknown (an Eval has no rollout ended yet)")
         return " · ".join(parts)
 
     def to_json(self) -> dict:
