@@ -63,10 +63,12 @@ def test_a_broken_answer_fails_naming_the_problem(actions, problem):
 def test_actions_outside_the_bounds_are_noted_not_failed():
     found = check(np.array([[0.5], [1.5]]))
     assert found.verdict is Verdict.PASSED
-    assert found.notes == (
-        "caveat: this policy's actions leave the action space by up to 0.5 on dim 0; an env "
-        "that clips to its bounds plays them clipped, one that does not as given",
-    )
+    [note] = found.notes
+    assert note.startswith(
+        "caveat: this policy's actions can leave the action space (dim 0, at the first "
+        "observation of "
+    )  # the scene it was seen at: the same line for the same scene, whatever the run
+    assert "the scene this preflight staged; by how much depends on the scene)" in note
 
 
 def test_an_unreachable_server_is_inconclusive_not_a_failure():

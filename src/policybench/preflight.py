@@ -159,7 +159,11 @@ def shown_preflight(
         horizon=len(actions),
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
-        notes=(*_out_of_bounds(actions, space.low, space.high), *played_notes, *contract_notes),
+        notes=(
+            *_out_of_bounds(actions, space.low, space.high, rollout.id),
+            *played_notes,
+            *contract_notes,
+        ),
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
         orientation=_orientation(policy, eval, obs, rollout.instruction, context, space.shape),
@@ -339,17 +343,21 @@ def _bound(values: np.ndarray) -> str:
     return f"{flat[0]:g}" if len(flat) == 1 else f"{flat.min():g}..{flat.max():g}"
 
 
-def _out_of_bounds(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> tuple[str, ...]:
-    """A caveat when answered actions leave the action space (many envs clip; some do not)."""
+def _out_of_bounds(
+    actions: np.ndarray, low: np.ndarray, high: np.ndarray, asked_at: str
+) -> tuple[str, ...]:
+    """A caveat when the actions answered to the first observation of `asked_at` (the rollout
+    whose scene the preflight staged) leave the action space (many envs clip; some do not)."""
     outside = (actions < low) | (actions > high)
     if not outside.any():
         return ()
     dims = sorted({int(d) for d in np.nonzero(outside)[1]})
-    worst = float(np.max(np.maximum(low - actions, actions - high)))
     named = f"dim {dims[0]}" if len(dims) == 1 else f"dims {', '.join(map(str, dims))}"
     return (
-        f"caveat: this policy's actions leave the action space by up to {worst:.3g} on {named}; "
-        "an env that clips to its bounds plays them clipped, one that does not as given",
+        f"caveat: this policy's actions can leave the action space ({named}, at the first "
+        f"observation of {asked_at}, the scene this preflight staged; by how much depends on "
+        "the scene); an env that clips to its bounds plays them clipped, one that does not as "
+        "given",
     )
 
 

@@ -54,7 +54,7 @@ class Logged:
                 scalars.update(_rates(key, row))
             tasks += [
                 [f"{prefix}{row[keys.EVAL]}", row[keys.TASK], row["rollouts"], row["solved"],
-                 row["errors"], row["success_rate"], *row["interval"]]
+                 row["errors"], row["success_rate"], *(row["interval"] or (None, None))]
                 for row in found["tasks"]
             ]  # fmt: skip
         videos = sorted((run_dir / VIDEOS).glob("*.mp4")) if (run_dir / VIDEOS).is_dir() else []
@@ -63,7 +63,7 @@ class Logged:
 
 
 def _rates(key: str, row: dict[str, Any]) -> dict[str, float]:
-    low, high = row["interval"]
+    low, high = row["interval"] or (None, None)
     found = {f"{key}/rollouts": float(row["rollouts"]), f"{key}/errors": float(row["errors"])}
     if row["success_rate"] is not None:
         found |= {f"{key}/success": row["success_rate"], f"{key}/success_low": low}

@@ -459,8 +459,16 @@ def format_table(rows: list[Row]) -> list[str]:
                 str(tally.solved),
                 str(tally.unsolved),
                 str(tally.errors),
-                "-" if tally.rate is None else f"{tally.rate:.1%}{early}",
-                "-" if interval is None else f"[{interval[0]:.1%}, {interval[1]:.1%}]{early}",
+                *(
+                    ("no result", "(every rollout errored)")
+                    if tally.rollouts and not tally.measured
+                    else (
+                        "-" if tally.rate is None else f"{tally.rate:.1%}{early}",
+                        "-"
+                        if interval is None
+                        else f"[{interval[0]:.1%}, {interval[1]:.1%}]{early}",
+                    )
+                ),
                 *(realtime_cells(row.stats.realtime) if timed else ()),
             )
         )

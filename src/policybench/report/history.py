@@ -145,13 +145,14 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
     for (eval,), members in group(records, keys.EVAL).items():
         fields = _protocol_fields(fingerprint, eval)
         tally = tally_of(members)
-        low, high = tally.interval() if tally.rollouts else (None, None)
+        # Every rollout errored: no result, stored as no rate (never a 0% success).
+        low, high = tally.interval() if tally.measured else (None, None)
         connection.execute(
             "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_dir.name, eval, _digest(fields), json.dumps(fields, sort_keys=True),
                 tally.rollouts, tally.solved, tally.unsolved, tally.errors,
-                tally.rate, low, high,
+                tally.rate if tally.measured else None, low, high,
             ),
         )  # fmt: skip
     connection.executemany(

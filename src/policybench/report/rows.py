@@ -69,8 +69,10 @@ class Row:
             "solved": tally.solved,
             "unsolved": tally.unsolved,
             "errors": tally.errors,
-            "success_rate": tally.rate,
-            "interval": None if interval is None else list(interval),
+            # Every rollout errored: no result, not a 0% success.
+            "success_rate": tally.rate if tally.measured else None,
+            "interval": None if interval is None or not tally.measured else list(interval),
+            **({"no_result": True} if tally.rollouts and not tally.measured else {}),
             "interval_method": self.interval_method,
             **({"stopped_early": True} if self.stopped_early else {}),
             "detectable_change": _detectable(self.detectable),

@@ -109,13 +109,13 @@ class Tally:
 
     @property
     def rate(self) -> float | None:
-        """Success over the rollouts (errors count as attempts not solved); None where no
-        rollout ran to an outcome: every one errored is no result, never a 0% success."""
-        return self.solved / self.rollouts if self.measured else None
+        """Success over the rollouts, errors counted as attempts not solved (where every one
+        errored, `measured` is false: what a run shows is no result, never a 0% success)."""
+        return self.solved / self.rollouts if self.rollouts else None
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
         """Wilson score interval of the success rate (errors count as attempts not solved)."""
-        if not self.measured:
+        if not self.rollouts:
             return None
         from scipy.stats import binomtest
 

@@ -89,7 +89,9 @@ class Status:
         tally = self.tally
         parts = [f"{self.done}/{self.total} done"]
         solved = f"{self.solved} solved"
-        if tally.rollouts and interval:
+        if tally.rollouts and not tally.measured:
+            solved += " (no result: every rollout errored)"
+        elif tally.rollouts and interval:
             low, high = tally.interval()
             solved += f" ({tally.rate:.1%}, 95% CI {low:.1%}-{high:.1%})"
         elif tally.rollouts:
