@@ -47,7 +47,7 @@ from policybench.report.summary import OVERALL, Summary
 from policybench.run.arms import Sealer
 from policybench.run.command_line import redacted_command
 from policybench.run.info import RunInfo
-from policybench.run.records import latest_per_rollout, tally_of
+from policybench.run.records import Tally, latest_per_rollout, tally_of
 from policybench.run.results import RESULTS, ResultsWriter, read_results
 from policybench.run.run_verdict import RunVerdict
 from policybench.run.verdicts import read_verdicts
@@ -483,6 +483,16 @@ STOPPED_NOTE = (
     "* stopped early by --decide: the rate is biased (a run stops when its outcomes so far are "
     "extreme); the interval is the anytime-valid one, which holds however it stopped"
 )
+
+
+def _rate_cells(tally: Tally, interval: tuple[float, float] | None, early: str) -> tuple[str, str]:
+    """A row's success and interval cells; no result where every rollout errored."""
+    if tally.rollouts and not tally.measured:
+        return "no result", "(every rollout errored)"
+    return (
+        "-" if tally.rate is None else f"{tally.rate:.1%}{early}",
+        "-" if interval is None else f"[{interval[0]:.1%}, {interval[1]:.1%}]{early}",
+    )
 
 
 def spec_table(rows: Sequence[SpecRow]) -> list[str]:
