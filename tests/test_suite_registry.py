@@ -114,7 +114,9 @@ def test_list_eval_shows_its_tasks_and_the_overview_one_line_per_interpreter():
     )
     assert tasks.returncode == 0, tasks.stderr
     lines = tasks.stdout.splitlines()
-    assert lines[0] == "metaworld-mt10: 10 tasks"
+    assert lines[0] == (
+        "metaworld-mt10: 10 tasks; a built-in expert (--policy=scripted; eval.scripted() in Python)"
+    )
     assert lines[1].split() == ["reach-v3", "reach", "the", "goal", "position"]
     overview = subprocess.run(command, env=env, capture_output=True, text=True).stdout
     # Every axis beyond the noise ones every Eval has, the instruction's paraphrases included.

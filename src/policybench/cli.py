@@ -53,7 +53,8 @@ def run_list(args: argparse.Namespace) -> int:
         count = len(value.tasks)
         beyond = [name for name in axes_of(value) if name not in NOISE_AXES]  # every Eval's
         own = f"  axes +{','.join(beyond)}" if beyond else ""
-        print(f"  {value.name:<{width}} {count:>3} task{'s' * (count != 1)}{extra}{own}")
+        expert = "  expert" if value.scripted is not None else ""
+        print(f"  {value.name:<{width}} {count:>3} task{'s' * (count != 1)}{expert}{extra}{own}")
         interpreter = env_command.isolated_interpreter(value)
         if interpreter is not None:
             interpreters.setdefault(interpreter.name, []).append(value.name)
@@ -64,6 +65,10 @@ def run_list(args: argparse.Namespace) -> int:
         print(f"  interpreter {name} (for {listed(evals)}): {statuses[name]}")
     noise = ", ".join(map(str, NOISE_AXES.values()))
     print(f"perturbation axes of every Eval (--perturb AXIS=LEVELS): {noise}")
+    print(
+        "expert: the Eval has a built-in expert, --policy=scripted (the default); in Python, "
+        "`eval.scripted()` is its Model (e.g. policybench.suites.metaworld.MT10_STATE.scripted())"
+    )
     print("an Eval's tasks and perturbation axes: policybench list --eval NAME")
     return 0
 
@@ -77,7 +82,9 @@ def list_tasks(names: Sequence[str]) -> int:
             print(f"policybench list: {error}", file=sys.stderr)
             return 1
         tasks = value.tasks
-        print(f"{value.name}: {len(tasks)} task{'s' * (len(tasks) != 1)}")
+        expert = "a built-in expert (--policy=scripted; eval.scripted() in Python)"
+        has = expert if value.scripted is not None else "no built-in expert"
+        print(f"{value.name}: {len(tasks)} task{'s' * (len(tasks) != 1)}; {has}")
         width = max(map(len, tasks), default=0)
         for task, instruction in tasks.items():
             print(f"  {task:<{width}}  {instruction}")

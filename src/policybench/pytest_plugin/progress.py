@@ -76,6 +76,9 @@ class Progress:
         # For the ETA: each item's time so far (its phases' durations), and the whole times of
         # the ended ones by group (an Eval's test function), spread over the run's processes.
         self.failed: set[str] = set()
+        # Under --decide a run may stop early, and its table gives the interval valid however
+        # it stopped: the status line gives none rather than a second, Wilson's.
+        self.interval = config.getoption("decide", None) is None
         self.writing = threading.Lock()  # the heartbeat's lines and the rollouts' take turns
         self.stopped = threading.Event()
         self.heartbeat = threading.Thread(target=self._beat, name="policybench-status", daemon=True)
@@ -183,7 +186,7 @@ class Progress:
         """The line in place of the one before, fitted to the terminal's width (a line that wraps
         cannot be gone back over), and the rest of the screen's line cleared."""
         width = max(self.terminal._tw.fullwidth - 1, 1)
-        line = f"policybench: {status.line()}"
+        line = f"policybench: {status.line(self.interval)}"
         if len(line) > width:  # the interval goes first, then the end
             line = f"policybench: {status.line(interval=False)}"[:width]
         self.terminal._tw.write(f"\r{line}{CLEAR_TO_END}")
@@ -193,4 +196,4 @@ class Progress:
         reporter writes them without marking the line as begun)."""
         if self.terminal._tw.width_of_current_line:
             self.terminal.write("\n")
-        self.terminal.write_line(f"policybench: {status.line()}")
+        self.terminal.write_line(f"policybench: {status.line(self.interval)}")

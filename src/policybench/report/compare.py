@@ -232,6 +232,23 @@ def compare_runs(
     )
 
 
+def adjusted_together(comparisons: Sequence[Comparison]) -> list[Comparison]:
+    """Several comparisons of one run (its pairs of arms) with their tasks' p-values adjusted as
+    one family, across every task of every comparison (each comparison's own adjustment), so
+    that a cell has one adjusted p wherever it is shown."""
+    rows = [row for comparison in comparisons for row in comparison.tasks]
+    if len(comparisons) < 2 or not rows:
+        return list(comparisons)
+    adjusted = iter(adjust([row.p_value for row in rows], comparisons[0].adjustment))
+    return [
+        replace(
+            comparison,
+            tasks=tuple(replace(row, adjusted_p=next(adjusted)) for row in comparison.tasks),
+        )
+        for comparison in comparisons
+    ]
+
+
 def arms_of(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """The arms an A/B run's records name, in their order; () for a run of one policy."""
     return tuple(dict.fromkeys(str(r[keys.ARM]) for r in records if keys.ARM in r))

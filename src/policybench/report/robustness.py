@@ -29,7 +29,7 @@ class Cell:
 
     perturbation: str  # its arm's label, e.g. camera_pose-0.1
     row: TaskComparison  # before: none, after: the perturbation
-    adjusted_p: float  # across every cell of the run
+    adjusted_p: float  # across every cell of the run, as its comparison's table shows it
 
     def line(self) -> str:
         row = self.row
@@ -161,10 +161,8 @@ def _cells(summary: RunRows, perturbed: set[str]) -> tuple[Cell, ...]:
     ]
     if not rows:
         return ()
-    from statsmodels.stats.multitest import multipletests
-
-    adjusted = multipletests([row.p_value for _, row in rows], method="fdr_bh")[1]
-    cells = [Cell(label, row, float(p)) for (label, row), p in zip(rows, adjusted, strict=True)]
+    # The comparisons' tasks are adjusted as one family already (compare.adjusted_together).
+    cells = [Cell(label, row, float(row.adjusted_p or 1.0)) for label, row in rows]
     return tuple(sorted(cells, key=lambda cell: (cell.row.difference, cell.adjusted_p)))
 
 

@@ -19,7 +19,7 @@ from policybench.decide import (
 )
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
-from policybench.report.compare import compare_runs
+from policybench.report.compare import adjusted_together, compare_runs
 from policybench.report.diagnosis import Diagnosis, diagnoses
 from policybench.report.failures import Cluster, failure_clusters
 from policybench.report.robustness import robustness_json
@@ -97,13 +97,13 @@ class Summary:
         ]
         assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
         same = (Protocol.of(()), Protocol.of(()))  # the arms of one run share its protocol
-        versus = [
-            ArmComparison(
-                compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same),
-                assigned,
-            )
-            for before, after in compared_arms(by_arm)
-        ]
+        compared = adjusted_together(
+            [
+                compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same)
+                for before, after in compared_arms(by_arm)
+            ]
+        )
+        versus = [ArmComparison(comparison, assigned) for comparison in compared]
         return cls(
             evals=tuple(row(e, None, m) for (e,), m in evals.items()),
             tasks=tuple(row(e, t, m) for (e, t), m in group(records, keys.EVAL, keys.TASK).items()),
