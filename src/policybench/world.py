@@ -113,7 +113,9 @@ class World:
 
     def env_for(self, task: str) -> gym.Env:
         """The live env of `task`, built on first use (or after the cache closed it)."""
-        return self.envs.get((self.eval.name, task, self.slot), lambda: self.eval.make_env(task))
+        return self.envs.get(
+            (world_key(self.eval), task, self.slot), lambda: self.eval.make_env(task)
+        )
 
     def reset(self, scene: Scene, perturbation: Perturbation | Grid | None = None) -> Observation:
         """Stages `scene` on its task's env: resets it with the scene's seed and fields, and
@@ -161,7 +163,7 @@ class World:
     def discard(self) -> None:
         """Drops the current env after a fault; the next reset of its task builds a new one."""
         if self._task is not None:
-            self.envs.discard((self.eval.name, self._task, self.slot))
+            self.envs.discard((world_key(self.eval), self._task, self.slot))
             self._env = self._task = None
 
     def close(self) -> None:
@@ -179,6 +181,15 @@ class World:
             else:
                 self._packages = {name: installed_version(name) for name in self.eval.packages}
         return self._packages
+
+
+def world_key(eval: Eval) -> str:
+    """What tells an Eval's envs apart in a process: its name, and the interpreter of a candidate
+    pin set it runs under (policybench.pins: the same Eval, another env)."""
+    make = eval.make_env
+    if isinstance(make, Isolated) and make.interpreter.overrides:
+        return f"{eval.name}@{make.interpreter.name}"
+    return eval.name
 
 
 def as_observation(obs: Any) -> Observation:

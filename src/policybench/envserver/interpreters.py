@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -59,6 +60,12 @@ class Interpreter:
     name: str
     requirements: tuple[str, ...] = ()
     python: str | None = None
+    # Installed after `requirements`, without their dependencies: a candidate pin set that
+    # overrides an exact pin of theirs (MetaWorld's mujoco==3.3.0, say).
+    overrides: tuple[str, ...] = ()
+    # Packages of this interpreter copied in as they are (policybench itself, for an env whose
+    # factory is in a suite module of ours): refreshed each time a process first uses it.
+    copied: tuple[str, ...] = ()
 
 
 def python_of(interpreter: Interpreter) -> Path:
@@ -81,7 +88,28 @@ def python_of(interpreter: Interpreter) -> Path:
             f"build it with `{install_command(interpreter)}`, or point ${variable} at a Python "
             "that has its requirements"
         )
+    if interpreter.copied:
+        _copy_in(str(built), interpreter.copied)
     return _python_in(built)
+
+
+@functools.cache
+def _copy_in(built: str, packages: tuple[str, ...]) -> None:
+    """This interpreter's `packages` copied into the built one's site-packages, as they are now
+    (once a process: a rollout's env server starts from the code the run imported)."""
+    python = _python_in(Path(built))
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    for name in packages:
+        source = Path(importlib.import_module(name).__file__ or "").parent
+        target = Path(site) / name
+        staging = Path(site) / f".{name}-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
 
 
 def override_variable(interpreter: Interpreter) -> str:
@@ -101,9 +129,10 @@ def cache_root() -> Path:
 def built_dir(interpreter: Interpreter) -> Path:
     """Where `interpreter` is built: keyed by its name, its full requirements and this Python's
     version, so that changing any of them builds a new one beside the old."""
-    key = json.dumps(
-        [interpreter.name, list(full_requirements(interpreter)), platform.python_version()]
-    )
+    key = [interpreter.name, list(full_requirements(interpreter)), platform.python_version()]
+    if interpreter.overrides or interpreter.copied:  # (an interpreter without keeps its key)
+        key += [list(interpreter.overrides), list(interpreter.copied)]
+    key = json.dumps(key)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / f"{interpreter.name}-{digest}"
 
@@ -144,18 +173,27 @@ def _build(interpreter: Interpreter, built: Path) -> None:
     requirements = full_requirements(interpreter)
     python = _python_in(built)
     uv = shutil.which("uv")
+    overrides = list(interpreter.overrides)
     if uv:
         _run(interpreter, [uv, "venv", "--python", sys.executable, str(built)])
         _run(interpreter, [uv, "pip", "install", "--python", str(python), *requirements])
+        if overrides:
+            _run(
+                interpreter,
+                [uv, "pip", "install", "--python", str(python), "--no-deps", *overrides],
+            )
         freeze = _run(interpreter, [uv, "pip", "freeze", "--python", str(python)])
     else:
         _run(interpreter, [sys.executable, "-m", "venv", str(built)])
         pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
         _run(interpreter, [*pip, "install", *requirements])
+        if overrides:  # pip then warns that a requirement's pin is broken: that is the point
+            _run(interpreter, [*pip, "install", "--no-deps", *overrides])
         freeze = _run(interpreter, [*pip, "freeze", "--all"])
     marker = {
         "interpreter": interpreter.name,
         "requirements": list(requirements),
+        "overrides": overrides,
         "python": platform.python_version(),
         "built_with": sys.executable,
         "freeze": freeze.splitlines(),

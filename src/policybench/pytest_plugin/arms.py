@@ -15,6 +15,7 @@ from typing import Any
 from policybench import keys
 from policybench.perturbation import NONE as NO_PERTURBATION
 from policybench.perturbation import Grid, Perturbation, parse_perturb
+from policybench.pins import CURRENT, PinSet
 from policybench.policy.latency import NO_LATENCY, InferenceLatency
 from policybench.registry import LEROBOT_PREFIX, is_import_path
 from policybench.run.arms import (
@@ -49,6 +50,7 @@ class Arm:
     endpoint: Endpoint | None = None  # resolved from `url` and the run's server options
     latency: InferenceLatency | None = None  # a latency sweep's setting (None: the run's)
     perturbation: Perturbation | Grid | None = None  # a perturbation sweep's (--perturb)
+    pins: PinSet | None = None  # a candidate pin set's (--env-pins): its envs run under them
 
     @property
     def spec(self) -> str:
@@ -208,12 +210,22 @@ def declared_arms(
     latency: str | None,
     perturb: Sequence[str] = (),
     grid: bool = False,
+    env_pins: str | None = None,
 ) -> tuple[Arm, ...]:
     """The run's arms: the policies `--policy` names, or one policy under each setting of
     `--latency-sweep`, which neither a second policy nor `--inference-latency` (its given
     value, None when not given) may join, or under each perturbation `--perturb` names (and
-    `grid`: each combination of their levels)."""
+    `grid`: each combination of their levels), or with the envs as installed and under the
+    candidate pins of `env_pins`."""
     arms = parse_arms(policies)
+    if env_pins is not None:
+        if len(arms) > 1 or sweep is not None or perturb or grid:
+            raise ValueError(
+                "--env-pins runs one policy with the envs as installed and under the candidate "
+                "pins; give it without a second --policy, --latency-sweep or --perturb"
+            )
+        pins = PinSet.parse(env_pins)
+        return (replace(arms[0], label=CURRENT), replace(arms[0], label=pins.label, pins=pins))
     if perturb or grid:
         return perturbed_arms(arms, sweep, parse_perturb(perturb, grid))
     if sweep is None:

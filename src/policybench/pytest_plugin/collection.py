@@ -13,8 +13,15 @@ import pytest
 
 from policybench import keys
 from policybench.envserver import Isolated, remote
-from policybench.envserver.interpreters import InterpreterMissing, install_command, python_of
+from policybench.envserver.interpreters import (
+    InterpreterBuildFailed,
+    InterpreterMissing,
+    install,
+    install_command,
+    python_of,
+)
 from policybench.perturbation import perturbed
+from policybench.pins import under_pins
 from policybench.pytest_plugin.arms import Arm, Assignment, assign_balanced, item_id
 from policybench.pytest_plugin.options import RunSettings
 from policybench.pytest_plugin.rundir import settings_of
@@ -104,10 +111,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             seen[planned.id] = eval.name
             for arm in arms[planned.index]:
                 played = perturbed(planned, arm and arm.perturbation, eval)
-                ran = Planned(eval, played, ref, arm, settings.assignment if arm else None)
+                mine = eval if arm is None or arm.pins is None else _under_pins(eval, arm)
+                ran = Planned(mine, played, ref, arm, settings.assignment if arm else None)
                 id = planned.id if arm is None else item_id(planned.id, arm)
                 params.append(pytest.param(ran, id=id, marks=skip))
     metafunc.parametrize("rollout", params, indirect=True)
+
+
+_PINNED: dict[tuple[str, str], Eval] = {}
+
+
+def _under_pins(eval: Eval, arm: Arm) -> Eval:
+    """The Eval as the arm's candidate pins run it, its interpreter built on first use (one
+    object a process, so that its rollouts share their envs)."""
+    assert arm.pins is not None
+    key = (eval.name, arm.label)
+    if key not in _PINNED:
+        try:
+            pinned = under_pins(eval, arm.pins)
+            assert isinstance(pinned.make_env, Isolated)
+            install(pinned.make_env.interpreter)  # once, under a lock other processes wait on
+        except (ValueError, InterpreterBuildFailed) as error:
+            raise pytest.UsageError(f"--env-pins {' '.join(arm.pins.pins)}: {error}") from None
+        _PINNED[key] = pinned
+    return _PINNED[key]
 
 
 def arms_of(plan: tuple[Rollout, ...], settings: RunSettings) -> dict[int, tuple[Arm | None, ...]]:

@@ -31,7 +31,7 @@ from policybench.record.video import unfilmable
 from policybench.registry import PolicyUnavailable, build_policy
 from policybench.rendering import NEEDS_DEVICE, env_render_problem
 from policybench.spec import Rollout
-from policybench.world import EnvCache, World
+from policybench.world import EnvCache, World, world_key
 
 EPISODE = pytest.StashKey[Episode]()
 # Recorder plugins add their observers to an item's list before its test runs ...
@@ -149,9 +149,9 @@ class Runner:
         if isinstance(ready, Episode):
             return
         eval = group[0].eval
-        lockstep = self._locksteps.get(eval.name)
+        lockstep = self._locksteps.get(world_key(eval))
         if lockstep is None:
-            lockstep = self._locksteps[eval.name] = Lockstep(eval, self.slots, self.envs)
+            lockstep = self._locksteps[world_key(eval)] = Lockstep(eval, self.slots, self.envs)
         episodes = lockstep.run([planned.rollout for planned in group], ready[1])
         self._ahead.update(zip(map(_ahead_key, group), episodes, strict=True))
 
@@ -163,9 +163,9 @@ class Runner:
             lacking = env_render_problem(eval)  # asked once a process (rendering caches it)
             if lacking is not None:
                 raise EvalCannotRender(f"{eval.name}: {lacking}")
-        world = self._worlds.get(eval.name)
+        world = self._worlds.get(world_key(eval))
         if world is None:
-            world = self._worlds[eval.name] = World(eval, self.envs)
+            world = self._worlds[world_key(eval)] = World(eval, self.envs)
         arm = planned.arm or self._settings.arms[0]
         try:
             policy = self._policy_for(planned, arm, world)
@@ -226,7 +226,7 @@ class Runner:
         """The error Episode of a rollout that running raised `error` for (being handled)."""
         eval, rollout = planned.eval, planned.rollout
         reason = f"running {rollout.id!r} raised {type(error).__name__}: {error}"
-        world = self._worlds.get(eval.name) or World(eval, self.envs)
+        world = self._worlds.get(world_key(eval)) or World(eval, self.envs)
         return error_episode(rollout, world, reason, traceback.format_exc())
 
     def process_record(self) -> dict[str, Any]:

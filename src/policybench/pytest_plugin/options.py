@@ -137,6 +137,21 @@ def _timing_options(group: pytest.OptionGroup) -> None:
         "of each (arms AXIS-LEVEL+AXIS-LEVEL); the report tables success over the grid",
     )
     group.addoption(
+        "--env-pins",
+        default=None,
+        metavar="NAME==VERSION ...",
+        help="run every scene with the envs as installed (arm `current`) and in an interpreter "
+        "of these versions over the Eval's current pins (e.g. 'mujoco==3.5.0'; built on first "
+        "use), as arms of one run on the same scenes with the same policy: the report says per "
+        "Eval how far trajectories drift and whether success changed (paired)",
+    )
+    group.addoption(
+        "--fail-on-drift",
+        action="store_true",
+        help="with --env-pins: fail the run when an Eval's success changed significantly under "
+        "the candidate pins, or its env does not load under them",
+    )
+    group.addoption(
         "--chunk-anchor",
         default=ChunkAnchor.OBSERVATION.value,
         choices=[anchor.value for anchor in ChunkAnchor],
@@ -378,6 +393,7 @@ def _arms(config: pytest.Config, resumed: Path | None) -> tuple[tuple[Arm, ...],
         _given(config, "--inference-latency", "none"),
         config.getoption("perturb") or (),
         config.getoption("perturb_grid"),
+        config.getoption("env_pins"),
     )
     arms = tuple(replace(arm, policy=resolved_policy(config, arm.policy)) for arm in arms)
     key = config.getoption("blind")

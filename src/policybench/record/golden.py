@@ -12,7 +12,13 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.location import PyTestLocation
 
 from policybench import keys
-from policybench.record.trace import describe_differences, differences
+from policybench.record.numerics import machine_numerics, numerics_lines
+from policybench.record.trace import (
+    CPU_TOLERANCE,
+    NUMERICS,
+    describe_differences,
+    differences,
+)
 
 GOLDENS_DIR = "goldens"
 
@@ -58,5 +64,45 @@ class GoldenExtension(SingleFileSnapshotExtension):
         except (TypeError, ValueError) as error:
             yield f"the stored golden is not JSON ({error}); regenerate it with --snapshot-update"
             return
-        yield from describe_differences(differences(expected, json.loads(serialized_data)))
+        actual = json.loads(serialized_data)
+        yield from _what_differs_around(expected, actual)
+        yield from describe_differences(differences(expected, actual))
         yield "review the change; accept it with: pytest benchmarks/ -m golden --snapshot-update"
+
+
+def _what_differs_around(expected: Any, actual: Any) -> Iterator[str]:
+    """Before the values: what differs in how the two were made, the machine's numerics and the
+    packages, and how to measure whether that changes success."""
+    if not isinstance(expected, dict) or not isinstance(actual, dict):
+        return
+    was, now = expected.get(keys.TRACE_ABOUT) or {}, actual.get(keys.TRACE_ABOUT) or {}
+    numerics = numerics_lines(was.get(NUMERICS), now.get(NUMERICS) or machine_numerics())
+    if numerics:
+        stated = expected.get(CPU_TOLERANCE)
+        within = (
+            f"its values are compared within the tolerance it states ({stated.get('why')})"
+            if isinstance(stated, dict)
+            else "it states no tolerance for them"
+        )
+        yield (
+            f"this golden was recorded on other numerics ({'; '.join(numerics)}): {within}; "
+            "measure them with python bench/golden_numerics.py"
+        )
+    packages = _packages_changed(was.get(keys.PACKAGES), now.get(keys.PACKAGES))
+    if packages:
+        pins = " ".join(f"{name}=={version}" for name, _, version in packages if version)
+        changed = ", ".join(f"{name} {before} -> {after}" for name, before, after in packages)
+        yield (
+            f"packages differ from the golden's record: {changed}; whether that changes success "
+            f"is measured, paired by scene, by: pytest benchmarks/ --env-pins '{pins}'"
+        )
+
+
+def _packages_changed(before: Any, after: Any) -> list[tuple[str, str | None, str | None]]:
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    return [
+        (name, before.get(name), after.get(name))
+        for name in sorted(set(before) | set(after))
+        if name != "policybench" and before.get(name) != after.get(name)
+    ]
