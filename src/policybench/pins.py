@@ -1,9 +1,9 @@
 """Pins: the versions an Eval's env runs on, and a candidate pin set (`--env-pins "mujoco==3.5.0"`)
 as an arm of a run. The candidate arm runs the Eval's env in an interpreter built from the
 Eval's current pins (the versions installed where the run runs) with the candidate's versions
-installed over them (without their dependencies: a suite that pins an exact version, as MetaWorld
-pins mujoco, is overridden on purpose), on the same scenes, with the same policy; the env's
-factory is the Eval's own (policybench is copied into that interpreter), so only the pins
+installed over them (with what they need themselves; a suite that pins an exact version, as
+MetaWorld pins mujoco, is overridden on purpose), on the same scenes, with the same policy; the
+env's factory is the Eval's own (policybench is copied into that interpreter), so only the pins
 differ. An Eval whose env already runs in an interpreter of its own gets that interpreter's
 requirements with the candidate's over them."""
 

@@ -60,8 +60,9 @@ class Interpreter:
     name: str
     requirements: tuple[str, ...] = ()
     python: str | None = None
-    # Installed after `requirements`, without their dependencies: a candidate pin set that
-    # overrides an exact pin of theirs (MetaWorld's mujoco==3.3.0, say).
+    # Installed after `requirements`, in place of the versions they brought (removed first), with
+    # what they need themselves: a candidate pin set that overrides an exact pin of theirs
+    # (MetaWorld's mujoco==3.3.0, say).
     overrides: tuple[str, ...] = ()
     # Packages of this interpreter copied in as they are (policybench itself, for an env whose
     # factory is in a suite module of ours): refreshed each time a process first uses it.
@@ -188,7 +189,10 @@ def _build(interpreter: Interpreter, built: Path) -> None:
         pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
         _run(interpreter, [*pip, "install", *requirements])
         if overrides:  # pip then warns that a requirement's pin is broken: that is the point
-            _run(interpreter, [*pip, "install", "--no-deps", *overrides])
+            # Removed first: a package whose layout changed (mujoco 4 split its bindings into
+            # mujoco-core) breaks when upgraded in place.
+            _run(interpreter, [*pip, "uninstall", "-y", *(distribution(p) for p in overrides)])
+            _run(interpreter, [*pip, "install", *overrides])
         freeze = _run(interpreter, [*pip, "freeze", "--all"])
     marker = {
         "interpreter": interpreter.name,

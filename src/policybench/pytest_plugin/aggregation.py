@@ -36,6 +36,7 @@ from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
 from policybench.report.aborted import Witness
 from policybench.report.compare import Comparison, compare_arms, still_blinded
+from policybench.report.drift import drift_lines
 from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import resumed_run_info
@@ -200,6 +201,8 @@ class Aggregator:
         )
         breaches, more = gates.floor_breaches(judged, self.gate_settings, declared, summary)
         breaches += gates.decision_breaches(summary)
+        if self.config.getoption("fail_on_drift"):
+            breaches += gates.drift_breaches(summary)
         notes += more
         if not self.records and self.no_policy:  # nothing ran for want of a policy
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -304,6 +307,8 @@ class Aggregator:
             write(line, bold=line.startswith("where"))
         for line in clusters_lines(summary.failures):
             write(line, bold=line.startswith("how"))
+        for line in drift_lines(summary.drift):
+            write(line, bold=line.startswith("drift"))
         for diagnosis in summary.diagnoses:
             write("")
             for line in diagnosis.lines():

@@ -25,6 +25,7 @@ from policybench.pytest_plugin.rundir import baseline_dir
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.protocol import OVERRIDE
 from policybench.report.compare import ALPHA, ArmPick, Comparison, nothing_compared
+from policybench.report.drift import EvalDrift
 from policybench.report.power import POWER, unpaired_requirement, unpaired_size
 from policybench.report.rows import DecidedSide, Row
 from policybench.report.stats import tally_of
@@ -473,6 +474,21 @@ def decision_breaches(summary: Summary) -> list[DecidedFail]:
     return [
         DecidedFail(side) for side in summary.decisions if side.decision.verdict == Verdict.FAIL
     ]
+
+
+@dataclass(frozen=True)
+class DriftFailed:
+    """An Eval whose success changed significantly under the candidate pins (--env-pins), or
+    whose env did not load under them: with --fail-on-drift, it fails the run."""
+
+    drift: EvalDrift
+
+    def line(self) -> str:
+        return f"FAIL drift {self.drift.line()}"
+
+
+def drift_breaches(summary: Summary) -> list[DriftFailed]:
+    return [DriftFailed(drift) for drift in summary.drift if drift.failed]
 
 
 def regression_breaches(comparison: Comparison, settings: GateSettings) -> list[Breach | Refusal]:

@@ -2,8 +2,9 @@
 per step, its model calls and which chunk waypoint each step played, and small state vectors.
 
 One JSON document per rollout; its arrays (a row per dimension; float32, sim times float64, state
-vectors float16) are little-endian, zlib'd and base64'd, so the page embeds the file as it is
-and the browser inflates it (DecompressionStream). Budget: TRACE_BUDGET_PER_1000_STEPS.
+vectors float16, or float64 where a run compares them exactly) are little-endian, zlib'd and
+base64'd, so the page embeds the file as it is and the browser inflates it (DecompressionStream).
+Budget: TRACE_BUDGET_PER_1000_STEPS.
 """
 
 from __future__ import annotations
@@ -124,10 +125,13 @@ def rollout_trace(
     states: StateRecorder | None = None,
     state_names: Mapping[str, Mapping[int, str]] | None = None,
     expert: ShadowExpert | None = None,
+    precise: bool = False,
 ) -> dict[str, Any]:
     """The trace document of `episode` (states from the recorder that watched it, if any;
     `state_names`: per observation entry, the names its Eval gives some of its numbers; the
-    Eval's `expert` watching beside the policy, if one did)."""
+    Eval's `expert` watching beside the policy, if one did; `precise`: state vectors at full
+    precision, for a run that compares trajectories number for number: drift between pin
+    sets)."""
     statics = episode.statics
     steps = len(episode.trace)
     period_ns = control_period_ns(statics[keys.CONTROL_HZ]) if keys.CONTROL_HZ in statics else 1
@@ -151,7 +155,7 @@ def rollout_trace(
         "call_horizon": np.asarray([c.horizon for c in calls], np.int32),
         "call_wall_ms": np.asarray([c.wall_ns for c in calls], np.float32) / np.float32(1e6),
     }
-    left_out = _watched(arrays, states, expert, steps)
+    left_out = _watched(arrays, states, expert, steps, precise)
     bounds = episode.action_bounds
     return {
         "format": FORMAT,
@@ -176,6 +180,7 @@ def _watched(
     states: StateRecorder | None,
     expert: ShadowExpert | None,
     steps: int,
+    precise: bool = False,
 ) -> dict[str, str]:
     """Adds to `arrays` what watched the rollout kept (state vectors, images' motion, the
     expert's actions) for its `steps`; what it could not keep, by name, with the reason."""
@@ -185,8 +190,9 @@ def _watched(
         for name, kept in sorted(states.states.items()):
             if len(kept) < steps:
                 left_out[name] = f"seen at {len(kept)} of {steps} steps"
-            elif steps:  # half precision: a plot's, and half the bytes
-                arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(np.float16)
+            elif steps:  # half precision (a plot's, and half the bytes) unless asked
+                dtype = np.float64 if precise else np.float16
+                arrays[f"state/{name}"] = np.stack(kept[:steps]).T.astype(dtype)
         for name, moved in sorted(states.motion.items()):
             if len(moved) >= steps and steps:
                 arrays[f"{MOTION}/{name}"] = np.asarray(moved[:steps], np.float16)

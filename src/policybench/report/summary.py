@@ -21,6 +21,7 @@ from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import adjusted_together, compare_runs
 from policybench.report.diagnosis import Diagnosis, diagnoses
+from policybench.report.drift import EvalDrift, drifts
 from policybench.report.failures import Cluster, failure_clusters
 from policybench.report.robustness import robustness_json
 from policybench.report.rows import ArmComparison, DecidedSide, Row
@@ -57,6 +58,7 @@ class Summary:
     specs: tuple[SpecRow, ...] = ()  # trajectory specs: per Eval and spec, their violations
     failures: tuple[Cluster, ...] = ()  # where the unsolved rollouts cluster, largest first
     diagnoses: tuple[Diagnosis, ...] = ()  # why Evals far below expectation ended there
+    drift: tuple[EvalDrift, ...] = ()  # a run under candidate pins (--env-pins): per Eval
 
     @classmethod
     def of(
@@ -117,6 +119,7 @@ class Summary:
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
             diagnoses=diagnoses(records, run_dir),
+            drift=drifts(records, compared, run_dir),
         )
 
     @classmethod
@@ -165,6 +168,7 @@ class Summary:
             **robustness_json(self, run),
             **({"failure_clusters": [c.as_json() for c in self.failures]} if self.failures else {}),
             **({"diagnoses": [d.as_json() for d in self.diagnoses]} if self.diagnoses else {}),
+            **({"drift": [d.as_json() for d in self.drift]} if self.drift else {}),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
             **(
                 {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}
