@@ -52,7 +52,9 @@ def state_recorder(item: pytest.Item) -> StateRecorder:
     """The one recorder of the small observation entries of the rollout `item` runs, made and
     added as an observer by whichever plugin asks first (its trace and its specs read it)."""
     if STATES not in item.stash:
-        item.stash[STATES] = StateRecorder()
+        # A run under candidate pins compares its arms' states number for number.
+        precise = any(arm.pins is not None for arm in settings_of(item.config).arms)
+        item.stash[STATES] = StateRecorder(precise=precise)
         add_observer(item, item.stash[STATES])
     return item.stash[STATES]
 

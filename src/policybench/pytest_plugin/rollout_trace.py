@@ -49,9 +49,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
                 for entry, kept in states.states.items()
                 if kept
             }
-            # A run under candidate pins compares its arms' states number for number.
-            precise = any(arm.pins is not None for arm in settings_of(item.config).arms)
-            trace = rollout_trace(episode, states, names, expert, precise)
+            trace = rollout_trace(episode, states, names, expert, states.precise)
             write_trace(run_dir_of(item.config) / name, trace)
             add_to_record(item, {keys.ROLLOUT_TRACE: name})
 

@@ -36,10 +36,12 @@ MOTION = "motion"  # motion/<image>: the image's mean absolute change from the s
 
 @dataclass
 class StateRecorder:
-    """A harness observer that keeps a float32 copy of each small numeric observation entry;
-    what it leaves out (images, long vectors) it names with the reason."""
+    """A harness observer that keeps a float32 copy (float64 where `precise`) of each small
+    numeric observation entry; what it leaves out (images, long vectors) it names with the
+    reason."""
 
     cap: int = STATE_CAP
+    precise: bool = False
     states: dict[str, list[np.ndarray]] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)
     seen: int = 0
@@ -60,9 +62,13 @@ class StateRecorder:
                 if why is not None:
                     self.left_out[name] = why
                     continue
-                kept = self.states[name] = [np.zeros(np.size(value), np.float32)] * self.seen
-            kept.append(np.asarray(value, dtype=np.float32).reshape(-1))
+                kept = self.states[name] = [np.zeros(np.size(value), self.dtype)] * self.seen
+            kept.append(np.asarray(value, dtype=self.dtype).reshape(-1))
         self.seen += 1
+
+    @property
+    def dtype(self) -> type:
+        return np.float64 if self.precise else np.float32
 
     def restart(self) -> None:
         """Forgets what it kept: the rollout runs again from its start."""
@@ -140,7 +146,8 @@ def rollout_trace(
     anchor = policy.get(keys.CHUNK_ANCHOR)
     chunk, waypoint = chunk_sources(episode.calls, times, period_ns, anchor)
     dims = int(np.size(episode.trace[0].command)) if steps else 0
-    actions = np.asarray([s.command for s in episode.trace], np.float32).reshape(steps, dims)
+    exact = np.float64 if precise else np.float32  # the commands as played, where compared
+    actions = np.asarray([s.command for s in episode.trace], exact).reshape(steps, dims)
     calls = episode.calls
     arrays = {
         "time_s": np.asarray(times, np.float64) / 1e9,

@@ -117,5 +117,6 @@ def verdict_of(summary: Mapping[str, Any]) -> RunVerdict | None:
 
 
 def _stripped(line: str) -> str:
-    """A breach's line without the `FAIL ` its terminal line opens with (the verdict says it)."""
-    return line.removeprefix("FAIL ")
+    """A breach's line on one line (an error's message may span several), without the `FAIL `
+    its terminal line opens with (the verdict says it)."""
+    return " ".join(line.split()).removeprefix("FAIL ")
