@@ -101,13 +101,25 @@ class Progress:
         period = min(self.every_s or HEARTBEAT_S, HEARTBEAT_S)
         while not self.stopped.wait(period):
             with self.writing:
+                if self.stopped.is_set():
+                    return
                 if self.outcomes and time.monotonic() - self.printed_at >= period:
                     status = self.status()
-                    if live(self.config):
-                        self._rewrite(status)
-                    else:
-                        self._print(status)
+                    try:
+                        if live(self.config):
+                            self._rewrite(status)
+                        else:
+                            self._print(status)
+                    except (ValueError, OSError):  # the terminal is gone: nothing to tell
+                        return
                     self.printed_at = time.monotonic()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The heartbeat ends with the session, before the terminal it writes to closes."""
+        with self.writing:
+            self.stopped.set()
+        if self.heartbeat.is_alive():
+            self.heartbeat.join(timeout=5)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected.update(item.nodeid for item in session.items)
@@ -136,7 +148,8 @@ class Progress:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The run has ended: finished when every item ran, else stopped (interrupted, -x)."""
-        self.stopped.set()
+        with self.writing:
+            self.stopped.set()
         complete = self.done >= self.selected
         status = self._update(RunState.FINISHED if complete else RunState.STOPPED)
         if not self.outcomes:
