@@ -19,7 +19,7 @@ from policybench.policy.base import Chunk, ChunkSource, ModelCall, SessionContex
 from policybench.policy.chunk_player import ChunkPlayer, ChunkPolicy
 from policybench.policy.codec import Codec, action_dims, rotate_180
 from policybench.policy.latency import InferenceLatency, LatencyMode
-from policybench.record.trace import TraceRecorder, canonical_trace
+from policybench.record.trace import CpuNumerics, TraceRecorder, canonical_trace
 from policybench.rendering import env_render_problem
 from policybench.spec import Eval, Plan
 from policybench.world import World
@@ -363,10 +363,18 @@ def sim_trace(
     return canonical_trace(episode, recorder.observations)
 
 
-def isolated_trace(eval: Eval, task: str, actions: np.ndarray, timeout_s: float) -> dict[str, Any]:
+def isolated_trace(
+    eval: Eval,
+    task: str,
+    actions: np.ndarray,
+    timeout_s: float,
+    numerics: CpuNumerics | None = None,
+) -> dict[str, Any]:
     """Rollout 0 of `task` of an Eval whose env runs in an interpreter of its own, `actions`
     played as one chunk for `timeout_s`; skipped where that interpreter is not installed, or
-    the rendering device its env needs is missing (SAPIEN's Vulkan device)."""
+    the rendering device its env needs is missing (SAPIEN's Vulkan device). `numerics`: the
+    tolerance its simulated values hold to where they depend on the CPU (stated in the golden,
+    which then keeps its images' thumbnails to compare them within a level or two)."""
     import pytest
 
     from policybench.envserver.interpreters import InterpreterMissing, python_of
@@ -380,13 +388,14 @@ def isolated_trace(eval: Eval, task: str, actions: np.ndarray, timeout_s: float)
     if lacking is not None:
         pytest.skip(f"{eval.name}: {lacking}")
     rollout = dataclasses.replace(_first_rollout(eval, task), timeout_s=timeout_s)
-    recorder = TraceRecorder()
+    recorder = TraceRecorder(levels=numerics is not None)
     world = World(eval)
     try:
         episode = run_rollout(rollout, world, ChunkPolicy(FixedActions(actions)), recorder)
     finally:
         world.close()
-    return canonical_trace(episode, recorder.observations)
+    python = str(python_of(eval.make_env.interpreter))  # its numerics are the env's
+    return canonical_trace(episode, recorder.observations, numerics=numerics, python=python)
 
 
 def _world(eval: Eval) -> World:

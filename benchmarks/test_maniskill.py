@@ -28,14 +28,19 @@ def moves(width: int, steps: int = 8) -> np.ndarray:
     return move
 
 
-@pytest.mark.golden
-@pytest.mark.parametrize("name", EVALS)
-def test_maniskill_golden(name, golden):
-    """The Eval's first episode (seed 1), then 8 fixed actions."""
+def golden_trace(name: str) -> dict:
+    """The Eval's first episode (seed 1), then 8 fixed actions: its simulated values compared
+    within PhysX's CPU numerics (maniskill.CPU_NUMERICS)."""
     eval = EVALS[name]
     [rollout] = eval.rollouts(1, 0)
     width = maniskill.action_width(rollout.scene.task)
-    assert isolated_trace(eval, rollout.scene.task, moves(width), timeout_s=0.4) == golden
+    return isolated_trace(eval, rollout.scene.task, moves(width), 0.4, maniskill.CPU_NUMERICS)
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("name", EVALS)
+def test_maniskill_golden(name, golden):
+    assert golden_trace(name) == golden
 
 
 @policybench.parametrize(*maniskill.STATE_EVALS)

@@ -10,7 +10,7 @@ import pytest
 
 import policybench
 from benchmarks.golden_pipelines import isolated_trace
-from policybench.suites.robomimic import CAN, LIFT, SQUARE, TOOL_HANG, TRANSPORT
+from policybench.suites.robomimic import CAN, CPU_NUMERICS, LIFT, SQUARE, TOOL_HANG, TRANSPORT
 
 EVALS = {e.name: e for e in (LIFT, CAN, SQUARE, TRANSPORT, TOOL_HANG)}
 
@@ -24,14 +24,19 @@ def moves(arms: int, steps: int = 8) -> np.ndarray:
     return np.hstack([arm] * arms)
 
 
-@pytest.mark.golden
-@pytest.mark.parametrize("name", EVALS)
-def test_robomimic_golden(name, golden):
-    """The Eval's first test episode (seed 100000), then 8 fixed actions."""
+def golden_trace(name: str) -> dict:
+    """The Eval's first test episode (seed 100000), then 8 fixed actions: its simulated values
+    compared within robosuite's CPU numerics (CPU_NUMERICS)."""
     eval = EVALS[name]
     [rollout] = eval.rollouts(1, 0)
     arms = len(eval.metadata["robots"])
-    assert isolated_trace(eval, rollout.scene.task, moves(arms), timeout_s=0.4) == golden
+    return isolated_trace(eval, rollout.scene.task, moves(arms), 0.4, CPU_NUMERICS)
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("name", EVALS)
+def test_robomimic_golden(name, golden):
+    assert golden_trace(name) == golden
 
 
 @policybench.parametrize(LIFT)

@@ -5,7 +5,9 @@ says so first."""
 
 from __future__ import annotations
 
+import json
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,44 @@ from typing import Any
 KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
 
 
-def machine_numerics() -> dict[str, Any]:
-    """This process's BLAS libraries (their kernel family and version) and the CPU's flags."""
-    return {"blas": _blas(), "cpu": _cpu_flags(), "machine": platform.machine()}
+# Run in another interpreter (an isolated env's, which may lack threadpoolctl): the kernel family
+# each OpenBLAS that numpy loaded reports, asked through OpenBLAS's own C function.
+PROBE = """
+import ctypes, json, numpy
+paths = dict.fromkeys(
+    line.split()[-1] for line in open("/proc/self/maps")
+    if "openblas" in line.lower() and ".so" in line.split()[-1]
+)
+found = []
+for path in paths:
+    lib = ctypes.CDLL(path)
+    for name in ("openblas_get_corename", "openblas_get_corename64_",
+                 "scipy_openblas_get_corename64_", "scipy_openblas_get_corename"):
+        function = getattr(lib, name, None)
+        if function is not None:
+            function.restype = ctypes.c_char_p
+            found.append({"library": "openblas", "architecture": function().decode(),
+                          "version": None})
+            break
+print(json.dumps(found))
+"""
+
+
+def machine_numerics(python: str | None = None) -> dict[str, Any]:
+    """The BLAS libraries (their kernel family and version) of this process, or of the numpy of
+    the interpreter `python` (an isolated env's), and the CPU's flags."""
+    blas = _blas() if python is None else _blas_of(python)
+    return {"blas": blas, "cpu": _cpu_flags(), "machine": platform.machine()}
+
+
+def _blas_of(python: str) -> list[dict[str, Any]] | None:
+    done = subprocess.run(
+        [python, "-c", PROBE], capture_output=True, text=True, timeout=120, check=False
+    )
+    try:
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        return None
 
 
 def numerics_lines(recorded: Any, here: dict[str, Any]) -> list[str]:

@@ -34,20 +34,24 @@ NUMERICS = "numerics"  # recorded_with: the machine's numerics (record.numerics)
 CPU_TOLERANCE = "cpu_tolerance"  # a golden's statement of its CpuNumerics
 LEVELS = "levels"  # an image digest's thumbnail levels, kept where a golden compares them
 # Where a golden's CpuNumerics applies: a step's observation and reward (the simulator's numbers).
-SIMULATED = ("obs", keys.OBSERVATION, keys.REWARD)
+SIMULATED = (keys.OBSERVATION, keys.REWARD)
+PIXEL = 1 / 255  # one level of an image held as numbers in [0, 1]
 
 
 @dataclass(frozen=True)
 class CpuNumerics:
     """How far an Eval's simulated values may move with the CPU's numerics, as measured (by
     `measured_by`) over the kernel families a machine can run: each float within `abs` plus
-    `rel` of its size, each thumbnail block of an image within `image_levels` levels."""
+    `rel` of its size, each thumbnail block of an image within `image_levels` levels (and an
+    image an env hands over as numbers in [0, 1], an entry named `*{image_suffix}`, each pixel
+    within `image_levels` / 255)."""
 
     why: str
     abs: float
     rel: float = 0.0
     image_levels: int = 1
     measured_by: str = "python bench/golden_numerics.py"
+    image_suffix: str = "image"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class CpuNumerics:
             "abs": self.abs,
             "rel": self.rel,
             "image_levels": self.image_levels,
+            "image_suffix": self.image_suffix,
             "applies_to": list(SIMULATED),
             "measured_by": self.measured_by,
         }
@@ -123,13 +128,15 @@ def canonical_trace(
     waypoints: Mapping[int, Any] | None = None,
     calls: bool = False,
     numerics: CpuNumerics | None = None,
+    python: str | None = None,
 ) -> dict[str, Any]:
     """The readable record a golden stores: statics, outcome, model calls and every step.
 
     `observations` are a TraceRecorder's, one per step; `waypoints` (sim time -> which chunk
     waypoint played then) and, with `calls`, the episode's model calls pin chunk timing;
     `numerics`: the tolerance of an Eval whose simulated values depend on the CPU (stated in the
-    golden, with the machine's numerics recorded beside its packages).
+    golden, with the machine's numerics recorded beside its packages: those of the numpy of
+    `python`, the interpreter the env ran in, where it ran in another).
     """
     statics = {k: v for k, v in episode.statics.items() if k != keys.PACKAGES}
     steps = []
@@ -148,7 +155,7 @@ def canonical_trace(
     about: dict[str, Any] = {keys.PACKAGES: episode.statics.get(keys.PACKAGES, {})}
     stated = {}
     if numerics is not None:
-        about[NUMERICS] = machine_numerics()
+        about[NUMERICS] = machine_numerics(python)
         stated[CPU_TOLERANCE] = numerics.as_json()
     return {
         keys.TRACE_ABOUT: about,
@@ -209,6 +216,9 @@ def _walk(
                 inside = simulated or (
                     path.startswith(f"{keys.TRACE_STEPS}[") and name in SIMULATED
                 )
+                if inside and cpu is not None and _pixels(cpu, name, expected[name]):
+                    _walk_pixels(expected[name], actual[name], child, found, cpu)
+                    continue
                 _walk(
                     expected[name],
                     actual[name],
@@ -232,6 +242,29 @@ def _walk(
             found.append(Difference(path, expected, actual))
     elif type(expected) is not type(actual) or expected != actual:
         found.append(Difference(path, expected, actual))
+
+
+def _pixels(cpu: Mapping[str, Any], name: str, value: Any) -> bool:
+    """Whether an observation entry is an image handed over as numbers (not digested)."""
+    suffix = cpu.get("image_suffix")
+    return bool(suffix) and str(name).endswith(str(suffix)) and isinstance(value, list)
+
+
+def _walk_pixels(
+    expected: Any, actual: Any, path: str, found: list[Difference], cpu: Mapping[str, Any]
+) -> None:
+    """An image held as numbers in [0, 1]: its shape exactly, each pixel within the stated
+    levels (one level is 1/255), the first pixel beyond them named."""
+    a, b = np.asarray(expected, dtype=float), np.asarray(actual, dtype=float)
+    if a.shape != b.shape:
+        found.append(Difference(f"{path}.shape", list(a.shape), list(b.shape)))
+        return
+    allowed = int(cpu.get("image_levels", 0)) * PIXEL + 1e-9
+    apart = np.abs(a - b)
+    if apart.size and apart.max() > allowed:
+        where = np.unravel_index(int(np.argmax(apart)), apart.shape)
+        index = "".join(f"[{int(i)}]" for i in where)
+        found.append(Difference(f"{path}{index}", float(a[where]), float(b[where])))
 
 
 def _walk_image(

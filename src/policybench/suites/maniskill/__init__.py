@@ -16,6 +16,7 @@ from policybench.envserver import Interpreter, Isolated
 from policybench.policy.base import Observation
 from policybench.policy.codec import Codec, action_dims, keep, prompt
 from policybench.policy.contract import Contract, Image, actions_only
+from policybench.record.trace import CpuNumerics
 from policybench.rendering import SAPIEN
 from policybench.spec import Eval, seeded_per_task
 from policybench.suites.maniskill import expert
@@ -24,6 +25,19 @@ from policybench.suites.maniskill.maniskill_env import (
     CONTROL_HZ,
     PRIMITIVE_TASKS,
     needs_renderer,
+)
+
+# SAPIEN's PhysX computes in its own CPU code paths: on another x86-64 CPU the same episode's
+# joint velocities and poses differ by a few 1e-6 within 8 steps (0.5245123505592346 for
+# 0.5245177745819092 at step 6 of peg-insertion-side's golden, seen on another machine, which no
+# OpenBLAS kernel family or torch CPU capability here reproduces: PhysX's own numerics). Its
+# goldens' observations and rewards hold to this, twenty times what was seen.
+CPU_NUMERICS = CpuNumerics(
+    why="SAPIEN's PhysX has CPU code paths of its own (a few 1e-6 by step 6 on another CPU)",
+    abs=1e-4,
+    rel=0.0,
+    image_levels=2,
+    measured_by="the values another CPU produced (docs/guides/goldens-and-ci.md)",
 )
 
 INTERPRETER = Interpreter(

@@ -11,6 +11,7 @@ from policybench.envserver import Interpreter, Isolated
 from policybench.policy.base import Observation
 from policybench.policy.codec import Codec, action_dims, keep, prompt
 from policybench.policy.contract import Contract, Image, actions_only
+from policybench.record.trace import CpuNumerics
 from policybench.rendering import MUJOCO
 from policybench.spec import Eval, seeded_per_task
 from policybench.suites.robomimic import expert
@@ -21,6 +22,15 @@ INTERPRETER = Interpreter(
     requirements=("robosuite==1.4.1", "mujoco==2.3.7", "numpy==1.26.4", "msgpack"),
 )
 ENTRY = "robomimic_env:make"
+# robosuite's operational-space controller solves with numpy's linear algebra, whose BLAS kernels
+# OpenBLAS picks by CPU: its goldens' observations and rewards hold to this on any x86-64
+# (measured by bench/golden_numerics.py over every kernel family this machine runs).
+CPU_NUMERICS = CpuNumerics(
+    why="robosuite's controller calls numpy's BLAS, whose kernels OpenBLAS picks by CPU",
+    abs=1e-3,
+    rel=1e-3,
+    image_levels=2,
+)
 MODULES = ("policybench.suites.robomimic.robomimic_env",)
 TEST_START_SEED = 100000  # the runner's test_start_seed (config/task/<task>_image.yaml)
 INSTRUCTIONS = {
