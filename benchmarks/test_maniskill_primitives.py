@@ -30,7 +30,10 @@ def test_maniskill_primitives_golden(name, golden):
     eval = EVALS[name]
     [rollout] = eval.rollouts(1, 0)
     width = maniskill.action_width(rollout.scene.task)
-    assert isolated_trace(eval, rollout.scene.task, joint_moves(width), timeout_s=0.4) == golden
+    assert (
+        isolated_trace(eval, rollout.scene.task, joint_moves(width), 0.4, maniskill.CPU_NUMERICS)
+        == golden
+    )
 
 
 @policybench.parametrize(*maniskill_primitives.EVALS)

@@ -11,7 +11,7 @@ import pytest
 
 import policybench
 from benchmarks.golden_pipelines import isolated_trace
-from policybench.suites import maniskill_rdt
+from policybench.suites import maniskill, maniskill_rdt
 
 EVALS = {e.name: e for e in maniskill_rdt.EVALS}
 # Panda's rest pose (ManiSkill's keyframe) and an open gripper, nudged joint by joint.
@@ -27,7 +27,7 @@ def test_maniskill_rdt_golden(name, golden):
     [rollout] = eval.rollouts(1, 0)
     k = np.arange(4)[:, None] / 4
     targets = REST + np.hstack([0.2 * k * (-1) ** np.arange(7), np.where(k < 0.5, 0.0, -0.04)])
-    assert isolated_trace(eval, rollout.scene.task, targets, timeout_s=0.2) == golden
+    assert isolated_trace(eval, rollout.scene.task, targets, 0.2, maniskill.CPU_NUMERICS) == golden
 
 
 @policybench.parametrize(*maniskill_rdt.EVALS)
