@@ -27,17 +27,17 @@ from policybench.suites.maniskill.maniskill_env import (
     needs_renderer,
 )
 
-# SAPIEN's PhysX computes in its own CPU code paths: on another x86-64 CPU the same episode's
-# joint velocities and poses differ by a few 1e-6 within 8 steps (0.5245123505592346 for
-# 0.5245177745819092 at step 6 of peg-insertion-side's golden, seen on another machine, which no
-# OpenBLAS kernel family or torch CPU capability here reproduces: PhysX's own numerics). Its
-# goldens' observations and rewards hold to this, twenty times what was seen.
+# SAPIEN's PhysX computes in its own CPU code paths: the same episode on two x86-64 machines
+# (both OpenBLAS SkylakeX, so not BLAS) differs within its 8 golden steps by up to 1.0e-4 in
+# PushT's joint velocities (0.347074419260025 for 0.3471747636795044 at step 6) and 5.4e-6 in
+# PegInsertionSide's (0.5245123505592346 for 0.5245177745819092), from step 3. Its goldens'
+# observations and rewards hold to ten times what was seen; everything else exactly.
 CPU_NUMERICS = CpuNumerics(
-    why="SAPIEN's PhysX has CPU code paths of its own (a few 1e-6 by step 6 on another CPU)",
-    abs=1e-4,
+    why="SAPIEN's PhysX has CPU code paths of its own (up to 1e-4 within 8 steps on another CPU)",
+    abs=1e-3,
     rel=0.0,
     image_levels=2,
-    measured_by="the values another CPU produced (docs/guides/goldens-and-ci.md)",
+    measured_by="two machines' runs of the same goldens (docs/guides/goldens-and-ci.md)",
 )
 
 INTERPRETER = Interpreter(
