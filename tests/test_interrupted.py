@@ -34,7 +34,10 @@ def test_a_run_stopped_by_ctrl_c_says_how_many_did_not_run_and_how_to_resume(tmp
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2, output[-3000:]  # pytest's "interrupted"
 
-    last_status = [line for line in output.splitlines() if line.startswith("policybench: ")][-1]
+    said = [line for line in output.splitlines() if line.startswith("policybench: ")]
+    # The run's last line is its verdict: failed, for a run interrupted before its end.
+    assert said[-1].startswith("policybench: FAIL — ") and "interrupted" in said[-1], said[-1]
+    last_status = said[-2]
     done, total = (int(n) for n in last_status.split()[1].split("/"))
     assert done < total == 12
     assert last_status.endswith(f"stopped with {total - done} not run"), last_status

@@ -84,7 +84,7 @@ def test_terminal_summary_has_a_row_per_eval_with_counts_and_interval(bench):
         [
             "*policybench: policy scripted*",
             "eval*rollouts*solved*unsolved*errors*success*95% CI",
-            "broken*2*0*0*2*0.0%*",
+            "broken*2*0*0*2*no result*(every rollout errored)",  # never a 0% success
             "slow*2*0*2*0*0.0%*",
             "solvable*2*2*0*0*100.0%*",
             "all*6*2*2*2*33.3%*",

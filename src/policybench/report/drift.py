@@ -115,7 +115,7 @@ class EvalDrift:
         return {
             keys.EVAL: self.eval,
             "candidate": self.candidate,
-            "packages": {name: list(pair) for name, pair in self.packages.items()},
+            keys.PACKAGES: {name: list(pair) for name, pair in self.packages.items()},
             "verdict": self.verdict,
             "not_loaded": self.not_loaded,
             "solved": list(self.solved),
