@@ -253,18 +253,35 @@ def _pixels(cpu: Mapping[str, Any], name: str, value: Any) -> bool:
 def _walk_pixels(
     expected: Any, actual: Any, path: str, found: list[Difference], cpu: Mapping[str, Any]
 ) -> None:
-    """An image held as numbers in [0, 1]: its shape exactly, each pixel within the stated
-    levels (one level is 1/255), the first pixel beyond them named."""
+    """An image held as numbers in [0, 1] (channels first or last): its shape exactly, and its
+    coarse thumbnail (the mean of each block of an IMAGE_GRID x IMAGE_GRID grid) within the
+    stated levels (one level is 1/255): a state that moved a little moves an edge by a fraction
+    of a pixel, which changes single pixels by many levels and a block's mean by a fraction of
+    one."""
     a, b = np.asarray(expected, dtype=float), np.asarray(actual, dtype=float)
     if a.shape != b.shape:
         found.append(Difference(f"{path}.shape", list(a.shape), list(b.shape)))
         return
     allowed = int(cpu.get("image_levels", 0)) * PIXEL + 1e-9
-    apart = np.abs(a - b)
+    apart = np.abs(_blocks(a) - _blocks(b))
     if apart.size and apart.max() > allowed:
-        where = np.unravel_index(int(np.argmax(apart)), apart.shape)
-        index = "".join(f"[{int(i)}]" for i in where)
-        found.append(Difference(f"{path}{index}", float(a[where]), float(b[where])))
+        block = np.unravel_index(int(np.argmax(apart)), apart.shape)
+        where = f"{path}.block{list(map(int, block))}"
+        found.append(Difference(where, float(_blocks(a)[block]), float(_blocks(b)[block])))
+
+
+def _blocks(image: np.ndarray) -> np.ndarray:
+    """The mean of each block of an IMAGE_GRID x IMAGE_GRID grid over an image's two largest
+    axes (its height and width), per channel."""
+    if image.ndim < 2:
+        return image
+    rows, cols = sorted(np.argsort(image.shape)[-2:])
+    moved = np.moveaxis(image, (rows, cols), (-2, -1))
+    r = np.array_split(np.arange(moved.shape[-2]), IMAGE_GRID)
+    c = np.array_split(np.arange(moved.shape[-1]), IMAGE_GRID)
+    return np.stack(
+        [np.stack([moved[..., i, :][..., j].mean(axis=(-2, -1)) for j in c], -1) for i in r], -2
+    )
 
 
 def _walk_image(
