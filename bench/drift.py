@@ -29,7 +29,15 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
     (
         "MetaWorld MT10, experts, 3 a task",
         ["benchmarks/test_metaworld.py", "--rollouts", "3"],
-        ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==3.17.0", "mujoco==4.0.1", "numpy==1.26.4"),
+        (
+            "mujoco==3.3.7",
+            "mujoco==3.5.0",
+            "mujoco==3.8.1",
+            "mujoco==3.12.0",
+            "mujoco==3.17.0",
+            "mujoco==4.0.1",
+            "numpy==1.26.4",
+        ),
     ),
     (
         "gym-hil (state), seeded random, 5 a task",
@@ -51,7 +59,7 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
     (
         "PushT, its heuristic, 10",
         ["benchmarks/test_pusht.py", "-k", "not dp", "--rollouts", "10"],
-        ("pymunk==6.8.1", "pymunk==7.1.0"),
+        ("pymunk==6.8.1", "pymunk==7.3.1"),
     ),
 )
 
