@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS runs (
     git_revision TEXT,
     command TEXT,
     parts TEXT,                   -- a merged run: its parts' folders (JSON list)
-    verdict TEXT,                 -- passed | failed: <its breaches> | NULL (not recorded)
+    verdict TEXT,                 -- passed | failed | no result | aborted: <why> | NULL
+    drift TEXT,                   -- under candidate pins (--env-pins): each Eval's (JSON list)
     results_mtime_ns INTEGER,     -- results.jsonl as last read: a change reads it again
     results_size INTEGER
 );
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
 """
 
 
-SCHEMA_VERSION = 1  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 2  # a store of another version is an index of old shape: rebuilt
 
 
 def open_store(root: Path) -> sqlite3.Connection:
@@ -128,7 +129,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
     parts = [part.get("path") for part in settings.get(keys.PARTS) or () if part.get("path")]
     connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
     connection.execute(
-        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_dir.name,
             str(run_dir),
@@ -137,7 +138,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
             run.git_revision if run else None,
             run.command if run else None,
             json.dumps(parts),
-            _verdict(run_dir),
+            *_verdict_and_drift(run_dir),
             *seen,
         ),
     )
@@ -161,13 +162,21 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
     )
 
 
-def _verdict(run_dir: Path) -> str | None:
-    """What the run's gates and decisions said when it ended (summary.json), if recorded."""
+def _verdict_and_drift(run_dir: Path) -> tuple[str | None, str | None]:
+    """What the run's summary.json recorded when it ended: its verdict, and its drift under
+    candidate pins (each Eval's line, JSON), where it has them."""
     try:
         summary = json.loads((run_dir / SUMMARY).read_text())
     except (OSError, ValueError):
-        return None
-    return verdict_line(summary) if isinstance(summary, dict) else None
+        return None, None
+    if not isinstance(summary, dict):
+        return None, None
+    drift = [
+        f"{d.get(keys.EVAL)} under {d.get('candidate')}: {d.get('verdict')}"
+        for d in summary.get("drift") or ()
+        if isinstance(d, dict)
+    ]
+    return verdict_line(summary), json.dumps(drift) if drift else None
 
 
 def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -245,7 +254,7 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
     """The store's runs as lines per Eval, each step tested against the run before it."""
     columns = (
         "run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts",
-        "verdict",
+        "verdict", "drift",
     )  # fmt: skip
     runs = [
         dict(zip(columns, row, strict=True))

@@ -5,6 +5,7 @@ changed, and a mark where a change was significant. It opens from disk, as the r
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,7 @@ def write_page(root: Path, history: History, gate: Gate) -> Path:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["pct"] = lambda value, digits=1: "-" if value is None else f"{value:.{digits}%}"
+    env.filters["fromjson"] = json.loads
     rows = _rows(root, history)
     html = env.get_template("history.html.j2").render(
         history=history,
