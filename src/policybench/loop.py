@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import iterate
 
 from policybench import keys
+from policybench.gl import choose_backend
 from policybench.lifetime import INTERRUPTED
 from policybench.record.loop_run import LoopRun, OpenEpisode, statics_of
 from policybench.run.results import new_run_dir
@@ -68,6 +70,9 @@ def wrap(
             f"policybench.wrap: success must be a function (obs, reward, info) -> bool, got "
             f"{type(success).__name__}"
         )
+    chosen = choose_backend()  # the env may render later, through MuJoCo's GL backend
+    if chosen is not None and not chosen.works:
+        warnings.warn(f"policybench.wrap: {chosen.line}", stacklevel=2)
     statics = statics_of(eval, task, instruction, policy, arm, packages)
     if success is not None:
         statics[keys.SUCCESS_FROM] = rule_name(success)

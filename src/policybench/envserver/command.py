@@ -106,6 +106,11 @@ def run_serve(args: argparse.Namespace) -> int:
     """`policybench env serve`: serves the isolated ones of the Evals named, until stopped."""
     die_with_starter()
     from policybench.envserver.relay import READY, Relay, RelayServer, log, served_of
+    from policybench.gl import choose_backend
+
+    chosen = choose_backend()  # before any env is built; its servers inherit it
+    if chosen is not None:
+        print(f"policybench env serve: rendering: {chosen.line}", file=sys.stderr)
     from policybench.options import ENV_SCHEME as SCHEME
 
     try:

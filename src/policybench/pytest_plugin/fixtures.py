@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
+from policybench.gl import no_backend_reason
 from policybench.harness import Observer, Recorder, error_episode, run_rollout
 from policybench.lockstep import Lockstep
 from policybench.policy.base import Observation, Policy
@@ -175,11 +176,12 @@ class Runner:
             raise PolicyCannotRun(str(unavailable)) from None
         except Exception as error:
             shown = arm.label if planned.arm else self._settings.policy
+            no_gl = no_backend_reason()  # the env may have failed to render for want of one
             return error_episode(
                 rollout,
                 world,
                 f"could not set up {eval.name!r} for policy {shown!r}: "
-                f"{type(error).__name__}: {error}",
+                f"{type(error).__name__}: {error}" + (f" ({no_gl})" if no_gl else ""),
                 traceback.format_exc(),
             )
         # An A/B run checks each arm's policy against the Eval.
