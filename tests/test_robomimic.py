@@ -144,3 +144,32 @@ def test_rendering_envs_side_by_side_in_one_server_see_what_each_sees_alone(pyth
         lockstep.close()
     assert len(servers) == 1 and all(len(seen) == 6 for seen in alone)
     assert sorted(model.seen.values()) == sorted(alone) and alone[0] != alone[1]
+
+
+def test_an_action_moved_by_a_thousandth_still_fails_the_golden(python):
+    """The CPU tolerance of robomimic's goldens does not make them blind: one action of
+    Transport's golden episode moved by 1e-3 fails it (its commands are compared exactly; its
+    observations move by about 1e-5, as much as another CPU's numerics move them)."""
+    import json
+
+    from benchmarks.golden_pipelines import isolated_trace
+    from benchmarks.test_robomimic import moves
+    from policybench.record.trace import differences
+
+    golden = json.loads(
+        (
+            HERE.parent / "goldens/test_robomimic/test_robomimic_golden[robomimic-transport].json"
+        ).read_text()
+    )
+    actions = moves(2)
+    actions[1, 0] += 1e-3
+    [rollout] = robomimic.TRANSPORT.rollouts(1, 0)
+    trace = isolated_trace(
+        robomimic.TRANSPORT, rollout.scene.task, actions, 0.4, robomimic.CPU_NUMERICS
+    )
+    assert [d.path for d in differences(golden, trace)] == ["trace[1].command[0]"]
+    moved = abs(
+        trace["trace"][7]["obs"]["robot0_eef_pos"][0]
+        - golden["trace"][7]["obs"]["robot0_eef_pos"][0]
+    )
+    assert 1e-6 < moved < 1e-3  # what the tolerance could not tell from another CPU's numerics

@@ -23,12 +23,15 @@ INTERPRETER = Interpreter(
 )
 ENTRY = "robomimic_env:make"
 # robosuite's operational-space controller solves with numpy's linear algebra, whose BLAS kernels
-# OpenBLAS picks by CPU: its goldens' observations and rewards hold to this on any x86-64
-# (measured by bench/golden_numerics.py over every kernel family this machine runs).
+# OpenBLAS picks by CPU: on a machine whose OpenBLAS chose Prescott, Transport's golden differed
+# from step 2 by 1.1e-5 (object[26]: 0.804514047652276 for 0.8045254977372683); here, under each
+# kernel family forced with OPENBLAS_CORETYPE (bench/golden_numerics.py), states differ by at
+# most 3e-7 and camera images move their edges. The goldens' observations and rewards hold to
+# 1e-3 (their commands, played chunk by chunk, stay exact: an action moved by 1e-3 still fails).
 CPU_NUMERICS = CpuNumerics(
     why="robosuite's controller calls numpy's BLAS, whose kernels OpenBLAS picks by CPU",
     abs=1e-3,
-    rel=1e-3,
+    rel=0.0,
     image_levels=2,
 )
 MODULES = ("policybench.suites.robomimic.robomimic_env",)
