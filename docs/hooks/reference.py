@@ -41,8 +41,9 @@ def refreshed(markdown: str) -> str:
             continue
         pattern = re.escape(mark) + r"(.*?)" + re.escape(end_of(mark))
         text = mark + generate() + end_of(mark)
-        if re.search(pattern, markdown, flags=re.S):
-            markdown = re.sub(pattern, lambda _: text, markdown, count=1, flags=re.S)
+        found = re.search(pattern, markdown, flags=re.S)
+        if found is not None:
+            markdown = markdown[: found.start()] + text + markdown[found.end() :]
         else:
             markdown = markdown.replace(mark, text, 1)
     return markdown
