@@ -13,6 +13,7 @@ with this code (tests/test_history_gate.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,12 @@ class GateCall:
             if self.power is not None
             else ""
         )
+        needed = pairs_to_reach(self.level)
+        if self.pairs < needed:  # even every scene lost could not reach the level
+            power += (
+                f"; {self.pairs} paired scenes can never reach level {self.level:.3g}, however "
+                f"many are lost: run {needed} or more (or spread alpha over fewer --calls)"
+            )
         return (
             f"{said}: {verdict} ({self.lost} of {self.pairs} paired scenes lost, {self.gained} "
             f"gained, exact McNemar p = {self.p_value:.3g}, level {self.level:.3g} for call "
@@ -159,6 +166,12 @@ def power_at_drop(reference: Sequence[Mapping[str, Any]], pairs: int, level: flo
     lost = sum(p * (1 - (p - DROP)) if p >= DROP else 0.0 for p in rates) / len(rates)
     gained = sum((1 - p) * (p - DROP) if p >= DROP else 0.0 for p in rates) / len(rates)
     return mcnemar_power(pairs, lost, gained, level)
+
+
+def pairs_to_reach(level: float) -> int:
+    """The fewest paired scenes whose exact McNemar test can reach `level` at all: every scene
+    lost gives p = 2 / 2**n."""
+    return max(1, math.ceil(math.log2(2 / level)))
 
 
 def _pct(rate: float | None) -> str:
