@@ -53,3 +53,18 @@ def test_a_drop_of_twenty_points_is_caught_as_often_as_the_gate_says(tmp_path, p
     # The stated power (exact McNemar power at the reference's rates) within the simulation's
     # noise: 3 standard errors of `trials` draws.
     assert abs(caught - said) <= 3 * np.sqrt(said * (1 - said) / trials) + 0.02, (caught, said)
+
+
+def test_a_call_with_too_few_pairs_to_ever_reach_its_level_says_how_many_it_needs(tmp_path):
+    from policybench.report.history_gate import pairs_to_reach
+
+    assert pairs_to_reach(ALPHA / CALLS) == 11  # every one of 10 lost gives p = 2/1024 > 0.001
+    line = Line(tmp_path)
+    rng = np.random.default_rng(4)
+    reference = line.add(records_of(rng, 1))  # MT10 x 1: 10 pairs
+    collapsed = line.add([{**r, "outcome": "unsolved"} for r in records_of(rng, 1)])
+    call = line.call(reference, collapsed, 1, ALPHA / CALLS)
+    assert not call.regressed
+    assert "10 paired scenes can never reach level 0.001, however many are lost: run 11" in (
+        call.line()
+    )
