@@ -246,8 +246,13 @@ class RunSettings:
 
     @property
     def policy_shown(self) -> str:
-        """The policy, or the arms, as the terminal and error messages name them."""
-        return ", ".join(arm.label for arm in self.arms) if self.ab else self.policy
+        """The policy, or the arms, as the terminal and error messages name them; arms of one
+        policy (a perturbation or latency sweep, candidate pins) name it too."""
+        if not self.ab:
+            return self.policy
+        labels = ", ".join(arm.label for arm in self.arms)
+        policies = {arm.policy for arm in self.arms}
+        return f"{labels} (each {self.policy})" if len(policies) == 1 else labels
 
 
 def protocol_settings(settings: RunSettings) -> dict[str, Any]:
