@@ -105,7 +105,7 @@ def current_pins(eval: Eval, pins: PinSet) -> tuple[str, ...]:
     names = dict.fromkeys([*BASE, *_extra_requirements(eval.extra), *eval.packages])
     found = []
     for name in names:
-        if distribution(name) in pins.names:
+        if distribution(name) in (*pins.names, "policybench"):  # policybench is copied in
             continue
         try:
             found.append(f"{name}=={importlib.metadata.version(name)}")
