@@ -83,10 +83,9 @@ def row(family: str, pins: str, summary: dict | None, problem: str) -> str:
     cells = []
     for drift in summary["drift"]:
         if drift["verdict"] == "does not load":
-            why = " ".join(str(drift["not_loaded"]).split())
-            cells.append(
-                f"| {family} | {pins} | no: {why[-160:]} | - | - | - | - | does not load |"
-            )
+            why = " ".join(str(drift["not_loaded"]).split()).split(" [File")[0]
+            why = why.rpartition(": ")[2][-160:]  # the error's message, not where it came from
+            cells.append(f"| {family} | {pins} | no: {why} | - | - | - | - | does not load |")
             continue
         steps = drift["first_differing_steps"]
         scenes = drift["scenes"]
