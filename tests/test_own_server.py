@@ -1,7 +1,7 @@
 """The processes a run owns: with a local model under `-n 2`, the controller starts one
 `policybench serve` that its workers share. SIGTERM or SIGKILL to the controller leaves no process
 of the run behind (SIGTERM stops the run as Ctrl-C does: finished rollouts kept, summary
-written); a server that dies is restarted on the same URL and the run finishes; a server that
+written; after SIGKILL the run's witness records it aborted, with its report); a server that dies is restarted on the same URL and the run finishes; a server that
 cannot start, or keeps dying, ends the run in seconds with every rollout an error record. Every
 test runs real pytest processes and sends real signals."""
 
@@ -221,11 +221,17 @@ def test_sigkill_to_the_controller_leaves_no_process(start):
     run = start("models:SLOW")
     run.wait_for(lambda: len(run.records()) >= 1)
     before = run.alive()
-    assert len(before) == 4, before  # the controller, its server and two workers
+    # The controller, its server, two workers, and the run's witness (report.aborted).
+    assert len(before) == 5, before
     os.kill(run.process.pid, signal.SIGKILL)
     run.process.wait()
     took = none_alive_within(run, 10.0)
     print(f"no process of the run left {took:.1f} s after SIGKILL")
+    # The witness recorded the run as aborted, with the report of the rollouts it kept.
+    status = json.loads((run.run_dir() / "status.json").read_text())
+    assert status["state"] == "aborted", status
+    verdict = json.loads((run.run_dir() / "summary.json").read_text())["verdict"]
+    assert verdict["kind"] == "aborted" and (run.run_dir() / "index.html").is_file()
 
 
 def test_a_server_killed_mid_run_is_restarted_and_every_rollout_finishes(start):
