@@ -1,9 +1,10 @@
 """The processes a run owns: with a local model under `-n 2`, the controller starts one
 `policybench serve` that its workers share. SIGTERM or SIGKILL to the controller leaves no process
 of the run behind (SIGTERM stops the run as Ctrl-C does: finished rollouts kept, summary
-written; after SIGKILL the run's witness records it aborted, with its report); a server that dies is restarted on the same URL and the run finishes; a server that
-cannot start, or keeps dying, ends the run in seconds with every rollout an error record. Every
-test runs real pytest processes and sends real signals."""
+written; after SIGKILL the run's witness records it aborted, with its report); a server that
+dies is restarted on the same URL and the run finishes; a server that cannot start, or keeps
+dying, ends the run in seconds with every rollout an error record. Every test runs real pytest
+processes and sends real signals."""
 
 from __future__ import annotations
 
