@@ -21,11 +21,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from policybench.record.numerics import machine_numerics  # noqa: E402
-from policybench.record.trace import CPU_TOLERANCE, LEVELS, SIMULATED, differences  # noqa: E402
+from policybench.record.trace import (  # noqa: E402
+    CPU_TOLERANCE,
+    LEVELS,
+    SIMULATED,
+    differences,
+    thumbnail,
+)
 
 # OpenBLAS's x86-64 kernel families, oldest first, with the CPU flag each needs.
 FAMILIES = (
@@ -64,16 +72,23 @@ def traces(module: str, names: list[str], family: str | None) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def largest(expected: Any, actual: Any, simulated: bool = False) -> tuple[float, int]:
-    """The largest difference of a simulated number, and of an image's thumbnail in levels."""
+def largest(
+    expected: Any, actual: Any, simulated: bool = False, name: str = ""
+) -> tuple[float, int]:
+    """The largest difference of a simulated number (images aside), and of an image's thumbnail
+    in levels (rounded up)."""
     worst, levels = 0.0, 0
     if isinstance(expected, dict) and isinstance(actual, dict):
         if simulated and LEVELS in expected and LEVELS in actual:
             pairs = zip(expected[LEVELS], actual[LEVELS], strict=False)
             return 0.0, max((abs(int(a, 16) - int(b, 16)) for a, b in pairs), default=0)
         for name in expected.keys() & actual.keys():
-            w, lv = largest(expected[name], actual[name], simulated or name in SIMULATED)
+            w, lv = largest(expected[name], actual[name], simulated or name in SIMULATED, name)
             worst, levels = max(worst, w), max(levels, lv)
+    elif simulated and str(name).endswith("image") and isinstance(expected, list):
+        # an image handed over as numbers in [0, 1]: its thumbnail's blocks, in levels
+        a, b = thumbnail(np.asarray(expected, float)), thumbnail(np.asarray(actual, float))
+        return 0.0, int(np.ceil(np.abs(a - b).max() * 255)) if a.shape == b.shape else 999
     elif isinstance(expected, list) and isinstance(actual, list):
         for a, b in zip(expected, actual, strict=False):
             w, lv = largest(a, b, simulated)

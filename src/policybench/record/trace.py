@@ -263,14 +263,14 @@ def _walk_pixels(
         found.append(Difference(f"{path}.shape", list(a.shape), list(b.shape)))
         return
     allowed = int(cpu.get("image_levels", 0)) * PIXEL + 1e-9
-    apart = np.abs(_blocks(a) - _blocks(b))
+    apart = np.abs(thumbnail(a) - thumbnail(b))
     if apart.size and apart.max() > allowed:
         block = np.unravel_index(int(np.argmax(apart)), apart.shape)
         where = f"{path}.block{list(map(int, block))}"
-        found.append(Difference(where, float(_blocks(a)[block]), float(_blocks(b)[block])))
+        found.append(Difference(where, float(thumbnail(a)[block]), float(thumbnail(b)[block])))
 
 
-def _blocks(image: np.ndarray) -> np.ndarray:
+def thumbnail(image: np.ndarray) -> np.ndarray:
     """The mean of each block of an IMAGE_GRID x IMAGE_GRID grid over an image's two largest
     axes (its height and width), per channel."""
     if image.ndim < 2:
