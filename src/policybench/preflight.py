@@ -159,11 +159,7 @@ def shown_preflight(
         horizon=len(actions),
         action_space=describe_space(space),
         latency_ms=round(latency_ms, 3),
-        notes=(
-            *_out_of_bounds(actions, space.low, space.high, rollout.id),
-            *played_notes,
-            *contract_notes,
-        ),
+        notes=(*_out_of_bounds(actions, space, rollout.id), *played_notes, *contract_notes),
         policy=described,
         actions=np.asarray(actions, dtype=float).tolist(),
         orientation=_orientation(policy, eval, obs, rollout.instruction, context, space.shape),
@@ -343,12 +339,10 @@ def _bound(values: np.ndarray) -> str:
     return f"{flat[0]:g}" if len(flat) == 1 else f"{flat.min():g}..{flat.max():g}"
 
 
-def _out_of_bounds(
-    actions: np.ndarray, low: np.ndarray, high: np.ndarray, asked_at: str
-) -> tuple[str, ...]:
+def _out_of_bounds(actions: np.ndarray, space: Any, asked_at: str) -> tuple[str, ...]:
     """A caveat when the actions answered to the first observation of `asked_at` (the rollout
-    whose scene the preflight staged) leave the action space (many envs clip; some do not)."""
-    outside = (actions < low) | (actions > high)
+    whose scene the preflight staged) leave the action `space` (many envs clip; some do not)."""
+    outside = (actions < space.low) | (actions > space.high)
     if not outside.any():
         return ()
     dims = sorted({int(d) for d in np.nonzero(outside)[1]})

@@ -139,8 +139,10 @@ class Aggregator:
         tally = tally_of(self.records)
         faults = list(self.item_faults.values())
         status = int(exitstatus)
-        if status == pytest.ExitCode.NO_TESTS_COLLECTED and self.records:
-            status = pytest.ExitCode.OK  # every rollout carried over by a resume
+        if status == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # Nothing selected, or every rollout carried over by a resume: no failure by itself
+            # (pytest keeps its own exit status for the first).
+            status = pytest.ExitCode.OK
         verdict = RunVerdict.of(
             breaches,
             tally.solved,
@@ -184,26 +186,15 @@ class Aggregator:
         if resumed is not None:  # the run's records: carried over, then this session's
             self.records = latest_per_rollout([*resumed.all_records, *self.records])
             compact(self.writer.path, self.records)
-        arms = [arm.label for arm in self.settings.arms]
-        test = decide.test_of(self.config)
-        verdicts = read_verdicts(self.run_dir)
         summary = Summary.of(
             self.records,
-            arms=arms,
-            verdicts=verdicts,
-            decide=test,
+            arms=[arm.label for arm in self.settings.arms],
+            verdicts=read_verdicts(self.run_dir),
+            decide=decide.test_of(self.config),
             baseline=decide.baseline_of(self.config),
             run_dir=self.run_dir,
         )
-        declared = gates.declared_floors(self.config)
-        judged, notes = gates.judged_summary(
-            summary, self.records, self.run_dir, self.gate_settings
-        )
-        breaches, more = gates.floor_breaches(judged, self.gate_settings, declared, summary)
-        breaches += gates.decision_breaches(summary)
-        if self.config.getoption("fail_on_drift"):
-            breaches += gates.drift_breaches(summary)
-        notes += more
+        breaches, notes = self._breaches(summary)
         if not self.records and self.no_policy:  # nothing ran for want of a policy
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         if not self.records:  # no report to write; a gate over nothing still fails the run
@@ -238,6 +229,19 @@ class Aggregator:
         self.report_s = time.perf_counter() - started
         self.config.stash[gates.BREACHED] = not self.verdict.passed
         self._ended()
+
+    def _breaches(self, summary: Summary) -> tuple[list[Any], list[str]]:
+        """What fails the run before any baseline is read (its floors, its decisions, its drift
+        under --fail-on-drift), and the notes on the floors it did not check."""
+        declared = gates.declared_floors(self.config)
+        judged, notes = gates.judged_summary(
+            summary, self.records, self.run_dir, self.gate_settings
+        )
+        breaches, more = gates.floor_breaches(judged, self.gate_settings, declared, summary)
+        breaches += gates.decision_breaches(summary)
+        if self.config.getoption("fail_on_drift"):
+            breaches += gates.drift_breaches(summary)
+        return breaches, [*notes, *more]
 
     def _ended(self) -> None:
         """The run has ended, its verdict written: its witness has nothing to record."""
@@ -302,17 +306,7 @@ class Aggregator:
             write("")
             for line in versus.lines():
                 write(line)
-        concentrated = robustness(summary, findings.run)
-        for line in [] if concentrated is None else ["", *concentrated.lines()]:
-            write(line, bold=line.startswith("where"))
-        for line in clusters_lines(summary.failures):
-            write(line, bold=line.startswith("how"))
-        for line in drift_lines(summary.drift):
-            write(line, bold=line.startswith("drift"))
-        for diagnosis in summary.diagnoses:
-            write("")
-            for line in diagnosis.lines():
-                write(line, bold=line.startswith("diagnosis"), yellow=bool(diagnosis.findings))
+        self._why_lines(write, findings)
         if findings.comparison is not None:
             write("")
             write(f"compared with baseline {findings.comparison.before}:")
@@ -328,6 +322,22 @@ class Aggregator:
         write(f"report: {self.run_dir / 'index.html'} (written in {self.report_s:.2f} s)")
         if self.interrupted and HUNG not in self.config.stash:  # a hang says it itself
             write(f"interrupted: continue the run with: {resume_command(self.config)}", bold=True)
+
+    def _why_lines(self, write: Any, findings: Findings) -> None:
+        """Where failures concentrate, how they cluster, the drift under candidate pins, and the
+        diagnoses."""
+        summary = findings.summary
+        concentrated = robustness(summary, findings.run)
+        for line in [] if concentrated is None else ["", *concentrated.lines()]:
+            write(line, bold=line.startswith("where"))
+        for line in clusters_lines(summary.failures):
+            write(line, bold=line.startswith("how"))
+        for line in drift_lines(summary.drift):
+            write(line, bold=line.startswith("drift"))
+        for diagnosis in summary.diagnoses:
+            write("")
+            for line in diagnosis.lines():
+                write(line, bold=line.startswith("diagnosis"), yellow=bool(diagnosis.findings))
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:

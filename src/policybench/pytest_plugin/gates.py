@@ -253,11 +253,17 @@ def _weak_regression_gate(config: pytest.Config, items: list[pytest.Item]) -> st
                 f"drop from the baseline's {rate:.1%} to {max(rate - margin, 0.0):.1%} with "
                 f"{POWER:.0%} power"
             )
+    return _weak_gate_line(margin, short, where.name if baseline_short else None)
+
+
+def _weak_gate_line(margin: float, short: list[str], baseline: str | None) -> str | None:
+    """The refusal of a plan too small for its gate (None: none is), naming the `baseline` where
+    it is the baseline that ran too few."""
     if not short:
         return None
     baseline_too = (
-        f" (the baseline {where.name} needs as many: rerun it with the same --rollouts)"
-        if baseline_short
+        f" (the baseline {baseline} needs as many: rerun it with the same --rollouts)"
+        if baseline is not None
         else ""
     )
     return (

@@ -55,6 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("policybench", "policybench: evaluate robot policies")
     _arm_options(group)
     _timing_options(group)
+    _pins_options(group)
     _selection_options(group)
     for option in SHARED_OPTIONS:  # checked with the others (see refusals)
         option.declare(group.addoption, checked=False)
@@ -101,6 +102,25 @@ def _arm_options(group: pytest.OptionGroup) -> None:
     )
 
 
+def _pins_options(group: pytest.OptionGroup) -> None:
+    """Candidate pin sets as an arm (policybench.pins)."""
+    group.addoption(
+        "--env-pins",
+        default=None,
+        metavar="NAME==VERSION ...",
+        help="run every scene with the envs as installed (arm `current`) and in an interpreter "
+        "of these versions over the Eval's current pins (e.g. 'mujoco==3.5.0'; built on first "
+        "use), as arms of one run on the same scenes with the same policy: the report says per "
+        "Eval how far trajectories drift and whether success changed (paired)",
+    )
+    group.addoption(
+        "--fail-on-drift",
+        action="store_true",
+        help="with --env-pins: fail the run when an Eval's success changed significantly under "
+        "the candidate pins, or its env does not load under them",
+    )
+
+
 def _timing_options(group: pytest.OptionGroup) -> None:
     """How many rollouts a task gets, and how a model call's time is charged in simulated time."""
     group.addoption("--rollouts", type=int, default=3, help="rollouts per task (default 3)")
@@ -135,21 +155,6 @@ def _timing_options(group: pytest.OptionGroup) -> None:
         action="store_true",
         help="with --perturb along two or more axes, also run every combination of one level "
         "of each (arms AXIS-LEVEL+AXIS-LEVEL); the report tables success over the grid",
-    )
-    group.addoption(
-        "--env-pins",
-        default=None,
-        metavar="NAME==VERSION ...",
-        help="run every scene with the envs as installed (arm `current`) and in an interpreter "
-        "of these versions over the Eval's current pins (e.g. 'mujoco==3.5.0'; built on first "
-        "use), as arms of one run on the same scenes with the same policy: the report says per "
-        "Eval how far trajectories drift and whether success changed (paired)",
-    )
-    group.addoption(
-        "--fail-on-drift",
-        action="store_true",
-        help="with --env-pins: fail the run when an Eval's success changed significantly under "
-        "the candidate pins, or its env does not load under them",
     )
     group.addoption(
         "--chunk-anchor",
