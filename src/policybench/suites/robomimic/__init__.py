@@ -24,10 +24,11 @@ INTERPRETER = Interpreter(
 ENTRY = "robomimic_env:make"
 # robosuite's operational-space controller solves with numpy's linear algebra, whose BLAS kernels
 # OpenBLAS picks by CPU: on a machine whose OpenBLAS chose Prescott, Transport's golden differed
-# from step 2 by 1.1e-5 (object[26]: 0.804514047652276 for 0.8045254977372683); here, under each
-# kernel family forced with OPENBLAS_CORETYPE (bench/golden_numerics.py), states differ by at
-# most 3e-7 and camera images move their edges. The goldens' observations and rewards hold to
-# 1e-3 (their commands, played chunk by chunk, stay exact: an action moved by 1e-3 still fails).
+# from step 2 by 1.1e-5 (object[26]: 0.804514047652276 for 0.8045254977372683); forcing each
+# kernel family here with OPENBLAS_CORETYPE (bench/golden_numerics.py) reproduces that value
+# under Prescott (Haswell, Zen: 4.3e-6) and moves the cameras' thumbnails by a level at most. The
+# goldens' observations and rewards hold to 1e-3, their thumbnails to 2 levels (their commands,
+# played chunk by chunk, stay exact: an action moved by 1e-3 still fails).
 CPU_NUMERICS = CpuNumerics(
     why="robosuite's controller calls numpy's BLAS, whose kernels OpenBLAS picks by CPU",
     abs=1e-3,
