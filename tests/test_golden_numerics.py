@@ -58,6 +58,13 @@ def test_maniskill_accepts_the_values_physx_produced_on_another_cpu(
     assert differences(golden, other) == []
 
 
+def brighten(channel: list[list[float]]) -> None:
+    """A patch of an image a quarter of a side wide made brighter by a tenth: a thing that
+    moved, not an edge that shifted by a fraction of a pixel."""
+    for row in channel[:21]:
+        row[:21] = [min(value + 0.1, 1.0) for value in row[:21]]
+
+
 @pytest.mark.parametrize(
     ("where", "change"),
     [
@@ -68,7 +75,7 @@ def test_maniskill_accepts_the_values_physx_produced_on_another_cpu(
             "object",
             lambda step: step["obs"]["object"].__setitem__(26, step["obs"]["object"][26] + 0.01),
         ),
-        ("image", lambda step: step["obs"]["shouldercamera0_image"][0][10].__setitem__(10, 0.5)),
+        ("image", lambda step: brighten(step["obs"]["shouldercamera0_image"][0])),
     ],
 )
 def test_what_the_pipeline_computes_stays_exact_and_a_real_change_still_fails(where, change):
