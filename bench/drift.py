@@ -57,6 +57,22 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
         ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==4.0.1"),
     ),
     (
+        "ALOHA, seeded random, 1 a task",
+        ["benchmarks/test_aloha.py", "--policy=random", "--rollouts", "1"],
+        ("mujoco==3.3.7", "mujoco==4.0.1"),
+    ),
+    (
+        "ManiSkill (state), its experts, 3 a task",
+        [
+            "benchmarks/test_maniskill.py",
+            "-k",
+            "(pick_cube or push_cube or stack_cube) and not rgb",
+            "--rollouts",
+            "3",
+        ],
+        ("sapien==3.0.2",),
+    ),
+    (
         "PushT, its heuristic, 10",
         ["benchmarks/test_pusht.py", "-k", "not dp", "--rollouts", "10"],
         ("pymunk==6.8.1", "pymunk==7.3.1"),

@@ -4,6 +4,7 @@ them, seen through the top camera plus the 14-d joint state; only that camera is
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import isolable
 from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES, TEXTURE, MujocoStaging
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
@@ -53,6 +55,15 @@ class Rendering:
     def describe(self) -> str:
         shadows = "" if self.shadows else ", shadows off"
         return f"{self.camera} {self.size[0]}x{self.size[1]}{shadows}"
+
+
+def make_aloha(
+    task: str, camera: str = CAMERA, size: Sequence[int] = IMAGE_SIZE, shadows: bool = True
+) -> AlohaSim:
+    """An ALOHA task's env from plain arguments, so that its factory can run in an interpreter
+    of its own (envserver.isolable: $POLICYBENCH_ENV_PYTHON, or candidate pins)."""
+    height, width = size
+    return AlohaSim(task, Rendering(camera, (height, width), shadows))
 
 
 class AlohaSim(gym.Env):
@@ -193,7 +204,12 @@ def aloha(
     suffix += "" if rendering.shadows else "-noshadows"
     return Eval(
         name=f"aloha{suffix}",
-        make_env=lambda task: AlohaSim(task, rendering),
+        make_env=isolable(
+            make_aloha,
+            camera=rendering.camera,
+            size=list(rendering.size),
+            shadows=rendering.shadows,
+        ),
         plan=seeded_per_task(tasks, timeout_s=max_steps / CONTROL_HZ),
         control_hz=CONTROL_HZ,
         hold=hold,
