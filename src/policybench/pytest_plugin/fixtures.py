@@ -164,6 +164,11 @@ class Runner:
         eval, rollout = planned.eval, planned.rollout
         if eval.renderer in NEEDS_DEVICE:
             lacking = env_render_problem(eval)  # asked once a process (rendering caches it)
+            pins = planned.arm.pins if planned.arm is not None else None
+            if lacking is not None and pins is not None:  # measured as not loading, not skipped
+                world = self._worlds.get(world_key(eval)) or World(eval, self.envs)
+                why = f"{eval.name} does not load under {' '.join(pins.pins)}: {lacking}"
+                return error_episode(rollout, world, why)
             if lacking is not None:
                 raise EvalCannotRender(f"{eval.name}: {lacking}")
         world = self._worlds.get(world_key(eval))
