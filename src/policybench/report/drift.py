@@ -203,11 +203,11 @@ def _ended(record: Mapping[str, Any]) -> bool:
 def _scene(current: Mapping[str, Any], under: Mapping[str, Any], run_dir: Path) -> SceneDrift:
     scene = current.get(keys.SCENE) or {}
     rollout = f"{scene.get(keys.TASK)}/seed={scene.get(keys.SEED)}"
-    solved = tuple(r[keys.OUTCOME] == OutcomeKind.SOLVED.value for r in (current, under))
-    steps = tuple(r.get(keys.SUCCESS_STEP) for r in (current, under))
+    solved = (_solved(current), _solved(under))
+    steps = (current.get(keys.SUCCESS_STEP), under.get(keys.SUCCESS_STEP))
     a, b = trace_of(run_dir, current), trace_of(run_dir, under)
     if a is None or b is None:  # no traces (--no-rollout-traces): outcomes alone
-        return SceneDrift(rollout, None, {}, 0.0, None, solved, steps)  # type: ignore[arg-type]
+        return SceneDrift(rollout, None, {}, 0.0, None, solved, steps)
     arrays_a, arrays_b = a["arrays"], b["arrays"]
     largest, first, at_first = {}, None, 0.0
     for name in sorted(n for n in arrays_a if n.startswith(STATE_PREFIX) and n in arrays_b):
@@ -223,7 +223,11 @@ def _scene(current: Mapping[str, Any], under: Mapping[str, Any], run_dir: Path) 
         if step is not None:
             first = step if first is None else min(first, step)
     actions_part = _first_differing(arrays_a.get("action"), arrays_b.get("action"))
-    return SceneDrift(rollout, first, largest, at_first, actions_part, solved, steps)  # type: ignore[arg-type]
+    return SceneDrift(rollout, first, largest, at_first, actions_part, solved, steps)
+
+
+def _solved(record: Mapping[str, Any]) -> bool:
+    return record.get(keys.OUTCOME) == OutcomeKind.SOLVED.value
 
 
 def _steps_first(values: Any) -> np.ndarray:
