@@ -20,7 +20,7 @@ from policybench.pytest_plugin import decide, gates
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.collection import not_installed
 from policybench.pytest_plugin.options import RunSettings, protocol_settings
-from policybench.pytest_plugin.outcomes import no_policy_of, record_of
+from policybench.pytest_plugin.outcomes import failed_a_check, no_policy_of, record_of
 from policybench.pytest_plugin.preflights import preflight_lines
 from policybench.pytest_plugin.resume import (
     compact,
@@ -31,7 +31,6 @@ from policybench.pytest_plugin.rundir import baseline_dir, run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.watchdog import HUNG
 from policybench.pytest_plugin.workers import is_worker
-from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import Protocol
 from policybench.record.realtime import Realtime
 from policybench.report.aborted import Witness
@@ -126,8 +125,7 @@ class Aggregator:
         """Keeps what the verdict counts besides rollout outcomes: an item that failed with an
         outcome other than an error (a violated trajectory spec; a test that is no rollout) or
         errored outside its call."""
-        errored = record is not None and record.get(keys.OUTCOME) == OutcomeKind.ERROR.value
-        if report.failed and report.when == "call" and not errored:
+        if failed_a_check(report, record):
             self.item_faults[report.nodeid] = "failed"
         elif report.failed and report.when != "call":
             self.item_faults.setdefault(report.nodeid, "error")

@@ -116,3 +116,10 @@ def pytest_report_teststatus(
     # On a terminal the run's status line stands in place of a character per rollout.
     category, _, word = status or (report.outcome, "", report.outcome.upper())
     return category, "", word
+
+
+def failed_a_check(report: pytest.TestReport, record: dict[str, Any] | None) -> bool:
+    """Whether an item's call failed though its rollout did not error: it broke a check (a
+    trajectory spec), or it is a test that is no rollout (a golden)."""
+    errored = record is not None and record.get(keys.OUTCOME) == OutcomeKind.ERROR.value
+    return report.when == "call" and report.failed and not errored

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from policybench import keys
-from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, record_of
+from policybench.pytest_plugin.outcomes import CRASHED, STATUS_LINE, failed_a_check, record_of
 from policybench.pytest_plugin.rundir import run_context
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
@@ -134,8 +134,7 @@ class Progress:
         record = record_of(report)
         if record is not None:
             self.outcomes[report.nodeid] = OutcomeKind(record[keys.OUTCOME])
-            # An item that failed though its rollout did not error: it broke a check (a spec).
-            if report.failed and self.outcomes[report.nodeid] is not OutcomeKind.ERROR:
+            if failed_a_check(report, record):
                 self.failed.add(report.nodeid)
             else:
                 self.failed.discard(report.nodeid)
