@@ -64,13 +64,14 @@ def record_aborted(run_dir: Path, pid: int, resume: str) -> str | None:
     for hang in sorted((run_dir / HANGS).glob("*.txt")):  # the rollouts it died in
         with hang.open("a") as file:
             file.write(f"the process running this rollout died at {time.ctime()}\n")
-    kept = f"{len(records)} rollout{'s' * (len(records) != 1)} recorded before it died"
+    run = RunInfo.load(run_dir)
+    summary = Summary.of_run(run_dir)  # each rollout once, however many attempts it recorded
+    count = summary.overall.stats.tally.rollouts
+    kept = f"{count} rollout{'s' * (count != 1)} recorded before it died"
     verdict = RunVerdict.aborted(
         f"the run's process (pid {pid}) died before the run ended; {kept}; continue it with: "
         f"{resume}"
     )
-    run = RunInfo.load(run_dir)
-    summary = Summary.of_run(run_dir)
     summary.write(run_dir, run, verdict)
     index = write_html(run_dir, Findings(summary, tuple(records), run, verdict))
     return f"{verdict.last_line()} (report: {index})"
