@@ -73,6 +73,30 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
         ("sapien==3.0.2",),
     ),
     (
+        "robosuite 1.5 (Lift, Door, Stack), seeded random, 2 a task",
+        [
+            "benchmarks/test_robosuite.py",
+            "-k",
+            "not golden and (lift or door or stack)",
+            "--policy=random",
+            "--rollouts",
+            "2",
+        ],
+        ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==4.0.1"),
+    ),
+    (
+        "LIBERO-Spatial on robosuite 1.4, seeded random, 1 a task",
+        ["benchmarks/test_libero.py", "-k", "spatial and not lerobot", "--policy=random",
+         "--rollouts", "1"],  # fmt: skip
+        ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==4.0.1"),
+    ),
+    (
+        "LIBERO-PRO (spatial, objects perturbed), seeded random, 1 a task",
+        ["benchmarks/test_libero_pro.py", "-k", "spatial_object and not golden",
+         "--policy=random", "--rollouts", "1"],  # fmt: skip
+        ("mujoco==3.3.7", "mujoco==4.0.1"),
+    ),
+    (
         "PushT, its heuristic, 10",
         ["benchmarks/test_pusht.py", "-k", "not dp", "--rollouts", "10"],
         ("pymunk==6.8.1", "pymunk==7.3.1"),
