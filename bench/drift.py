@@ -86,14 +86,26 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
     ),
     (
         "LIBERO-Spatial on robosuite 1.4, seeded random, 1 a task",
-        ["benchmarks/test_libero.py", "-k", "spatial and not lerobot", "--policy=random",
-         "--rollouts", "1"],  # fmt: skip
+        [
+            "benchmarks/test_libero.py",
+            "-k",
+            "spatial and not lerobot",
+            "--policy=random",
+            "--rollouts",
+            "1",
+        ],
         ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==4.0.1"),
     ),
     (
         "LIBERO-PRO (spatial, objects perturbed), seeded random, 1 a task",
-        ["benchmarks/test_libero_pro.py", "-k", "spatial_object and not golden",
-         "--policy=random", "--rollouts", "1"],  # fmt: skip
+        [
+            "benchmarks/test_libero_pro.py",
+            "-k",
+            "spatial_object and not golden",
+            "--policy=random",
+            "--rollouts",
+            "1",
+        ],
         ("mujoco==3.3.7", "mujoco==4.0.1"),
     ),
     (

@@ -15,6 +15,7 @@ from policybench.registry import known_policies
 from policybench.report import cli as report_command
 from policybench.report import history_command
 from policybench.report import plan as plan_command
+from policybench.run.files import Refused
 from policybench.scoring import command as score_command
 from policybench.serve import command as serve_command
 from policybench.suites import eval_named, registered_evals, suite_modules
@@ -116,7 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for add_parser in COMMANDS:
         add_parser(subparsers)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Refused as refused:  # a link or a special file where a file is written or read
+        print(f"policybench {args.command}: {refused}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

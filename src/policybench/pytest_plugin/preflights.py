@@ -19,6 +19,7 @@ from policybench.preflight import Preflight, Verdict, latency_notes
 from policybench.pytest_plugin.arms import sealed_fields
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.run.arms import KEPT, sealed_description
+from policybench.run.files import make_folders, open_append, read_json, write_file
 from policybench.run.layout import PREFLIGHTS
 
 ARM = "arm"  # beside a preflight's own fields in its file: the arm whose policy it asked
@@ -40,10 +41,10 @@ class PreflightStore:
         known = self._known.get((eval_name, arm))
         if known is not None:
             return known
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_folders(self.directory.parent, self.directory.name)
         name = file_name(eval_name if arm is None else f"{eval_name}@{arm}")
         path = self.directory / f"{name}.json"
-        with (self.directory / f".{name}.lock").open("w") as lock:
+        with open_append(self.directory / f".{name}.lock") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.exists():
                 found = read(path)[0]
@@ -58,14 +59,14 @@ class PreflightStore:
                             notes = tuple(n for n in notes if n not in latency_notes(notes))
                         stored = replace(found, policy=sealed, notes=notes)
                     data = {**stored.as_json(), ARM: arm}
-                    path.write_text(json.dumps(data, indent=1, sort_keys=True))
+                    write_file(path, json.dumps(data, indent=1, sort_keys=True))
         self._known[(eval_name, arm)] = found
         return found
 
 
 def read(path: Path) -> tuple[Preflight, str | None]:
     """A stored preflight and the arm it asked (None in a one-policy run)."""
-    data = json.loads(path.read_text())
+    data = read_json(path)
     arm = data.pop(ARM, None)
     return Preflight.from_json(data), arm
 

@@ -18,6 +18,7 @@ from policybench.pytest_plugin.options import SHARED_KEY, SHARED_URL
 from policybench.pytest_plugin.rundir import run_dir_of, settings_of
 from policybench.pytest_plugin.workers import from_controller, hand_to_workers, is_worker
 from policybench.registry import OPENPI, RANDOM, SCRIPTED
+from policybench.run.files import write_file
 from policybench.serve.client import HOW_TO_SERVE, give_up_waiting_when, share_outages_in
 from policybench.serve.command import API_KEY_VARIABLE
 from policybench.serve.supervisor import ServerFailed, Supervisor
@@ -183,9 +184,7 @@ class SharedServer:
         self.supervisor.stop()
 
     def _give_up(self, failed: ServerFailed) -> None:
-        partial = self.gone.with_suffix(".part")
-        partial.write_text(failed.reason)
-        partial.replace(self.gone)
+        write_file(self.gone, failed.reason)
         self._say(f"{failed.reason}; every rollout left is an error\n{failed.tail}", red=True)
 
     def _say(self, line: str, red: bool = False) -> None:

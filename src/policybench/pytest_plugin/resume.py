@@ -5,7 +5,6 @@ A run whose protocol differs (settings, or what an Eval records about itself) is
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from argparse import SUPPRESS
 from collections.abc import Iterable, Mapping
@@ -22,6 +21,7 @@ from policybench.pytest_plugin.options import RunSettings, protocol_settings
 from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Difference, Protocol
 from policybench.run.command_line import BLIND, redacted_command
+from policybench.run.files import write_file
 from policybench.run.info import RunInfo
 from policybench.run.records import latest_by_rollout
 from policybench.run.results import RESULTS, read_results
@@ -130,11 +130,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def compact(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     """Rewrites results.jsonl with one record per rollout (what a resumed run superseded goes),
     atomically: a crash meanwhile leaves the old file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    with temporary.open("w", encoding="utf-8") as file:
-        for record in records:
-            file.write(json.dumps(record, sort_keys=True) + "\n")
-    temporary.replace(path)
+    write_file(path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in records))
 
 
 def resume_command(config: pytest.Config) -> str:

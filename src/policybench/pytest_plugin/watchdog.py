@@ -27,6 +27,7 @@ import pytest
 
 from policybench.pytest_plugin.resume import resume_command
 from policybench.pytest_plugin.rundir import run_dir_of
+from policybench.run.files import make_folders, open_append
 from policybench.run.layout import HANGS
 from policybench.serve import client
 from policybench.spec import Rollout
@@ -207,8 +208,8 @@ def _opened(path: Path) -> IO[str]:
     deadline = time.monotonic() + OPEN_RETRY_S  # a count of tries ran out on a busy machine
     while True:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return path.open("a")
+            make_folders(path.parent.parent, path.parent.name)
+            return open_append(path)
         except (FileNotFoundError, FileExistsError):
             if time.monotonic() > deadline:
                 raise

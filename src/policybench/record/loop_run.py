@@ -34,6 +34,7 @@ from policybench.run.arms import (
     telling_texts,
     whole_words,
 )
+from policybench.run.files import open_append
 from policybench.run.info import RunInfo
 from policybench.run.layout import TRACES, VIDEOS, video_fields, video_name
 from policybench.run.records import crashed_record, rollout_record
@@ -218,7 +219,7 @@ class LoopRun:
         """The run directory's claimed episode indexes, held under a lock against the other loops
         recording into it (in this process or others) while they claim one, or write run.json,
         the summary or the report (not re-entrant: one holder per process at a time)."""
-        with (self.run_dir / INDEXES).open("a+", encoding="utf-8") as file:
+        with open_append(self.run_dir / INDEXES, readable=True) as file:
             fcntl.flock(file, fcntl.LOCK_EX)
             file.seek(0)
             yield file

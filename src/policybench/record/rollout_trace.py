@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,14 @@ from policybench.policy.base import ModelCall, Observation, control_period_ns
 from policybench.record.episode import Episode
 from policybench.record.shadow import ShadowExpert
 from policybench.record.trace import is_image
+from policybench.run.files import (
+    DECODED_LIMIT,
+    TRACE_LIMIT,
+    loads,
+    make_folders,
+    read_text,
+    write_file,
+)
 
 FORMAT = "policybench-rollout-trace/1"
 STATE_CAP = 64  # an observation entry of more numbers than this (an image, say) is not kept
@@ -217,6 +226,11 @@ def _floats(values: np.ndarray) -> list[float | None]:
     return [float(v) if np.isfinite(v) else None for v in np.asarray(values, float).reshape(-1)]
 
 
+# The dtypes a trace's arrays may have (a name outside them is refused, never parsed).
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64")  # fmt: skip
+
+
 def encode_array(array: np.ndarray) -> dict[str, Any]:
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     packed = zlib.compress(np.ascontiguousarray(little).tobytes(), 6)
@@ -227,25 +241,43 @@ def encode_array(array: np.ndarray) -> dict[str, Any]:
     }
 
 
-def decode_array(entry: Mapping[str, Any]) -> np.ndarray:
-    raw = zlib.decompress(base64.b64decode(entry["zlib"]))
+def decode_array(entry: Mapping[str, Any], budget: list[int] | None = None) -> np.ndarray:
+    """An encoded array, decompressed to no more than its shape and dtype say (and, given a
+    `budget` of bytes left, no more than it: a zlib bomb is refused, not inflated)."""
+    if entry["dtype"] not in DTYPES:
+        allowed = ", ".join(DTYPES)
+        raise ValueError(f"an array's dtype must be one of {allowed}, got {entry['dtype']!r}")
     dtype = np.dtype(entry["dtype"]).newbyteorder("<")
-    return np.frombuffer(raw, dtype).reshape(entry["shape"])
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise ValueError(f"an array's shape must be a list of sizes, got {shape!r}")
+    size = dtype.itemsize * math.prod(shape)
+    if budget is not None:
+        if size > budget[0]:
+            raise ValueError(f"its arrays would decode to over {DECODED_LIMIT:,} bytes")
+        budget[0] -= size
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(base64.b64decode(entry["zlib"]), size + 1)
+    if len(raw) != size or inflater.unconsumed_tail:
+        raise ValueError(
+            f"an array of shape {shape} and dtype {dtype.name} holds other than {size:,} bytes"
+        )
+    return np.frombuffer(raw, dtype).reshape(shape)
 
 
 def write_trace(path: Path, trace: Mapping[str, Any]) -> int:
     """Writes the trace document; returns its size in bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent.parent, path.parent.name)
     text = json.dumps(trace, separators=(",", ":"))
-    path.write_text(text, encoding="ascii")
+    write_file(path, text, encoding="ascii")
     return len(text)
 
 
 def read_trace(path: Path) -> dict[str, Any]:
     """A trace document with its arrays decoded; ValueError naming the file if it is not one."""
     try:
-        document = json.loads(path.read_text(encoding="ascii"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        document = loads(read_text(path, TRACE_LIMIT, encoding="ascii"), str(path))
+    except (OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable rollout trace: {error}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
@@ -253,5 +285,9 @@ def read_trace(path: Path) -> dict[str, Any]:
             f"{path} is not a rollout trace of format {FORMAT!r} (found {found!r}); it was "
             "written by another policybench version, or is another file"
         )
-    arrays = {name: decode_array(entry) for name, entry in document["arrays"].items()}
+    budget = [DECODED_LIMIT]
+    try:
+        arrays = {name: decode_array(entry, budget) for name, entry in document["arrays"].items()}
+    except (KeyError, TypeError, AttributeError, ValueError, zlib.error) as error:
+        raise ValueError(f"{path} holds an array that cannot be read: {error}") from None
     return {**document, "arrays": arrays}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from policybench import keys
+from policybench.run.files import make_folders, move_into_place, staging_for
 
 if TYPE_CHECKING:
     from policybench.policy.base import Observation
@@ -41,6 +42,7 @@ class VideoRecorder:
         self.missing: str | None = None
         self._container: Any = None
         self._stream: Any = None
+        self._staging: Path | None = None  # the file being encoded, moved to `path` at close
 
     def __call__(self, time_ns: int, obs: Observation) -> None:
         if self.missing is not None:
@@ -72,8 +74,11 @@ class VideoRecorder:
     def _open(self, width: int, height: int) -> None:
         import av
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._container = av.open(str(self.path), "w", options={"movflags": "+faststart"})
+        make_folders(self.path.parent.parent, self.path.parent.name)
+        self._staging = staging_for(self.path)
+        self._container = av.open(
+            str(self._staging), "w", format="mp4", options={"movflags": "+faststart"}
+        )
         stream = self._container.add_stream("libx264", rate=self.fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"crf": "23", "preset": "veryfast"}
@@ -89,6 +94,10 @@ class VideoRecorder:
             self._container.mux(self._stream.encode(None))
             self._container.close()
             self._container = None
+            try:
+                move_into_place(self._staging, self.path)
+            except OSError as refused:  # a link planted where the video goes, say
+                return Video(None, 0, f"video not kept: {refused}")
             return Video(self.path, self.frames)
         if self.missing is None:
             self.missing = "the rollout ended before its first observation"
@@ -100,7 +109,8 @@ class VideoRecorder:
             try:
                 container.close()
             finally:
-                self.path.unlink(missing_ok=True)
+                if self._staging is not None:
+                    self._staging.unlink(missing_ok=True)
 
 
 def rgb_frame(image: np.ndarray) -> np.ndarray | None:

@@ -47,6 +47,7 @@ def record_aborted(run_dir: Path, pid: int, resume: str) -> str | None:
     # code only for the run it has to record.
     from policybench.report.html import Findings, write_html
     from policybench.report.summary import Summary
+    from policybench.run.files import open_append
     from policybench.run.info import RunInfo
     from policybench.run.layout import HANGS
     from policybench.run.results import RESULTS, read_results
@@ -62,7 +63,7 @@ def record_aborted(run_dir: Path, pid: int, resume: str) -> str | None:
         return None
     records = read_results(run_dir / RESULTS).records
     for hang in sorted((run_dir / HANGS).glob("*.txt")):  # the rollouts it died in
-        with hang.open("a") as file:
+        with open_append(hang) as file:
             file.write(f"the process running this rollout died at {time.ctime()}\n")
     run = RunInfo.load(run_dir)
     summary = Summary.of_run(run_dir)  # each rollout once, however many attempts it recorded

@@ -26,6 +26,7 @@ from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
+from policybench.run.files import make_folders
 from policybench.run.info import RunInfo
 from policybench.run.layout import verdict_in
 from policybench.run.results import RESULTS, read_results, resolve_run
@@ -211,7 +212,7 @@ def run_compare(args: argparse.Namespace) -> int:
             "compare anyway (the differences are then listed with the comparison)."
         )
     out = args.out or after
-    out.mkdir(parents=True, exist_ok=True)
+    make_folders(out)
     text, _ = comparison.write(out, f"compare-{before.name}")
     print("\n".join(comparison.lines()))
     print(f"written: {text} (and .json)")

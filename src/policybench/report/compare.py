@@ -27,6 +27,7 @@ from policybench.report.paired import (
 from policybench.report.pairing import match
 from policybench.report.stats import Tally, group, tally_of
 from policybench.run.arms import BLINDING, UNBLINDED
+from policybench.run.files import write_file
 from policybench.text import listed
 
 ALPHA = 0.05
@@ -209,8 +210,8 @@ class Comparison:
 
     def write(self, directory: Path, stem: str = "compare") -> tuple[Path, Path]:
         text, data = directory / f"{stem}.txt", directory / f"{stem}.json"
-        text.write_text("\n".join(self.lines()) + "\n")
-        data.write_text(json.dumps(self.as_json(), indent=2, sort_keys=True) + "\n")
+        write_file(text, "\n".join(self.lines()) + "\n")
+        write_file(data, json.dumps(self.as_json(), indent=2, sort_keys=True) + "\n")
         return text, data
 
 

@@ -17,7 +17,6 @@ comparisons with the expert and the image's orientation, said where they find so
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from policybench.preflight import ORIENTATION
 from policybench.record.rollout_trace import EXPERT_ACTION, MOTION
 from policybench.report.failures import trace_of
 from policybench.report.stats import group
+from policybench.run.files import read_json
 from policybench.run.layout import PREFLIGHTS
 
 DIAGNOSED_AT = 0.1  # an Eval solving this share of its rollouts or less is diagnosed
@@ -111,7 +111,7 @@ def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
     for path in sorted((run_dir / PREFLIGHTS).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
+            data = read_json(path)
             distances = data.get(ORIENTATION)
             if isinstance(distances, dict) and isinstance(data.get(keys.EVAL), str):
                 found.setdefault(data[keys.EVAL], {k: float(v) for k, v in distances.items()})

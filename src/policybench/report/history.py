@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import stat
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from policybench.record.protocol import of_policy
 from policybench.report.compare import compare_runs
 from policybench.report.stats import group
 from policybench.run.arms import ARMS
+from policybench.run.files import Refused, read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import latest_per_rollout, rollout_id, tally_of
@@ -69,80 +73,172 @@ CREATE TABLE IF NOT EXISTS rollouts (
 
 
 SCHEMA_VERSION = 2  # a store of another version is an index of old shape: rebuilt
+# What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
+# else (a trigger, a view, another table) was not made here, and the store is rebuilt.
+MADE_HERE = {("table", "runs"), ("table", "evals"), ("table", "rollouts")}
+COMPANIONS = ("-journal", "-wal", "-shm")  # SQLite's files beside a store
 
 
 def open_store(root: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(root / STORE)
+    """The folder's store, opened only where it is a regular file of this user's with nothing
+    in it this module did not make; anything else at its place (a link, another user's file, a
+    store with a trigger) is removed and the store rebuilt from the runs, with a line saying
+    so. Refused where it cannot be removed."""
+    path = root / STORE
+    why = _untrusted(path)
+    if why is not None:
+        _remove(path, why)
+    for suffix in COMPANIONS:  # a planted hot journal would be rolled back into the store
+        companion = path.with_name(path.name + suffix)
+        why = _untrusted(companion)
+        if why is not None:
+            _remove(companion, why)
+    connection = sqlite3.connect(path)
     connection.execute("PRAGMA foreign_keys = ON")
-    if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-        connection.executescript("DROP TABLE IF EXISTS rollouts; DROP TABLE IF EXISTS evals; "
-                                 "DROP TABLE IF EXISTS runs;")  # fmt: skip
+    connection.execute("PRAGMA trusted_schema = OFF")
+    made = {
+        (kind, name)
+        for kind, name in connection.execute("SELECT type, name FROM sqlite_master")
+        if not name.startswith("sqlite_autoindex_")
+    }
+    if (
+        connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION
+        or made - MADE_HERE
+    ):
+        for kind, name in sorted(made, reverse=True):  # tables last: triggers and views first
+            if kind in ("table", "view", "trigger", "index"):
+                connection.execute(f'DROP {kind.upper()} IF EXISTS "{name.replace(chr(34), "")}"')
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     connection.executescript(SCHEMA)
     return connection
 
 
+def _untrusted(path: Path) -> str | None:
+    """Why the file at `path` is not one to open as this user's store; None if it is (or if
+    nothing is there)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return "it is not a regular file (a link, a folder or a special file)"
+    if found.st_uid != os.geteuid():
+        return f"it belongs to another user (uid {found.st_uid})"
+    return None
+
+
+def _remove(path: Path, why: str) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            raise Refused(f"refused to use {path}: {why}; remove it")
+        path.unlink()
+    except OSError as error:
+        raise Refused(f"refused to use {path}: {why}, and it cannot be removed ({error})") from None
+    print(f"policybench history: removed {path}: {why}; the store is rebuilt from the runs",
+          file=sys.stderr)  # fmt: skip
+
+
 def run_dirs(root: Path) -> list[Path]:
-    """The runs directly under `root` (a `latest` link is its target, read once)."""
+    """The runs directly under `root` (a `latest` link is its target, read once). A link that
+    leads out of `root` (to a run of someone else's, say) is not taken."""
     found = {}
+    inner = root.resolve()
     for child in sorted(root.iterdir()) if root.is_dir() else ():
+        if child.is_symlink() and child.resolve().parent != inner:
+            continue
         if child.is_dir() and is_run(child):
             found.setdefault(child.resolve(), child)
     return sorted(found.values(), key=lambda path: path.name)
 
 
-def update(connection: sqlite3.Connection, root: Path) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Updated:
+    """What one `update` did: runs read, runs kept as they were, and one line per run (or
+    results line) it could not take, naming the file and why."""
+
+    read: int
+    kept: int
+    skipped: tuple[str, ...]
+
+
+def update(connection: sqlite3.Connection, root: Path) -> Updated:
     """Reads the runs under `root` that are new or whose results changed, and forgets those
-    gone; (read, kept as they were)."""
+    gone. A run that cannot be read (a malformed file, a link, a FIFO, a file over its limit) is
+    skipped with a line naming it; the others are read."""
     dirs = run_dirs(root)
     known = {
         row[0]: (row[1], row[2])
         for row in connection.execute("SELECT run_id, results_mtime_ns, results_size FROM runs")
     }
-    read = 0
+    read, skipped = 0, []
     for run_dir in dirs:
         results = run_dir / RESULTS
-        if not results.is_file():  # started, no rollout ended yet: read once one has
+        try:
+            stat_of = os.stat(results)
+        except OSError:  # started, no rollout ended yet: read once one has
             continue
-        stat = results.stat()
-        seen = (stat.st_mtime_ns, stat.st_size)
+        seen = (stat_of.st_mtime_ns, stat_of.st_size)
         if known.get(run_dir.name) == seen:
             continue
-        _store_run(connection, run_dir, seen)
+        try:
+            skipped += _store_run(connection, run_dir, seen)
+        except (OSError, ValueError, TypeError, AttributeError, KeyError, OverflowError,
+                sqlite3.InterfaceError, sqlite3.ProgrammingError) as error:  # fmt: skip
+            connection.rollback()
+            skipped.append(f"{run_dir.name}: skipped, {_said(error)}")
+            continue
+        connection.commit()
         read += 1
     gone = set(known) - {d.name for d in dirs}
     connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
     connection.commit()
-    return read, len(dirs) - read
+    return Updated(read, len(dirs) - read, tuple(skipped))
 
 
-def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, int]) -> None:
+def _said(error: BaseException) -> str:
+    return (
+        str(error)
+        if isinstance(error, Refused | ValueError)
+        else f"{type(error).__name__}: {error}"
+    )
+
+
+def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, int]) -> list[str]:
+    """Stores one run; returns the lines of its results file that were skipped."""
     results = read_results(run_dir / RESULTS)
     records = latest_per_rollout(results.records)
     try:
         run = RunInfo.load(run_dir)
-    except ValueError:
+    except (OSError, ValueError):
         run = None
     settings = dict(run.settings) if run else {}
     arms = settings.get(ARMS)
-    policy = ", ".join(arms) if arms else str(settings.get(keys.POLICY) or "")
-    parts = [part.get("path") for part in settings.get(keys.PARTS) or () if part.get("path")]
+    policy = (
+        ", ".join(map(str, arms))
+        if isinstance(arms, list)
+        else str(settings.get(keys.POLICY) or "")
+    )
+    parts = [
+        str(part.get("path"))
+        for part in settings.get(keys.PARTS) or ()
+        if isinstance(part, dict) and part.get("path")
+    ]
     connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
     connection.execute(
         "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_dir.name,
             str(run_dir),
-            run.started if run else None,
+            _text(run.started) if run else None,
             policy,
-            run.git_revision if run else None,
-            run.command if run else None,
+            _text(run.git_revision) if run else None,
+            _text(run.command) if run else None,
             json.dumps(parts),
             *_verdict_and_drift(run_dir),
             *seen,
         ),
     )
-    fingerprint = dict(run.fingerprint) if run else {}
+    fingerprint = run.fingerprint if run and isinstance(run.fingerprint, dict) else {}
     for (eval,), members in group(records, keys.EVAL).items():
         fields = _protocol_fields(fingerprint, eval)
         tally = tally_of(members)
@@ -160,13 +256,18 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
         "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [rollout_row(run_dir.name, record) for record in records],
     )
+    return [f"{run_dir.name}/{problem}" for problem in results.problems]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _verdict_and_drift(run_dir: Path) -> tuple[str | None, str | None]:
     """What the run's summary.json recorded when it ended: its verdict, and its drift under
     candidate pins (each Eval's line, JSON), where it has them."""
     try:
-        summary = json.loads((run_dir / SUMMARY).read_text())
+        summary = read_json(run_dir / SUMMARY)
     except (OSError, ValueError):
         return None, None
     if not isinstance(summary, dict):
@@ -203,13 +304,18 @@ def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
 def _protocol_fields(fingerprint: Mapping[str, Any], eval: str) -> dict[str, Any]:
     """An Eval's protocol as its run's fingerprint reads it, the policy left out: the run's
     fields, the Eval's, and each task's."""
-    evals = fingerprint.get("evals") or {}
-    mine = evals.get(eval) or {}
+    evals = _object(fingerprint.get("evals"))
+    mine = _object(evals.get(eval))
     return {
-        "run": _without_policy(fingerprint.get("run") or {}),
-        keys.EVAL: _without_policy(mine.get("fields") or {}),
-        "tasks": mine.get("tasks") or {},
+        "run": _without_policy(_object(fingerprint.get("run"))),
+        keys.EVAL: _without_policy(_object(mine.get("fields"))),
+        "tasks": _object(mine.get("tasks")),
     }
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """A fingerprint's part as an object; one of another kind (a hand-edited run.json) as none."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _without_policy(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from policybench.report.compare import ALPHA
 from policybench.report.history import RecordsOf, open_store, read_history, update
 from policybench.report.history_gate import CALLS, gate
 from policybench.report.history_page import write_page
+from policybench.run.files import Refused
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -83,17 +85,28 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         try:
-            with open_store(root) as store:
-                read, kept = update(store, root)
+            with closing(open_store(root)) as store:
+                updated = update(store, root)
                 history = read_history(store, root, args.alpha)
                 gated = gate(history, RecordsOf(store), args.alpha, args.calls, args.reference)
+            for line in updated.skipped:
+                print(f"policybench history: {root}/{line}", file=sys.stderr)
+            page = write_page(root, history, gated)
+        except Refused as refused:
+            print(f"policybench history: {refused}", file=sys.stderr)
+            return 2
         except sqlite3.DatabaseError as error:
             print(f"policybench history: {root / 'history.sqlite'}: {error}; delete it to "
                   "rebuild it from the runs", file=sys.stderr)  # fmt: skip
             return 2
-        page = write_page(root, history, gated)
-        print(f"{root}: {len(history.runs)} runs ({read} read, {kept} unchanged); {page}")
+        print(f"{root}: {len(history.runs)} runs ({updated.read} read, {updated.kept} "
+              f"unchanged{_skipped(updated.skipped)}); {page}")  # fmt: skip
         if args.fail_on_regression or gated.regressions:
             print("\n".join(gated.lines()))
         failed = failed or gated.failed
     return 1 if failed and args.fail_on_regression else 0
+
+
+def _skipped(lines: tuple[str, ...]) -> str:
+    runs = {line.split("/", 1)[0].split(":", 1)[0] for line in lines}
+    return f", {len(runs)} with lines or files skipped (above)" if lines else ""

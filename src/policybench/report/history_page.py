@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import jinja2
 
 from policybench.report.history import INDEX, History, Point
 from policybench.report.history_gate import Gate
+from policybench.run.files import write_file
 
 WIDTH, HEIGHT, PAD = 720, 180, 36  # a plot's size and its margin for the axis labels
 
@@ -91,7 +93,7 @@ def write_page(root: Path, history: History, gate: Gate) -> Path:
         pad=PAD,
     )
     path = root / INDEX
-    path.write_text(html, encoding="utf-8")
+    write_file(path, html)
     return path
 
 
@@ -101,7 +103,7 @@ def _rows(root: Path, history: History) -> list[dict[str, Any]]:
     rows = []
     for run in reversed(history.runs):
         report = Path(run["path"]) / "index.html"
-        link = os.path.relpath(report, root) if report.is_file() else None
+        link = relative_link(report, root) if report.is_file() else None
         rows.append(
             {
                 **run,
@@ -110,3 +112,11 @@ def _rows(root: Path, history: History) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def relative_link(path: Path, root: Path) -> str:
+    """A link from a page in `root` to `path`, percent-encoded and starting with `./` or `../`:
+    a folder named `javascript:...` is a path here, never a scheme."""
+    relative = Path(os.path.relpath(path, root)).as_posix()
+    quoted = urllib.parse.quote(relative)
+    return quoted if quoted.startswith("../") else f"./{quoted}"

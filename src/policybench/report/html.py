@@ -21,6 +21,7 @@ from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
 from policybench.report.summary import Summary
 from policybench.report.sweep import sweep_of
+from policybench.run.files import make_folder, write_file
 from policybench.run.info import RunInfo
 from policybench.run.records import rollout_id
 from policybench.run.results import OUTCOMES
@@ -49,14 +50,14 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
     env = _templates()
     rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
     index = run_dir / INDEX
-    index.write_text(_index_page(env, run_dir, findings, rollouts), encoding="utf-8")
-    pages = run_dir / ROLLOUTS
-    pages.mkdir(exist_ok=True)
+    write_file(index, _index_page(env, run_dir, findings, rollouts))
+    pages = make_folder(run_dir / ROLLOUTS)
     template = env.get_template("rollout.html.j2")
     plots_js = write_plots_js(pages)
     for i, (row, record) in enumerate(zip(rollouts, findings.records, strict=True)):
         trace = page_trace(run_dir, record)
-        (pages / row["page"]).write_text(
+        write_file(
+            pages / row["page"],
             template.render(
                 row=row,
                 record=record,
@@ -70,7 +71,6 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
                 previous=rollouts[i - 1]["page"] if i else None,
                 next=rollouts[i + 1]["page"] if i + 1 < len(rollouts) else None,
             ),
-            encoding="utf-8",
         )
     return index
 

@@ -19,6 +19,7 @@ from policybench.report.failures import failure_clusters
 from policybench.report.html import INDEX, ROLLOUTS, Findings, of_loop, write_html
 from policybench.report.summary import Summary
 from policybench.run.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
+from policybench.run.files import make_folders, read_text, write_file
 from policybench.run.info import RUN_INFO, RunInfo
 from policybench.run.layout import SUMMARY, OutsideRun, inside, video_name
 from policybench.run.records import rollout_id
@@ -152,13 +153,13 @@ def write_blinding(out: Path, parts: Sequence[Part], blinding: Blinding, command
     lines = []
     for part in parts:
         sealed = part.run_dir / SEALED_FILE
-        for line in sealed.read_text().splitlines() if sealed.is_file() else ():
+        for line in read_text(sealed).splitlines() if sealed.is_file() else ():
             if part.renamed is not None and line.strip():
                 entry = json.loads(line)
                 entry[keys.NODEID] = _renamed(str(entry[keys.NODEID]), *part.renamed)
                 line = _json(entry)
             lines.append(line)
-    (out / SEALED_FILE).write_text("".join(f"{line}\n" for line in lines if line.strip()))
+    write_file(out / SEALED_FILE, "".join(f"{line}\n" for line in lines if line.strip()))
 
 
 def tell_loop_runs_apart(parts: Sequence[Part]) -> tuple[Part, ...]:
@@ -445,10 +446,9 @@ def write_merged(
     for record, source in zip(merged.records, merged.sources, strict=True):
         _confined(record, source, out, files[source])  # before anything is written or deleted
     _clear(out, parts)
-    with (out / RESULTS).open("w", encoding="utf-8") as results:
-        for record, source in zip(merged.records, merged.sources, strict=True):
-            results.write(_json(record) + "\n")
-            _link_files(record, source, out, files[source])
+    write_file(out / RESULTS, "".join(_json(record) + "\n" for record in merged.records))
+    for record, source in zip(merged.records, merged.sources, strict=True):
+        _link_files(record, source, out, files[source])
     carry_verdicts(carried, out)  # those given on an earlier merge into `out` stay
     run = merged_run_info(out, parts, merged, changes, command)
     run.write(out)
@@ -502,9 +502,9 @@ def _link_files(record: Record, source: Path, out: Path, files: Mapping[str, str
     """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`
     (or, renamed with its episode, from its part's own name: `files`)."""
     for origin, target in _confined(record, source, out, files):
-        if not origin.is_file():
+        if not origin.is_file() or origin.is_symlink():
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(out, *target.relative_to(out).parent.parts)
         target.unlink(missing_ok=True)
         try:
             os.link(origin, target)

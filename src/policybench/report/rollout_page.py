@@ -13,6 +13,7 @@ from typing import Any
 from markupsafe import Markup
 
 from policybench import keys
+from policybench.run.files import write_file
 from policybench.run.layout import OutsideRun, inside
 
 PLOTS_JS = "rollout_plots.js"  # written once beside the rollout pages, which load it
@@ -49,5 +50,5 @@ def page_trace(run_dir: Path, record: Mapping[str, Any]) -> PageTrace:
 def write_plots_js(pages: Path) -> str:
     """Copies the plotting script beside the rollout pages; returns the name they load it by."""
     source = resources.files("policybench.report").joinpath("templates", PLOTS_JS)
-    (pages / PLOTS_JS).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    write_file(pages / PLOTS_JS, source.read_text(encoding="utf-8"))
     return PLOTS_JS

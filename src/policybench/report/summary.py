@@ -29,6 +29,7 @@ from policybench.report.specs import SpecRow, spec_rows
 from policybench.report.stats import GroupStats, group
 from policybench.report.sweep import compared_arms, sweep_json
 from policybench.run.arms import ARMS, arm_order
+from policybench.run.files import read_json, write_file
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY
 from policybench.run.records import CONFIDENCE
@@ -205,12 +206,12 @@ class Summary:
             found[VERDICT] = verdict.as_json()
         elif path.is_file():
             try:
-                earlier = json.loads(path.read_text()).get(VERDICT)
+                earlier = read_json(path).get(VERDICT)
             except (OSError, ValueError, AttributeError):
                 earlier = None
             if isinstance(earlier, dict):
                 found[VERDICT] = earlier
-        path.write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
+        write_file(path, json.dumps(found, indent=2, sort_keys=True) + "\n")
         return path
 
 

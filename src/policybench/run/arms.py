@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import string
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from policybench import keys
+from policybench.run.files import LINES_LIMIT, open_append, read_json, read_text, write_file
 
 ARM_IN_ID = "policy"  # an A/B run's item ids end with the arm: `task/seed=3/policy=B`
 # Run settings of an A/B run: the arms' labels in run order, how scenes were assigned, and a
@@ -84,12 +84,12 @@ class Blinding:
         if path.exists():
             if not joined:
                 return
-            command = json.loads(path.read_text())[COMMAND_LINE]
+            command = read_json(path)[COMMAND_LINE]
         run_dir.mkdir(parents=True, exist_ok=True)
         data: dict[str, Any] = {"key": self.key, "letters": self.letters, COMMAND_LINE: command}
         if self.order:
             data[ORDER] = list(self.order)
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        write_file(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def joined(self, label: str, policy: str) -> tuple[Blinding, str]:
         """The blinding with the arm `label` lettered, and its letter: an arm that joins a run
@@ -113,7 +113,7 @@ class Blinding:
         path = run_dir / BLINDING_FILE
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
+        data = read_json(path)
         return cls(data["key"], data["letters"], tuple(data.get(ORDER, ())))
 
 
@@ -214,7 +214,7 @@ class Sealer:
         described = record.get(keys.POLICY)
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_append(self.path)
         withheld = {name: record[name] for name in self.withheld if name in record}
         sealed = {keys.NODEID: record.get(keys.NODEID), keys.POLICY: described}
         if withheld:
@@ -263,11 +263,11 @@ class Unsealed:
                 f"{run_dir} holds no {BLINDING_FILE}: it is not a blinded run (or its key was "
                 "moved); only a run started with --blind can be unblinded"
             )
-        data = json.loads(path.read_text())
+        data = read_json(path)
         described: dict[str, Any] = {}
         withheld: dict[str, Mapping[str, Any]] = {}
         sealed = run_dir / SEALED_FILE
-        for line in sealed.read_text().splitlines() if sealed.is_file() else ():
+        for line in read_text(sealed, LINES_LIMIT).splitlines() if sealed.is_file() else ():
             entry = json.loads(line)
             described[entry[keys.NODEID]] = entry[keys.POLICY]
             withheld[entry[keys.NODEID]] = entry.get(WITHHELD) or {}
@@ -327,14 +327,13 @@ def unblind_lines(path: Path, unsealed: Unsealed, verdicts: bool = False) -> Non
     if not path.is_file():
         return
     unblind = unsealed.verdict if verdicts else unsealed.record
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    with temporary.open("w", encoding="utf-8") as file:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if isinstance(record, dict):
-                line = json.dumps(unblind(record), sort_keys=True)
-            file.write(line + "\n")
-    temporary.replace(path)
+    lines = []
+    for line in read_text(path, LINES_LIMIT).splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            line = json.dumps(unblind(record), sort_keys=True)
+        lines.append(line + "\n")
+    write_file(path, "".join(lines))

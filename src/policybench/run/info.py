@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from policybench.run.files import read_json
 from policybench.run.results import write_whole
 
 RUN_INFO = "run.json"
@@ -57,17 +58,19 @@ class RunInfo:
         if not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON object, got {type(data).__name__}")
             info = cls(**data)
             for name in ("settings", "fingerprint"):
                 if not isinstance(getattr(info, name), Mapping):
                     raise TypeError(f"{name} must be an object")
-            for name in ("run_id", "started", "command", "host", "python", "policybench"):
+            for name in (
+                "run_id", "started", "command", "host", "python", "policybench", "git_revision"
+            ):  # fmt: skip
                 if not isinstance(getattr(info, name), str):
                     raise TypeError(f"{name} must be a string")
-        except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as error:
+        except (ValueError, TypeError) as error:
             raise ValueError(
                 f"{path} is not a run's run.json ({error}); restore it, or delete it to treat "
                 "the folder as a run without one"

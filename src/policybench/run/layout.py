@@ -4,13 +4,13 @@ rollout's id, and the run's summary (and the verdict it records)."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from policybench import keys
+from policybench.run.files import read_json
 from policybench.run.run_verdict import RunVerdict, verdict_of
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def verdict_line(summary: Mapping[str, Any]) -> str | None:
 def verdict_in(run_dir: Path) -> RunVerdict | None:
     """The verdict a run's summary.json records; None where it has none (or cannot be read)."""
     try:
-        summary = json.loads((run_dir / SUMMARY).read_text())
+        summary = read_json(run_dir / SUMMARY)
     except (OSError, ValueError):
         return None
     return verdict_of(summary) if isinstance(summary, Mapping) else None

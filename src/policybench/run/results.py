@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +16,15 @@ from typing import IO, Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.run.files import (
+    LINE_LIMIT,
+    Refused,
+    lines_of,
+    loads,
+    open_append,
+    open_regular,
+    write_file,
+)
 
 RESULTS = "results.jsonl"
 LATEST = "latest"
@@ -28,6 +38,18 @@ REQUIRED: Mapping[str, tuple[type, ...]] = {
     keys.SIM_S: (int, float, NoneType),
     keys.WALL_S: (int, float, NoneType),
 }
+# What a line may hold, and of which kind, where it holds it (null allowed).
+OPTIONAL: Mapping[str, tuple[type, ...]] = {
+    keys.ARM: (str,),
+    keys.NODEID: (str,),
+    keys.SCENE: (dict,),
+    keys.SUCCESS_STEP: (int,),
+    keys.REASON: (str,),
+    keys.ROLLOUT_TRACE: (str,),
+    keys.VIDEO: (str,),
+    keys.SPECS: (dict,),
+}
+STEPS_BOUND = 1 << 53
 
 
 def new_run_dir(report_dir: Path, label: str | None = None) -> Path:
@@ -55,7 +77,7 @@ class ResultsWriter:
 
     def write(self, record: Mapping[str, Any]) -> None:
         if self._file is None:
-            self._file = self.path.open("a", encoding="utf-8")
+            self._file = open_append(self.path)
             point_latest(self.run_dir)
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
@@ -74,17 +96,23 @@ def write_whole(path: Path, text: str) -> None:
     """Writes `text` to `path` whole or not at all: a reader, or a process killed as it writes,
     finds the old file or the new one, never a part. The file has a new file's mode (0666 less
     the umask), as the run's other files."""
-    staging = path.with_name(f".{path.name}-{os.getpid()}-{secrets.token_hex(4)}")
-    staging.write_text(text)
-    os.replace(staging, path)
+    write_file(path, text)
 
 
 def point_latest(run_dir: Path) -> None:
+    """Points `latest` beside the run at it. Something other than a link in its place (a
+    folder, a file someone put there) is left, with a line saying so: the run goes on."""
     link = run_dir.parent / LATEST
-    staging = run_dir.parent / f".{LATEST}-{os.getpid()}"
-    staging.unlink(missing_ok=True)
+    staging = run_dir.parent / f".{LATEST}-{os.getpid()}-{secrets.token_hex(4)}"
     staging.symlink_to(run_dir.name, target_is_directory=True)
-    os.replace(staging, link)
+    try:
+        if link.exists() and not link.is_symlink():
+            raise IsADirectoryError(f"{link} is not a link")
+        os.replace(staging, link)
+    except OSError:
+        staging.unlink(missing_ok=True)
+        print(f"policybench: {link} is not a link this run can replace; it is left as it is "
+              f"and does not point at {run_dir.name}", file=sys.stderr)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -96,26 +124,32 @@ class Results:
 
 
 def read_results(path: Path) -> Results:
-    """Every valid line of `path`; a truncated or corrupt line becomes a problem naming its
-    line number, and the lines around it still count."""
+    """Every valid line of `path`, read as a stream (a regular file only: a link or a FIFO is
+    Refused); a truncated, corrupt or over-long line becomes a problem naming its line number,
+    and the lines around it still count."""
     records, problems = [], []
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                problems.append(
-                    f"{path.name} line {number}: not valid JSON ({error.msg} at column "
-                    f"{error.colno}), skipped; the line was probably cut off by an interrupted run"
-                )
-                continue
-            why = record_problem(record)
-            if why is None:
-                records.append(record)
-            else:
-                problems.append(f"{path.name} line {number}: {why}, skipped")
+    for number, line in lines_of(path):
+        if line is None:
+            problems.append(f"{path.name} line {number}: longer than {LINE_LIMIT:,} bytes, skipped")
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = loads(line.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError as error:
+            problems.append(
+                f"{path.name} line {number}: not valid JSON ({error.msg} at column "
+                f"{error.colno}), skipped; the line was probably cut off by an interrupted run"
+            )
+            continue
+        except ValueError as error:
+            problems.append(f"{path.name} line {number}: {error}, skipped")
+            continue
+        why = record_problem(record)
+        if why is None:
+            records.append(record)
+        else:
+            problems.append(f"{path.name} line {number}: {why}, skipped")
     return Results(tuple(records), tuple(problems))
 
 
@@ -130,10 +164,10 @@ class ResultsFollower:
 
     def new(self) -> list[dict[str, Any]]:
         try:
-            with self.path.open("rb") as file:
+            with open_regular(self.path, 1 << 62) as file:
                 file.seek(self._offset)
-                data = file.read()
-        except FileNotFoundError:
+                data = file.read(LINE_LIMIT)
+        except (FileNotFoundError, Refused):
             return []
         self._offset += len(data)
         lines = (self._partial + data).split(b"\n")
@@ -159,10 +193,24 @@ def record_problem(record: Any) -> str | None:
         value = record[name]
         if not isinstance(value, types) or isinstance(value, bool):
             wanted = " or ".join("null" if t is NoneType else t.__name__ for t in types)
-            return f"field {name!r} should be {wanted}, got {value!r}"
+            return f"field {name!r} should be {wanted}, got {_short(value)}"
     if record[keys.OUTCOME] not in OUTCOMES:
         return f"outcome should be one of {', '.join(OUTCOMES)}, got {record[keys.OUTCOME]!r}"
+    for name, types in OPTIONAL.items():
+        value = record.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            wanted = " or ".join(t.__name__ for t in types)
+            return f"field {name!r} should be {wanted} or null, got {_short(value)}"
+    for name in (keys.STEPS, keys.SUCCESS_STEP):
+        value = record.get(name)
+        if isinstance(value, int) and not 0 <= value < STEPS_BOUND:
+            return f"field {name!r} should be a count of steps (0 to 2^53), got {_short(value)}"
     return None
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def resolve_run(run: str | Path, report_dir: Path = Path("reports")) -> Path:

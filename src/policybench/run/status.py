@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+from policybench.run.files import read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY
 from policybench.run.records import Tally, latest_per_rollout, tally_of
@@ -199,7 +200,7 @@ def read_status(run_dir: Path) -> Status:
     path = run_dir / STATUS
     if not path.is_file() and (run_dir / RESULTS).is_file():
         return status_of_results(run_dir)
-    return Status.from_json(json.loads(path.read_text()), path)
+    return Status.from_json(read_json(path), path)
 
 
 def status_of_results(run_dir: Path) -> Status:

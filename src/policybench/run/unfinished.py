@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
+from policybench.run.files import make_folder, read_json
 from policybench.run.layout import VIDEOS
 from policybench.run.results import RESULTS, ResultsWriter, read_results, write_whole
 
@@ -23,7 +24,7 @@ def mark(run_dir: Path, name: str, record: Mapping[str, Any]) -> Path:
     """Leaves `record` (the error record of an episode that never ends) under `name`, written
     whole or not at all, with the process that runs the episode."""
     folder = run_dir / UNFINISHED
-    folder.mkdir(exist_ok=True)
+    make_folder(folder)
     path = folder / f"{name}.json"
     marker = {PROCESS: os.getpid(), HOST: socket.gethostname(), RECORD: dict(record)}
     write_whole(path, json.dumps(marker, sort_keys=True))
@@ -40,7 +41,7 @@ def seal_unfinished(run_dir: Path) -> list[str]:
     written = _identities(run_dir)
     try:
         for path in sorted(folder.glob("*.json")):
-            marker = json.loads(path.read_text())
+            marker = read_json(path)
             record = marker[RECORD]
             if _running(marker):
                 said.append(f"{_named(record)} is still running (process {marker[PROCESS]})")

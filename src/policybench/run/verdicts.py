@@ -14,6 +14,7 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.episode import OutcomeKind
+from policybench.run.files import LINE_LIMIT, lines_of, loads, open_append
 from policybench.run.records import rollout_id
 
 VERDICTS = "verdicts.jsonl"
@@ -78,11 +79,10 @@ def append_verdicts(run_dir: Path, verdicts: Sequence[Verdict]) -> None:
     """Appends `verdicts` to the run's verdicts.jsonl, then waits until they are on disk. After a
     torn last line (a writer killed mid-line) it starts a new line: the torn one stays as it was."""
     lines = "".join(json.dumps(v.as_json(), sort_keys=True) + "\n" for v in verdicts).encode()
-    with _APPEND, (run_dir / VERDICTS).open("ab+") as file:
-        if file.tell():
-            file.seek(-1, os.SEEK_END)
-            if file.read(1) != b"\n":
-                lines = b"\n" + lines
+    with _APPEND, open_append(run_dir / VERDICTS, binary=True) as file:
+        end = file.tell()
+        if end and os.pread(file.fileno(), 1, end - 1) != b"\n":
+            lines = b"\n" + lines
         file.write(lines)
         file.flush()
         os.fsync(file.fileno())
@@ -136,20 +136,23 @@ def read_verdicts(run_dir: Path) -> Verdicts:
     if not path.is_file():
         return Verdicts()
     given, problems = [], []
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                given.append(Verdict.of_json(json.loads(line)))
-            except json.JSONDecodeError as error:
-                problems.append(
-                    f"{VERDICTS} line {number}: not valid JSON ({error.msg} at column "
-                    f"{error.colno}), kept in the file and skipped; it was probably cut off "
-                    "while being written (the lines after it are read)"
-                )
-            except BadVerdict as error:
-                problems.append(f"{VERDICTS} line {number}: {error}, skipped")
+    for number, raw in lines_of(path):
+        if raw is None:
+            problems.append(f"{VERDICTS} line {number}: over {LINE_LIMIT:,} bytes, skipped")
+            continue
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            given.append(Verdict.of_json(loads(line)))
+        except json.JSONDecodeError as error:
+            problems.append(
+                f"{VERDICTS} line {number}: not valid JSON ({error.msg} at column "
+                f"{error.colno}), kept in the file and skipped; it was probably cut off "
+                "while being written (the lines after it are read)"
+            )
+        except (BadVerdict, ValueError) as error:
+            problems.append(f"{VERDICTS} line {number}: {error}, skipped")
     return Verdicts(tuple(given), tuple(problems))
 
 

@@ -4,6 +4,7 @@ as openpi's LIBERO example (or lerobot-eval) stages its episode, with their prot
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from policybench import keys
+from policybench.envserver import isolable
 from policybench.perturbation import INITIAL_STATE, MUJOCO_AXES
 from policybench.policy.base import Observation
 from policybench.policy.codec import (
@@ -102,6 +104,7 @@ LEROBOT = dataclasses.replace(
 )
 """openpi's values with LeRobot's 280-step limit on libero_spatial, staged as lerobot-eval stages
 its episodes (LeRobot's LiberoEnv also renders 256x256 and settles 10 steps)."""
+PROTOCOLS = {protocol.name: protocol for protocol in (OPENPI, LEROBOT)}
 
 
 def task_id(index: int) -> str:
@@ -221,20 +224,11 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         raise ValueError(f"no LIBERO suite {suite!r}; known: {sorted(TASKS)}")
     names = TASKS[suite]
     instructions = {task_id(i): language_of(name) for i, name in enumerate(names)}
-
-    def make_env(task: str):
-        from policybench.suites.libero.env import LiberoEnv
-
-        return LiberoEnv(
-            suite,
-            names[int(task.removeprefix("task"))],
-            camera_size=protocol.camera_size,
-            settle_steps=protocol.settle_steps,
-            settle_action=protocol.settle_action,
-            staging=protocol.staging,
-        )
-
     suffix = "" if protocol.name == OPENPI.name else f"-{protocol.name}"
+    if PROTOCOLS.get(protocol.name) == protocol:  # by name: it can run in another interpreter
+        make_env = isolable(make_libero, suite=suite, protocol=protocol.name)
+    else:  # a protocol of the user's own: its env runs in this process
+        make_env = functools.partial(make_libero, suite=suite, protocol=protocol)
     return Eval(
         name=f"{suite}{suffix}",
         make_env=make_env,
@@ -254,6 +248,22 @@ def libero(suite: str, protocol: LiberoProtocol = OPENPI) -> Eval:
         contract=actions_only(openpi_codec(protocol).contract),
         perturbations={**MUJOCO_AXES, INITIAL_STATE.name: INITIAL_STATE},
         paraphrases=Paraphrases(suite),
+    )
+
+
+def make_libero(task: str, suite: str, protocol: str | LiberoProtocol) -> Any:
+    """The env of one task (`task0`, ...) of a LIBERO suite under `protocol` (or the one of that
+    name: a module-level factory, so the env can run in an interpreter of its own)."""
+    from policybench.suites.libero.env import LiberoEnv
+
+    staged = PROTOCOLS[protocol] if isinstance(protocol, str) else protocol
+    return LiberoEnv(
+        suite,
+        TASKS[suite][int(task.removeprefix("task"))],
+        camera_size=staged.camera_size,
+        settle_steps=staged.settle_steps,
+        settle_action=staged.settle_action,
+        staging=staged.staging,
     )
 
 
