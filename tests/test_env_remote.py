@@ -434,6 +434,7 @@ def test_env_serve_over_tls_serves_a_run_at_a_tls_url_and_refuses_plain_tcp(poin
     cert, key, ca = (points / name for name in ("cert.pem", "key.pem", "ca.pem"))
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
+    key.chmod(0o600)  # a private key others may read is refused
     authority.cert_pem.write_to_path(str(ca))
     env = clean_env(points, **{API_KEY_VARIABLE: KEY})
     server, port = start_env_server(

@@ -116,3 +116,31 @@ def test_a_body_too_large_or_a_length_not_a_number_is_refused_unread(served):
             )
             answer = client.recv(4096).decode()
         assert answer.startswith("HTTP/1.0 413"), answer
+
+
+def test_idle_connections_hold_a_bounded_number_of_threads(served):
+    """300 connections that never send a request: at most MAX_HANDLERS are given a thread (and
+    its deadline's), the rest are answered 503 at once; once they close, a page is answered."""
+    import socket
+    import threading
+    import time
+
+    from policybench.pages.server import MAX_HANDLERS
+
+    port = served.httpd.server_address[1]
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(300)]
+    time.sleep(1.0)
+    held = threading.active_count() - before
+    refused = 0
+    for connection in idle[MAX_HANDLERS:]:
+        connection.settimeout(5)
+        refused += connection.recv(64).startswith(b"HTTP/1.1 503")
+    for connection in idle:
+        connection.close()
+    assert held <= 2 * MAX_HANDLERS + 2, held
+    assert refused == 300 - MAX_HANDLERS
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert send(served, "GET")[0] == 200

@@ -112,6 +112,9 @@ HOSTILE = {
     # 28 MiB of empty maps, one byte each: it once took the server from 114 MiB to over 4 GiB
     # and held every client for 22 s. Now refused once 65,536 maps and lists are built.
     "empty-maps": msgpack.packb({"observation/state": [[{}] * 60_000] * 470}),
+    # 60 MiB of 2-character strings (3 bytes each on the wire, about 60 in memory): three at once
+    # once took the server from 116 to 3,014 MiB. Now refused once 262,144 items are built.
+    "short-strings": msgpack.packb({"observation/state": [["ab"] * 65_536] * 320}),
 }
 
 
@@ -146,6 +149,8 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
                 said[name] = attack(url, frame)
         with ThreadPoolExecutor(2) as pool:  # two flood frames at once
             together = list(pool.map(attack, [url, url], [HOSTILE["empty-maps"]] * 2))
+        with ThreadPoolExecutor(3) as pool:  # three frames of short strings at once
+            strings = list(pool.map(attack, [url] * 3, [HOSTILE["short-strings"]] * 3))
         # Near-limit frames sent back to back without reading an answer: the server holds at
         # most one waiting beyond the one it answers (max_queue), decoding them off its loop.
         pushed = push_without_reading(url, HOSTILE["near-limit-frame"], 8)
@@ -161,12 +166,14 @@ def test_hostile_frames_are_refused_within_a_memory_bound_while_an_honest_client
         asking.join(60)
     assert after - before < ATTACK_MIB, (before, after)
     assert all("more than 65536 maps and lists" in answer for answer in together), together
+    assert all("more than 262144 items" in answer for answer in strings), strings
     assert pushed == 8, pushed
     for name in (
         "scalar-of-a-gib",
         "million-entry-map",
         "array-shape-beyond-its-bytes",
         "empty-maps",
+        "short-strings",
     ):
         assert said[name].startswith("bad observation frame:"), (name, said[name])
         assert "\n" not in said[name].strip() and "Traceback" not in said[name]

@@ -409,6 +409,10 @@ def test_a_server_with_a_certificate_serves_wss_and_a_client_trusting_its_ca_is_
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
     authority.cert_pem.write_to_path(str(ca))
+    key.chmod(0o644)  # a key others may read is refused, as ssh refuses one
+    with pytest.raises(ValueError, match=r"may be read or written by others \(mode 0644\)"):
+        server_context(str(cert), str(key))
+    key.chmod(0o600)
     tls = server_context(str(cert), str(key))
     model = EchoBatchModel()
     server = PolicyServer(fixed_model(model, 10.0), ServerConfig(port=0, tls=tls), model.name)

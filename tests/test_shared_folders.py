@@ -199,7 +199,11 @@ def test_a_trace_that_inflates_past_its_shape_is_refused(tmp_path):
     from policybench.record.rollout_trace import FORMAT, read_trace
 
     bomb = zlib.compress(bytes(512 << 20), 9)  # 512 MiB of zeros in about 0.5 MiB
-    entry = {"dtype": "float32", "shape": [4], "zlib": __import__("base64").b64encode(bomb).decode()}
+    entry = {
+        "dtype": "float32",
+        "shape": [4],
+        "zlib": __import__("base64").b64encode(bomb).decode(),
+    }
     (tmp_path / "t.json").write_text(json.dumps({"format": FORMAT, "arrays": {"action": entry}}))
     with pytest.raises(ValueError, match="holds other than 16 bytes"):
         read_trace(tmp_path / "t.json")
@@ -252,7 +256,9 @@ def test_a_planted_store_with_a_trigger_is_not_trusted(reports, capsys):
     assert history(reports) == 0
     assert "attacker-policy" not in (reports / "index.html").read_text()
     with sqlite3.connect(reports / STORE) as store:
-        assert store.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == []
+        assert (
+            store.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == []
+        )
 
 
 def test_a_run_folder_named_as_a_script_link_is_a_relative_path(reports):

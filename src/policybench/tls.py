@@ -5,7 +5,9 @@ trusted authorities, or those in the file `$SSL_CERT_FILE` names (a private CA's
 from __future__ import annotations
 
 import argparse
+import os
 import ssl
+import stat
 from pathlib import Path
 
 
@@ -32,6 +34,12 @@ def server_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     for given in (cert, key):
         if not Path(given).is_file():
             raise ValueError(f"{given} is not a file; give a PEM certificate and its key")
+    mode = os.stat(key).st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(
+            f"--tls-key {key} may be read or written by others (mode {stat.S_IMODE(mode):04o}): "
+            f"a private key must be its owner's alone, as ssh demands; run `chmod 600 {key}`"
+        )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

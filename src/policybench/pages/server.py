@@ -25,6 +25,8 @@ MEDIA_TYPES = {".mp4": "video/mp4", ".png": "image/png", ".json": JSON_TYPE, ".c
 
 MAX_BODY_BYTES = 1 << 20  # a verdict or an answer is a few hundred bytes of JSON
 REQUEST_TIMEOUT_S = 30.0  # how long a request may take to arrive
+MAX_HANDLERS = 64  # connections answered at once (each a thread, and its deadline's)
+BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 class HttpError(Exception):
@@ -197,6 +199,27 @@ class _Deadlined(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_HANDLERS at once: one more is answered 503 at once
+    and closed (300 idle connections once held 479 threads)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(BUSY)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (a page closed, a run's process interrupted while
         it waited on a long poll) is no error worth a traceback on the person's terminal."""

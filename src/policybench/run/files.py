@@ -177,8 +177,8 @@ def open_regular(path: Path, limit: int) -> IO[bytes]:
     if status.st_size > limit:
         os.close(descriptor)
         raise Refused(
-            f"refused to read {path}: {status.st_size:,} bytes, over the {limit:,} bytes this kind of "
-            "file may have"
+            f"refused to read {path}: {status.st_size:,} bytes, over the {limit:,} bytes this "
+            "kind of file may have"
         )
     os.set_blocking(descriptor, True)
     return os.fdopen(descriptor, "rb")

@@ -79,7 +79,7 @@ def append_verdicts(run_dir: Path, verdicts: Sequence[Verdict]) -> None:
     """Appends `verdicts` to the run's verdicts.jsonl, then waits until they are on disk. After a
     torn last line (a writer killed mid-line) it starts a new line: the torn one stays as it was."""
     lines = "".join(json.dumps(v.as_json(), sort_keys=True) + "\n" for v in verdicts).encode()
-    with _APPEND, open_append(run_dir / VERDICTS, binary=True) as file:
+    with _APPEND, open_append(run_dir / VERDICTS, binary=True, readable=True) as file:
         end = file.tell()
         if end and os.pread(file.fileno(), 1, end - 1) != b"\n":
             lines = b"\n" + lines

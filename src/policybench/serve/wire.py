@@ -19,6 +19,12 @@ MAX_MAP_ENTRIES, MAX_ARRAY_ITEMS = 1024, 1 << 16
 # byte on the wire and a Python dict of about 64 bytes in memory (a 56 MiB frame of them once
 # took a server past 4 GiB); nesting is bounded by msgpack itself.
 MAX_CONTAINERS = 1 << 16
+# The most items all of a frame's lists and maps may hold together (a map's entry counts twice:
+# key and value). A 2-character string is 3 bytes on the wire and about 60 in memory: a 60 MiB
+# frame of them once decoded to 1.7 GiB. With this bound, what a frame decodes to is at most
+# twice what it carries (its bytes, strings and array data, and a writable array's copy) plus
+# about 32 MiB of Python objects.
+MAX_ITEMS = 1 << 18
 # The Python type a scalar's data must have, by its dtype's kind: `dtype.type(data)` of anything
 # else may allocate what the data names (np.bytes_(2**30) is a GiB of zeros).
 SCALAR_DATA = {
@@ -116,15 +122,21 @@ def unpackb(
             "send smaller observations or raise the limit"
         )
     hook = _unpack_numpy if writable else _unpack_read_only
-    built = 0
+    built = items = 0
 
     def counted(container: Any) -> Any:
-        nonlocal built
+        nonlocal built, items
         built += 1
+        items += len(container) * (2 if isinstance(container, dict) else 1)
         if built > MAX_CONTAINERS:
             raise WireError(
                 f"frame of {len(frame)} bytes holds more than {MAX_CONTAINERS} maps and lists; "
                 "an observation is a few keys of arrays"
+            )
+        if items > MAX_ITEMS:
+            raise WireError(
+                f"frame of {len(frame)} bytes holds more than {MAX_ITEMS} items in its maps and "
+                "lists; an observation is a few keys of arrays (send numbers as numpy arrays)"
             )
         return container
 
@@ -137,7 +149,9 @@ def unpackb(
             max_array_len=MAX_ARRAY_ITEMS,
             max_ext_len=0,
         )
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
+    except WireError:
+        raise
+    except Exception as error:  # anything a hostile frame can make the decoder raise
         raise WireError(
             f"frame of {len(frame)} bytes is not an openpi msgpack message "
             f"({type(error).__name__}: {error})"
