@@ -373,14 +373,23 @@ def test_the_frame_decoder_refuses_deep_tuples_and_a_flood_of_empty_maps():
 def test_the_env_servers_script_runs_only_from_a_folder_of_this_users_own(tmp_path, monkeypatch):
     """Its folder's name can be guessed: a script another user planted there ran as root when
     root started an isolated env. The folder is made 0700 and refused when another user owns
-    it or others may write it; a planted file in this user's own folder is written over."""
+    it or others may write it; a planted file in this user's own folder is written over. It
+    lies where no co-user can make it first: a folder planted in the shared temp directory
+    under its old name denies nothing."""
     import os
     import tempfile
 
     from policybench.envserver.proxy import private_folder, server_script
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    planted = tmp_path / f"policybench-envserver-{os.getuid()}"
+    planted.mkdir(mode=0o777)
+    if os.getuid() == 0:
+        os.chown(planted, 65534, 65534)
     script = server_script()
+    assert script.is_relative_to(tmp_path / "cache") and not any(planted.iterdir())
     assert oct(private_folder().stat().st_mode & 0o777) == "0o700"
     script.write_text("import os; os.system('touch /tmp/pwned')\n")
     assert server_script() == script and "pwned" not in script.read_text()
@@ -448,3 +457,21 @@ def test_a_malformed_frame_after_make_is_answered_and_the_env_server_goes_on(ent
         assert server.request("step", action=action) is not None
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("resource", "said"),
+    [
+        ("policybench.suites:/etc/passwd", "inside that package"),
+        ("policybench.suites:data/../../../../../../etc/passwd", "inside that package"),
+        ("policybench.suites:policybench_envserver.py", "named like a module"),
+        ("policybench.suites:__init__.py", "named like a module"),
+    ],
+)
+def test_an_isolated_envs_data_names_are_confined_to_their_package(resource, said):
+    """A data name once read /etc/passwd into the env server's folder, or replaced the server's
+    own script with a file of the same name."""
+    from policybench.envserver.proxy import server_script
+
+    with pytest.raises(EnvServerError, match=said):
+        server_script(data=(resource,))

@@ -15,7 +15,6 @@ import queue
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
@@ -72,15 +71,8 @@ def server_script(modules: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> 
     module beside it finds it (`Path(__file__).with_name(...)`)."""
     files = {"policybench_envserver.py": SERVER_SOURCE.read_bytes()}
     for resource in data:
-        package, _, file = resource.partition(":")
-        try:
-            found = importlib.resources.files(package).joinpath(file)
-            files[PurePosixPath(file).name] = found.read_bytes()
-        except (ModuleNotFoundError, FileNotFoundError, IsADirectoryError):
-            raise EnvServerError(
-                f"an isolated env's data file {resource!r} is not a file of a package importable "
-                "here; name it as package:file (policybench.suites:data/NAME)"
-            ) from None
+        name = _data_name(resource)  # refused before anything is read
+        files[name] = _data_of(resource)
     for name in modules:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
@@ -103,11 +95,54 @@ def server_script(modules: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> 
     return script
 
 
+def _data_name(resource: str) -> str:
+    """The file name a data file of an isolated env is copied under: its own, refused where it
+    would replace the server's script or a module."""
+    name = PurePosixPath(resource.partition(":")[2]).name
+    if name.endswith(".py") or name == "":
+        raise EnvServerError(
+            f"an isolated env's data file {resource!r} is named like a module or not at all; "
+            "data files are not code (give modules as modules)"
+        )
+    return name
+
+
+def _data_of(resource: str) -> bytes:
+    """The bytes of a data file `package:file` of a package importable here, confined to that
+    package's folder (an absolute path, a `..` or a link out of it is refused)."""
+    package, _, file = resource.partition(":")
+    relative = PurePosixPath(file)
+    refused = EnvServerError(
+        f"an isolated env's data file {resource!r} is not a file of a package importable here; "
+        "name it as package:file (policybench.suites:data/NAME), inside that package"
+    )
+    if not file or relative.is_absolute() or ".." in relative.parts or "\\" in file:
+        raise refused
+    try:
+        root = importlib.resources.files(package)
+        found = root.joinpath(*relative.parts)
+        if isinstance(found, Path) and not found.resolve().is_relative_to(
+            Path(str(root)).resolve()
+        ):
+            raise refused
+        return found.read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise refused from None
+
+
 def private_folder() -> Path:
-    """This user's folder for the env server's scripts, in the temp directory: made 0700, and
-    refused unless it is a directory this user owns that no one else may write (its name can be
-    guessed: another user could otherwise plant a script there that this user's env runs)."""
-    base = Path(tempfile.gettempdir()) / f"policybench-envserver-{os.getuid()}"
+    """This user's folder for the env server's scripts, where no co-user can make it first:
+    under `$XDG_RUNTIME_DIR` (the user's own, 0700) where it is set, else under the user's
+    cache (`$XDG_CACHE_HOME`, or ~/.cache), never in the shared temp directory. Made 0700, and
+    refused unless it is a directory this user owns that no one else may write (another user
+    could otherwise plant a script there that this user's env runs)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        base = Path(runtime) / "policybench-envserver"
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        base = Path(cache) / "policybench" / "envserver"
+        base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
     found = base.lstat()
@@ -119,7 +154,7 @@ def private_folder() -> Path:
         raise EnvServerError(
             f"{base} is not a folder of this user's that only it may write (owner uid "
             f"{found.st_uid}, mode {stat.filemode(found.st_mode)}); the env server's script will "
-            "not run from it: remove it, or set TMPDIR to a folder of your own"
+            "not run from it: remove it, or set XDG_RUNTIME_DIR to a folder of your own"
         )
     return base
 
