@@ -6,6 +6,7 @@ beyond loopback without a key and of a URL that is not tcp://."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -452,6 +453,24 @@ def test_env_serve_over_tls_serves_a_run_at_a_tls_url_and_refuses_plain_tcp(poin
         assert "CERTIFICATE_VERIFY_FAILED" in untrusting.stdout
         plain = run(points, trusting, *args, "--env-url", f"tcp://127.0.0.1:{port}")
         assert plain.returncode != 0 and "gave no answer to an env server's hello" in plain.stdout
+        assert 4.0 < held_before_hello(port, ca) < 5.8  # the handshake counts in the hello's 5 s
     finally:
         stop(server)
     assert "no TLS handshake" in (points / "serve.log").read_text()
+
+
+def held_before_hello(port: int, ca: Path) -> float:
+    """How long a TLS client that waits 3 s before its handshake, then never says hello, keeps
+    its connection (a pre-hello place): once the handshake plus 5 s (about 8 s)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca))
+    started = time.monotonic()
+    raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+    time.sleep(3.0)
+    with (
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as connection,
+        contextlib.suppress(OSError),
+    ):
+        connection.recv(1)  # returns (or fails) once the server cuts the connection
+    return time.monotonic() - started

@@ -103,10 +103,17 @@ class Relay:
         self.served = served
         self.api_key = api_key
 
-    def handle(self, connection: socket.socket, admission: Admission | None = None) -> None:
-        """Serves one connection; `admission` gives it a slot once its hello (its key) passed."""
+    def handle(
+        self,
+        connection: socket.socket,
+        admission: Admission | None = None,
+        started: float | None = None,
+    ) -> None:
+        """Serves one connection; `admission` gives it a slot once its hello (its key) passed.
+        Its hello is due HELLO_TIMEOUT_S after `started` (when it was taken: a TLS handshake
+        counts in that time)."""
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        started = time.monotonic()
+        started = time.monotonic() if started is None else started
         frames = Frames(connection, deadline=started + HELLO_TIMEOUT_S)
         try:
             self._check_hello(decoded_map(frames.read(connection, HELLO_BYTES), flat_map))
@@ -537,24 +544,35 @@ class _Handler(socketserver.BaseRequestHandler):
                 "again in a few seconds",
             )
             return
+        started = time.monotonic()
         try:
-            if _shook_hands(self.request):
-                self.server.relay.handle(self.request, admission)
+            if _shook_hands(self.request, started + HELLO_TIMEOUT_S):
+                self.server.relay.handle(self.request, admission, started)
         finally:
             admission.release()
 
 
-def _shook_hands(connection: socket.socket) -> bool:
-    """A TLS connection's handshake, within the hello's time (True at once for plain TCP)."""
+def _shook_hands(connection: socket.socket, deadline: float) -> bool:
+    """A TLS connection's handshake, done by `deadline` (time.monotonic()) however slowly its
+    bytes come; True at once for plain TCP."""
     if not isinstance(connection, ssl.SSLSocket):
         return True
-    connection.settimeout(HELLO_TIMEOUT_S)
+    connection.setblocking(False)
     try:
-        connection.do_handshake()
+        while True:
+            try:
+                connection.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                ready = select.select([connection], [], [], max(0.0, deadline - time.monotonic()))
+            except ssl.SSLWantWriteError:
+                ready = select.select([], [connection], [], max(0.0, deadline - time.monotonic()))
+            if not any(ready):
+                raise TimeoutError(f"not done within {HELLO_TIMEOUT_S:g} s")
     except (ssl.SSLError, OSError) as error:  # TimeoutError is an OSError
         log(f"refused {peer_of(connection)}: no TLS handshake ({type(error).__name__}: {error})")
         return False
-    connection.settimeout(None)
+    connection.setblocking(True)
     return True
 
 

@@ -73,6 +73,7 @@ DECODERS = 2  # ... on one of these threads: at most this many large frames deco
 # Frames a connection may have waiting beyond the one answered (websockets' default is 16: with
 # 64 MiB frames, a client that sends without reading would have a GiB held for it).
 FRAMES_QUEUED = 1
+TLS_HANDSHAKE_TIMEOUT_S = 5.0  # how long a TLS handshake may take (asyncio's default: 60 s)
 
 
 @dataclass(frozen=True)
@@ -149,10 +150,13 @@ class PolicyServer:
 
     async def start(self) -> Server:
         config = self.config
+        # A client that never finishes its TLS handshake holds its place this long at most.
+        handshake = {"ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S} if config.tls else {}
         return await serve(
             self._handle,
             config.host,
             config.port,
+            **handshake,
             compression=None,
             max_size=config.max_frame_bytes,
             max_queue=FRAMES_QUEUED,
