@@ -123,6 +123,39 @@ def test_run_json_loads_or_is_refused_with_a_value_error(tmp_path_factory, docum
         assert "run.json" in str(error)
 
 
+BASE_RECORD = {"eval": "e", "task": "t", "outcome": "solved", "steps": 3, "sim_s": 0.1,
+               "wall_s": 0.1, "nodeid": "x::t[0]", "scene": {"seed": 0}}  # fmt: skip
+RUN_FIELDS = ("eval", "task", "outcome", "steps", "arm", "scene", "nodeid", "success_step", "specs")
+
+
+@FUZZ
+@given(
+    changes=st.lists(st.tuples(st.sampled_from(RUN_FIELDS), json_values), max_size=4),
+    run_json=st.one_of(json_values.map(json.dumps), st.just("[" * 5000)),
+    summary=st.one_of(json_values.map(json.dumps), st.text(max_size=40)),
+)
+def test_history_reads_or_skips_every_generated_run_folder(tmp_path_factory, changes, run_json,
+                                                           summary):  # fmt: skip
+    """A reports folder of a good run and a run with generated fields, run.json and summary:
+    `history` reads both or skips the bad one with a line, and never raises."""
+    from policybench.report.history import open_store, read_history, update
+
+    root = tmp_path_factory.mktemp("reports")
+    for name, fields in (("good", {}), ("generated", dict(changes))):
+        (root / name).mkdir()
+        lines = [json.dumps(BASE_RECORD), json.dumps({**BASE_RECORD, **fields})]
+        (root / name / "results.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "generated" / "run.json").write_text(run_json)
+    (root / "generated" / "summary.json").write_text(summary)
+    store = open_store(root)
+    try:
+        updated = update(store, root)
+        assert updated.read + len({line.split(":")[0] for line in updated.skipped}) >= 2
+        read_history(store, root)
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     root = tmp_path_factory.mktemp("pages")
