@@ -279,3 +279,31 @@ def test_bounded_reads_take_regular_files_only(tmp_path):
         read_json(tmp_path / "doc.json", limit=4)
     (tmp_path / "results.jsonl").write_text('{"eval": [[[[' + "[" * 5000 + "\n")
     assert "nested too deep" in read_results(tmp_path / "results.jsonl").problems[0]
+
+
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ({"specs": {"s": 5}}, "field 'specs' should map each spec to its verdict"),
+        ({"policy": [1, 2]}, "field 'policy' should be dict or null"),
+        ({"control_hz": "fast"}, "field 'control_hz' should be a number or null"),
+        ({"specs": {"s": {"margin": -1.0}}}, "holds a field of a kind no run writes"),
+    ],
+)
+def test_report_html_and_merge_refuse_a_bad_field_in_one_line(reports, field, said, capsys):
+    run = reports / "run-a"
+    lines = (run / "results.jsonl").read_text().splitlines()
+    (run / "results.jsonl").write_text(
+        "\n".join([json.dumps({**json.loads(lines[0]), **field}), *lines[1:]]) + "\n"
+    )
+    outcomes = []
+    for command in (["report", "html", str(run)],
+                    ["report", "merge", str(run), "--out", str(reports / "merged")]):  # fmt: skip
+        try:
+            outcomes.append(main(command))
+        except SystemExit as refused:
+            outcomes.append(str(refused))
+    printed = capsys.readouterr()
+    shown = printed.out + printed.err + "".join(str(o) for o in outcomes)
+    assert said in shown, shown
+    assert "Traceback" not in shown

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from jinja2 import UndefinedError
 
 from policybench.lifetime import INTERRUPTED
 from policybench.record.protocol import FORMER_OVERRIDE, OVERRIDE, Protocol
@@ -135,6 +138,24 @@ def interrupted_line(run_dir: Path, what: str) -> str:
     )
 
 
+def one_line(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """`command`, with a field of a kind no run writes (a record edited by hand, a part from a
+    stranger) refused in one line instead of a traceback."""
+
+    @functools.wraps(command)
+    def refusing(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (KeyError, TypeError, AttributeError, ValueError, UndefinedError) as error:
+            sys.exit(
+                f"policybench report: a file of the run holds a field of a kind no run writes "
+                f"({type(error).__name__}: {str(error)[:300]}); the report was not finished"
+            )
+
+    return refusing
+
+
+@one_line
 def run_html(args: argparse.Namespace) -> int:
     run_dir = Path(args.run)
     try:
@@ -220,6 +241,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 1 if args.fail_on_regression and regressed else 0
 
 
+@one_line
 def run_merge(args: argparse.Namespace) -> int:
     run_dirs = [_run_dir(run, args.report_dir) for run in args.runs]
     flags = [OVERRIDE] if args.allow_protocol_change else []

@@ -91,7 +91,7 @@ def violations(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         {
             "spec": name,
             "margin": judged["margin"],
-            "time_s": judged["time_s"],
+            "time_s": judged.get("time_s"),
             "first_time_s": None
             if judged.get("first_violated_step") is None
             else judged["first_violated_step"] * period,

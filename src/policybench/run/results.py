@@ -48,6 +48,7 @@ OPTIONAL: Mapping[str, tuple[type, ...]] = {
     keys.ROLLOUT_TRACE: (str,),
     keys.VIDEO: (str,),
     keys.SPECS: (dict,),
+    keys.POLICY: (dict,),
 }
 STEPS_BOUND = 1 << 53
 
@@ -205,7 +206,26 @@ def record_problem(record: Any) -> str | None:
         value = record.get(name)
         if isinstance(value, int) and not 0 <= value < STEPS_BOUND:
             return f"field {name!r} should be a count of steps (0 to 2^53), got {_short(value)}"
+    for name, judged in (record.get(keys.SPECS) or {}).items():
+        if not _a_verdict(judged):
+            return (
+                "field 'specs' should map each spec to its verdict (an object of numbers: "
+                f"margin, time_s, first_violated_step), got {name!r}: {_short(judged)}"
+            )
+    hz = record.get(keys.CONTROL_HZ)
+    if hz is not None and (not isinstance(hz, int | float) or isinstance(hz, bool)):
+        return f"field {keys.CONTROL_HZ!r} should be a number or null, got {_short(hz)}"
     return None
+
+
+def _a_verdict(judged: Any) -> bool:
+    """Whether a spec's verdict in a record has the fields the report reads, of their kinds."""
+    if not isinstance(judged, dict):
+        return False
+    numbers = (judged.get(name) for name in ("margin", "time_s", "first_violated_step"))
+    return all(
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in numbers
+    )
 
 
 def _short(value: Any) -> str:
