@@ -4,6 +4,7 @@ pages and `policybench report html`, from real pytest runs (pytester) and real f
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,23 @@ from policybench.cli import main as policybench_main
 from policybench.report.stats import Tally
 from policybench.report.summary import Summary
 from policybench.run.results import read_results
+
+
+def table_rows(index: str) -> list[dict]:
+    """The rollouts table's rows as the index's script reads them (the data it embeds)."""
+    found = re.search(
+        r'<script type="application/json" id="rollouts-data">(.*?)</script>', index, re.S
+    )
+    assert found is not None, "no rollouts data in the index"
+    data = json.loads(found.group(1))
+    rows = []
+    for row in data["rows"]:
+        named = dict(zip(data["columns"], row, strict=True))
+        for name, values in data["values"].items():
+            named[name] = None if named[name] is None else values[named[name]]
+        rows.append(named)
+    return rows
+
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 
@@ -148,7 +166,7 @@ def test_html_report_shows_overview_chart_rollouts_and_error_messages(bench):
         assert element in index
     assert index.count('<g class="bar"') == 3  # one bar per task, but for the one that errored
     assert "Every rollout errored, so no rate is drawn, for: broken / crash." in index
-    assert index.count('<tr class="error"') == 2
+    assert [row["outcome"] for row in table_rows(index)].count("error") == 2
     assert "env step raised RuntimeError: simulated physics blow-up at step 2" in index
     pages = sorted((run_dir / "rollouts").glob("*.html"))
     assert len(pages) == 8

@@ -27,6 +27,7 @@ from policybench.report.compare import (
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
+from policybench.report.rollout_table import PAGES_ALL
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
 from policybench.run.files import make_folders
@@ -45,6 +46,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     html = commands.add_parser("html", help="rewrite summary.json and index.html from results")
     html.add_argument("run", help="a run directory, its results.jsonl, or a run id (or latest)")
     html.add_argument("--report-dir", type=Path, default=Path("reports"))
+    html.add_argument(
+        "--all-pages",
+        action="store_true",
+        help=f"a page for every rollout (a run of over {PAGES_ALL:,} rollouts gets pages for its "
+        f"errors, unsolved and spec-breaking rollouts, then a sample, {PAGES_ALL:,} in all)",
+    )
     html.set_defaults(func=run_html)
 
     _add_compare(commands)
@@ -161,14 +168,14 @@ def run_html(args: argparse.Namespace) -> int:
     try:
         seal_named(args.run, args.report_dir)  # a loop killed in its first episode: no results
         run_dir = _run_dir(args.run, args.report_dir)
-        rebuild_report(run_dir)
+        rebuild_report(run_dir, args.all_pages)
     except KeyboardInterrupt:
         print(interrupted_line(run_dir, f"writing the report of {run_dir}"), file=sys.stderr)
         return INTERRUPTED
     return 0
 
 
-def rebuild_report(run_dir: Path) -> Path:
+def rebuild_report(run_dir: Path, all_pages: bool = False) -> Path:
     """summary.json and the HTML report of `run_dir`, written anew from its results (and its
     operators' verdicts); says what it wrote. Returns the report's index page. Episodes a
     wrapped loop died in (run.unfinished) become their error records first."""
@@ -180,7 +187,7 @@ def rebuild_report(run_dir: Path) -> Path:
     summary = Summary.of_run(run_dir)
     summary.write(run_dir, run)
     findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
-    index = write_html(run_dir, findings)
+    index = write_html(run_dir, findings, all_pages)
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))
     print(f"{len(results.records)} rollouts; report: {index}")

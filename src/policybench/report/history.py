@@ -69,13 +69,31 @@ CREATE TABLE IF NOT EXISTS rollouts (
     margins TEXT,                 -- JSON: each trajectory spec's robustness margin
     PRIMARY KEY (run_id, rollout)
 );
+CREATE TABLE IF NOT EXISTS changes (  -- each test between consecutive runs of a line, made once
+    eval TEXT NOT NULL,
+    before TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    after TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    alpha REAL NOT NULL,
+    change TEXT,                  -- worse | better | NULL (not significant, or nothing paired)
+    p_value REAL,
+    PRIMARY KEY (eval, before, after, alpha)
+);
+CREATE INDEX IF NOT EXISTS changes_after ON changes(after);
+CREATE INDEX IF NOT EXISTS rollouts_eval ON rollouts(run_id, eval);
 """
 
 
-SCHEMA_VERSION = 2  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 3  # a store of another version is an index of old shape: rebuilt
 # What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
 # else (a trigger, a view, another table) was not made here, and the store is rebuilt.
-MADE_HERE = {("table", "runs"), ("table", "evals"), ("table", "rollouts")}
+MADE_HERE = {
+    ("table", "runs"),
+    ("table", "evals"),
+    ("table", "rollouts"),
+    ("table", "changes"),
+    ("index", "changes_after"),
+    ("index", "rollouts_eval"),
+}
 COMPANIONS = ("-journal", "-wal", "-shm")  # SQLite's files beside a store
 
 
@@ -382,6 +400,7 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
         eval: _points(eval, members, by_run, records, alpha)
         for eval, members in sorted(evals.items())
     }
+    connection.commit()  # the tests made now, kept for the next call
     return History(found, runs, alpha)
 
 
@@ -441,13 +460,25 @@ def _tested(
     eval: str, before: str, after: str, records: RecordsOf, alpha: float
 ) -> tuple[str | None, float | None]:
     """`report compare`'s pooled test of the Eval between two runs: 'worse', 'better' or None
-    (not significant at `alpha`), and its p-value."""
+    (not significant at `alpha`), and its p-value; made once and kept in the store (a run read
+    again takes its tests with it)."""
+    key = (eval, before, after, alpha)
+    store = records.connection
+    kept = store.execute(
+        "SELECT change, p_value FROM changes WHERE eval = ? AND before = ? AND after = ? "
+        "AND alpha = ?",
+        key,
+    ).fetchone()
+    if kept is not None:
+        return kept[0], kept[1]
     comparison = compare_runs(records(before, eval), records(after, eval), (before, after), alpha)
-    if not comparison.evals:
-        return None, None
-    row = comparison.evals[0]
-    change = "worse" if row.regression else "better" if row.improvement else None
-    return change, row.adjusted_p
+    change, p_value = None, None
+    if comparison.evals:
+        row = comparison.evals[0]
+        change = "worse" if row.regression else "better" if row.improvement else None
+        p_value = row.adjusted_p
+    store.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?)", (*key, change, p_value))
+    return change, p_value
 
 
 def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:

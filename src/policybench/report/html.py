@@ -16,6 +16,7 @@ from policybench.report import failures
 from policybench.report.compare import Comparison
 from policybench.report.robustness import robustness_of
 from policybench.report.rollout_page import page_trace, write_plots_js
+from policybench.report.rollout_table import paged, table_data
 from policybench.report.rows import Row
 from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
@@ -45,16 +46,21 @@ class Findings:
     breaches: tuple[str, ...] = ()  # the run's failed gates and decisions, as the terminal says
 
 
-def write_html(run_dir: Path, findings: Findings) -> Path:
-    """Writes index.html and rollouts/<n>.html into `run_dir`; returns index.html's path."""
+def write_html(run_dir: Path, findings: Findings, all_pages: bool = False) -> Path:
+    """Writes index.html and rollouts/<n>.html into `run_dir` (a page for each rollout, or in a
+    large run for those rollout_table.paged chooses, unless `all_pages`); returns index.html's
+    path."""
     env = _templates()
-    rollouts = [rollout_row(i, record) for i, record in enumerate(findings.records)]
+    chosen = paged(findings.records, all_pages)
+    rollouts = [rollout_row(i, r, i in chosen) for i, r in enumerate(findings.records)]
     index = run_dir / INDEX
     write_file(index, _index_page(env, run_dir, findings, rollouts))
     pages = make_folder(run_dir / ROLLOUTS)
     template = env.get_template("rollout.html.j2")
     plots_js = write_plots_js(pages)
-    for i, (row, record) in enumerate(zip(rollouts, findings.records, strict=True)):
+    written = [i for i, row in enumerate(rollouts) if row["page"]]
+    for k, i in enumerate(written):
+        row, record = rollouts[i], findings.records[i]
         trace = page_trace(run_dir, record)
         write_file(
             pages / row["page"],
@@ -68,8 +74,8 @@ def write_html(run_dir: Path, findings: Findings) -> Path:
                 trace_left_out=trace.left_out,
                 plots_js=plots_js,
                 violations=violations(record),
-                previous=rollouts[i - 1]["page"] if i else None,
-                next=rollouts[i + 1]["page"] if i + 1 < len(rollouts) else None,
+                previous=rollouts[written[k - 1]]["page"] if k else None,
+                next=rollouts[written[k + 1]]["page"] if k + 1 < len(written) else None,
             ),
         )
     return index
@@ -124,7 +130,11 @@ def _index_page(
         arms=arm_grid(summary.arms),
         latency_sweep=sweep_of(summary, findings.run),
         robustness=robustness_of(summary, findings.run),
-        pages={rollout_id(record): row["page"] for record, row in _paged(findings, rollouts)},
+        pages={
+            rollout_id(record): row["page"]
+            for record, row in _paged(findings, rollouts)
+            if row["page"]
+        },
         cut=failures.CUT,
         examples=failures.EXAMPLES,
         realtime=[
@@ -134,6 +144,8 @@ def _index_page(
         ],
         histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
         rollouts=rollouts,
+        table=table_data(rollouts),
+        paged_count=sum(1 for row in rollouts if row["page"]),
         choices={
             name: sorted({str(value) for row in rollouts for value in _choices(row[name])})
             for name in filters
@@ -179,12 +191,13 @@ def points(change: float | None, sign: str) -> str:
     return "none" if change is None else f"{sign}{100 * change:.0f} pts"
 
 
-def rollout_row(index: int, record: Mapping[str, Any]) -> dict[str, Any]:
+def rollout_row(index: int, record: Mapping[str, Any], paged: bool = True) -> dict[str, Any]:
+    """A rollout's row of the index's table; `paged`: it gets a page of its own."""
     scene = record.get(keys.SCENE) or {}
     wall = step_wall_ms(record)
     return {
         "index": index,
-        "page": f"{index:05d}.html",
+        "page": f"{index:05d}.html" if paged else None,
         keys.EVAL: record[keys.EVAL],
         keys.TASK: record[keys.TASK],
         keys.SEED: scene.get(keys.SEED, ""),

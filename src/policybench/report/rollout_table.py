@@ -1,0 +1,82 @@
+"""The report's table of rollouts at any size: its rows as compact data that the index draws a
+screen at a time (filters, search and sorting work over every row), and which rollouts get a
+page of their own. A run of up to PAGES_ALL rollouts gets a page for each; a larger one for its
+errors, its unsolved rollouts and those that broke a spec, then a sample of the solved ones
+spread over its tasks, PAGES_ALL in all unless every page is asked for (`--all-pages`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from markupsafe import Markup
+
+from policybench import keys
+
+PAGES_ALL = 2000  # rollouts that get a page each, at most, unless every page is asked for
+SCREEN_ROWS = 100  # rows the index draws at once
+# The table's columns, as the index's script reads them; those of few values are sent as an
+# index into their values.
+COLUMNS = (
+    "index", keys.EVAL, keys.ARM, keys.TASK, keys.SEED, keys.OUTCOME, keys.STEPS, keys.SIM_S,
+    "wall_ms", keys.REASON, "broken", keys.VIDEO, keys.VIDEO_MISSING, "page",
+)  # fmt: skip
+CODED = (keys.EVAL, keys.ARM, keys.TASK, keys.OUTCOME, keys.REASON, keys.VIDEO_MISSING)
+
+
+def paged(records: Sequence[Mapping[str, Any]], every: bool = False) -> set[int]:
+    """The indexes of the rollouts that get a page: all of them up to PAGES_ALL (or `every`);
+    else errors, unsolved and spec-breaking ones first, then solved ones round-robin over
+    their tasks, PAGES_ALL in all."""
+    if every or len(records) <= PAGES_ALL:
+        return set(range(len(records)))
+    first = [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "error"]
+    first += [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "unsolved"]
+    taken = set(first)
+    first += [i for i, r in enumerate(records) if i not in taken and _broke_a_spec(r)]
+    chosen = set(first[:PAGES_ALL])
+    by_task: dict[tuple[Any, Any], list[int]] = {}
+    for i, record in enumerate(records):
+        if i not in chosen:
+            by_task.setdefault((record.get(keys.EVAL), record.get(keys.TASK)), []).append(i)
+    queues = list(by_task.values())
+    while len(chosen) < PAGES_ALL and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < PAGES_ALL:
+                chosen.add(queue.pop(0))
+    return chosen
+
+
+def _broke_a_spec(record: Mapping[str, Any]) -> bool:
+    specs = record.get(keys.SPECS) or {}
+    return any(isinstance(s, Mapping) and (s.get("margin") or 0) < 0 for s in specs.values())
+
+
+def table_data(rows: Sequence[Mapping[str, Any]]) -> Markup:
+    """The rows as JSON safe inside a script element: `columns`, the `values` of each coded
+    column, and `rows` (a list per row, in `columns`' order)."""
+    values: dict[str, dict[Any, int]] = {name: {} for name in CODED}
+    packed = []
+    for row in rows:
+        cells = []
+        for name in COLUMNS:
+            value = row.get(name)
+            if name == "page" or name == keys.VIDEO:
+                value = 1 if value else 0
+            elif isinstance(value, float) and not math.isfinite(value):
+                value = None
+            elif name in CODED:
+                value = values[name].setdefault("" if value is None else str(value),
+                                                len(values[name]))  # fmt: skip
+            cells.append(value)
+        packed.append(cells)
+    document = {
+        "columns": COLUMNS,
+        "values": {name: list(found) for name, found in values.items()},
+        "rows": packed,
+        "screen": SCREEN_ROWS,
+    }
+    text = json.dumps(document, separators=(",", ":"), allow_nan=False, default=str)
+    return Markup(text.replace("<", "\\u003c"))  # "</script>" cannot end the element early
