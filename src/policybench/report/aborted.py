@@ -61,12 +61,12 @@ def record_aborted(run_dir: Path, pid: int, resume: str) -> str | None:
         )
     if not (run_dir / RESULTS).is_file():  # no rollout had ended: no report to write
         return None
-    records = read_results(run_dir / RESULTS).records
+    results = read_results(run_dir / RESULTS)  # read once, for the summary and the pages
     for hang in sorted((run_dir / HANGS).glob("*.txt")):  # the rollouts it died in
         with open_append(hang) as file:
             file.write(f"the process running this rollout died at {time.ctime()}\n")
     run = RunInfo.load(run_dir)
-    summary = Summary.of_run(run_dir)  # each rollout once, however many attempts it recorded
+    summary = Summary.of_run(run_dir, results)  # each rollout once, whatever its attempts
     count = summary.overall.stats.tally.rollouts
     kept = f"{count} rollout{'s' * (count != 1)} recorded before it died"
     verdict = RunVerdict.aborted(
@@ -74,7 +74,7 @@ def record_aborted(run_dir: Path, pid: int, resume: str) -> str | None:
         f"{resume}"
     )
     summary.write(run_dir, run, verdict)
-    index = write_html(run_dir, Findings(summary, tuple(records), run, verdict))
+    index = write_html(run_dir, Findings(summary, results.records, run, verdict))
     return f"{verdict.last_line()} (report: {index})"
 
 

@@ -46,6 +46,8 @@ FURTHEST = 2  # final-state numbers named per cluster
 TOP = 3  # clusters the terminal shows
 STATE = "state/"  # a trace's arrays of observation entries
 OTHER = "other"  # the cluster of rollouts that failed in a way no other rollout did
+SAMPLED = 500  # an Eval's unsolved rollouts clustered, at most (a sample spread over them)
+SCALE_SOLVED = 200  # solved rollouts whose final states set an Eval's scale, at most
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,22 @@ class Cluster:
     perturbations: Mapping[str, int]  # by arm label, in a perturbation sweep
     stalled: str  # where the rollouts stopped moving
     furthest: tuple[tuple[str, float], ...]  # final-state numbers in sd from the solved ones'
+    sampled_from: int | None = None  # the Eval's unsolved rollouts, where a sample was clustered
+
+    @property
+    def counted(self) -> str:
+        """Its rollouts, and of what: `12 unsolved`, or `12 of a sample of 500 of 9,000
+        unsolved`."""
+        if self.sampled_from is None:
+            return f"{len(self.rollouts)} unsolved"
+        return f"{len(self.rollouts)} of a sample of {SAMPLED} of {self.sampled_from:,} unsolved"
 
     def line(self) -> str:
         ended = ", ".join(f"{name} {sd:+.1f} sd" for name, sd in self.furthest)
         spans = ", ".join(f"{task} x{n}" for task, n in self.tasks.items())
         under = ", ".join(f"{arm} x{n}" for arm, n in self.perturbations.items())
         return (
-            f"{self.eval}: {len(self.rollouts)} unsolved ({self.share:.0%}), {self.how}; "
+            f"{self.eval}: {self.counted} ({self.share:.0%}), {self.how}; "
             f"{self.stalled}{f'; final state vs solved: {ended}' if ended else ''}; "
             f"tasks {spans}{f'; under {under}' if under else ''}; e.g. {self.rollouts[0]}"
         )
@@ -90,6 +101,7 @@ class Cluster:
             "stalled": self.stalled,
             "final_state_vs_solved_sd": dict(self.furthest),
             "examples": list(self.rollouts[:EXAMPLES]),
+            **({"sampled_from_unsolved": self.sampled_from} if self.sampled_from else {}),
         }
 
 
@@ -97,15 +109,21 @@ def failure_clusters(
     records: Sequence[Mapping[str, Any]], run_dir: Path | None
 ) -> tuple[Cluster, ...]:
     """The clusters of each Eval's unsolved rollouts, largest first (traces read from
-    `run_dir`; None: clustered by the way they failed alone)."""
-    endings = {} if run_dir is None else _endings(records, run_dir)
-    found: list[Cluster] = []
+    `run_dir`; None: clustered by the way they failed alone). An Eval of more than SAMPLED
+    unsolved rollouts is clustered on SAMPLED of them spread over all (by id), its scale set by
+    at most SCALE_SOLVED solved ones: the traces read stay bounded however large the run."""
+    chosen = {}
     for eval in dict.fromkeys(record[keys.EVAL] for record in records):
         of_eval = sorted((r for r in records if r[keys.EVAL] == eval), key=rollout_id)
         failed = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.UNSOLVED.value]
         solved = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.SOLVED.value]
+        chosen[eval] = (_spread(failed, SAMPLED), _spread(solved, SCALE_SOLVED), len(failed))
+    read = [r for failed, solved, _ in chosen.values() for r in (*failed, *solved)]
+    endings = {} if run_dir is None else _endings(read, run_dir)
+    found: list[Cluster] = []
+    for eval, (failed, solved, unsolved) in chosen.items():
         scale = _Scale.of(
-            [endings[i] for i in map(rollout_id, of_eval) if i in endings],
+            [endings[i] for i in map(rollout_id, (*failed, *solved)) if i in endings],
             [endings[i] for i in map(rollout_id, solved) if i in endings],
         )
         ways: dict[str, list[Mapping[str, Any]]] = {}
@@ -122,8 +140,18 @@ def failure_clusters(
             ways_alone = len({how for how, _ in alone})
             other = f"{OTHER} ({len(alone)} rollouts, {ways_alone} way{'s' * (ways_alone != 1)})"
             groups.append((other, [record for _, group in alone for record in group]))
-        found += [_cluster(eval, how, group, len(failed), endings, scale) for how, group in groups]
+        found += [
+            _cluster(eval, how, group, len(failed), endings, scale, unsolved)
+            for how, group in groups
+        ]
     return tuple(sorted(found, key=_cluster_order))
+
+
+def _spread(records: list[Mapping[str, Any]], most: int) -> list[Mapping[str, Any]]:
+    """At most `most` of `records`, spread evenly over them (all of them when they are fewer)."""
+    if len(records) <= most:
+        return records
+    return [records[k * len(records) // most] for k in range(most)]
 
 
 def _cluster_order(cluster: Cluster) -> tuple[bool, int, str]:
@@ -291,6 +319,7 @@ def _cluster(
     failed: int,
     endings: Mapping[str, Ending],
     scale: _Scale,
+    unsolved: int,
 ) -> Cluster:
     ids = [rollout_id(record) for record in group]
     ended = [endings[i] for i in ids if i in endings]
@@ -316,6 +345,7 @@ def _cluster(
         dict(perturbed.most_common()),
         _stalled(ended),
         furthest,
+        unsolved if unsolved > failed else None,
     )
 
 

@@ -136,6 +136,8 @@ def _index_page(
             if row["page"]
         },
         cut=failures.CUT,
+        sampled=failures.SAMPLED,
+        scale_solved=failures.SCALE_SOLVED,
         examples=failures.EXAMPLES,
         realtime=[
             row

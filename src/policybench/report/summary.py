@@ -33,7 +33,7 @@ from policybench.run.files import read_json, write_file
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY
 from policybench.run.records import CONFIDENCE
-from policybench.run.results import RESULTS, read_results
+from policybench.run.results import RESULTS, Results, read_results
 from policybench.run.run_verdict import VERDICT, RunVerdict
 from policybench.run.verdicts import Verdicts, read_verdicts
 from policybench.world import SUCCESS_INFO_KEYS
@@ -124,11 +124,11 @@ class Summary:
         )
 
     @classmethod
-    def of_run(cls, run_dir: Path) -> Summary:
+    def of_run(cls, run_dir: Path, results: Results | None = None) -> Summary:
         """The Summary of the run in `run_dir`, the one its summary.json holds: of its results
-        (and the problems reading them found), its arms in run.json's order and its operators'
-        verdicts."""
-        results = read_results(run_dir / RESULTS)
+        (and the problems reading them found; `results`: as the caller already read them), its
+        arms in run.json's order and its operators' verdicts."""
+        results = read_results(run_dir / RESULTS) if results is None else results
         run = RunInfo.load(run_dir)
         arms = [] if run is None else list(run.settings.get(ARMS) or [])
         decide = None if run is None else run.settings.get(keys.DECIDE)
