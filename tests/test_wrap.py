@@ -481,7 +481,8 @@ def test_a_killed_episodes_partial_video_is_removed_when_its_error_is_recorded(t
     loop = loop.replace("env.step(0)", "env.step([256.0, 256.0])")
     done = subprocess.run([sys.executable, "-c", loop, tmp_path], capture_output=True)
     assert done.returncode == -9
-    assert len(list((tmp_path / "videos").glob("*.mp4"))) == 3  # the killed one's half written
+    assert len(list((tmp_path / "videos").glob("*.mp4"))) == 2
+    assert len(list((tmp_path / "videos").glob(".*.mp4.*"))) == 1  # the killed one's, half written
     report = subprocess.run([CLI, "report", "html", tmp_path], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     found = records(tmp_path)
@@ -489,6 +490,7 @@ def test_a_killed_episodes_partial_video_is_removed_when_its_error_is_recorded(t
     assert sorted((tmp_path / "videos").glob("*.mp4")) == sorted(
         tmp_path / r[keys.VIDEO] for r in found[:2]
     )
+    assert list((tmp_path / "videos").glob(".*")) == []
     assert keys.VIDEO not in found[2] or found[2][keys.VIDEO] is None
 
 

@@ -50,6 +50,9 @@ def seal_unfinished(run_dir: Path) -> list[str]:
                 writer.write(record)
                 said.append(f"{_named(record)}: {record[keys.REASON]}; recorded as an error")
                 # The video its loop was writing (named as its marker) stops mid-file: unplayable.
+                # It is written under a staging name (record.video) until its episode ends.
+                for partial in (run_dir / VIDEOS).glob(f".{path.stem}.mp4.*"):
+                    partial.unlink(missing_ok=True)
                 (run_dir / VIDEOS / f"{path.stem}.mp4").unlink(missing_ok=True)
             path.unlink()
     finally:

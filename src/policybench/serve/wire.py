@@ -149,8 +149,6 @@ def unpackb(
             max_array_len=MAX_ARRAY_ITEMS,
             max_ext_len=0,
         )
-    except WireError:
-        raise
     except Exception as error:  # anything a hostile frame can make the decoder raise
         raise WireError(
             f"frame of {len(frame)} bytes is not an openpi msgpack message "
