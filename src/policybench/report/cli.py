@@ -27,7 +27,7 @@ from policybench.report.compare import (
 from policybench.report.html import Findings, write_html
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
-from policybench.report.rollout_table import PAGES_ALL
+from policybench.report.rollout_table import PAGES_ALL, PAGES_LARGE
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
 from policybench.run.files import make_folders
@@ -50,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--all-pages",
         action="store_true",
         help=f"a page for every rollout (a run of over {PAGES_ALL:,} rollouts gets pages for its "
-        f"errors, unsolved and spec-breaking rollouts, then a sample, {PAGES_ALL:,} in all)",
+        f"errors, unsolved and spec-breaking rollouts, then a sample, {PAGES_LARGE:,} in all)",
     )
     html.set_defaults(func=run_html)
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from policybench.report.history import INDEX, History, Point
 from policybench.report.history_gate import Gate
+from policybench.report.jinja import environment
 from policybench.run.files import write_file
 
 WIDTH, HEIGHT, PAD = 720, 180, 36  # a plot's size and its margin for the axis labels
@@ -74,11 +73,7 @@ def _title(point: Point) -> str:
 
 
 def write_page(root: Path, history: History, gate: Gate) -> Path:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("policybench.report", "templates"),
-        autoescape=jinja2.select_autoescape(default=True),
-        undefined=jinja2.StrictUndefined,
-    )
+    env = environment()
     env.filters["pct"] = lambda value, digits=1: "-" if value is None else f"{value:.{digits}%}"
     env.filters["fromjson"] = json.loads
     rows = _rows(root, history)

@@ -83,15 +83,9 @@ def write_html(run_dir: Path, findings: Findings, all_pages: bool = False) -> Pa
 
 def _templates() -> Any:
     """The report's Jinja2 templates, escaped, with its filters."""
-    import jinja2
+    from policybench.report.jinja import environment
 
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("policybench.report", "templates"),
-        autoescape=jinja2.select_autoescape(default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["pct"] = percent
     env.filters["points"] = points
     return env

@@ -2,7 +2,7 @@
 screen at a time (filters, search and sorting work over every row), and which rollouts get a
 page of their own. A run of up to PAGES_ALL rollouts gets a page for each; a larger one for its
 errors, its unsolved rollouts and those that broke a spec, then a sample of the solved ones
-spread over its tasks, PAGES_ALL in all unless every page is asked for (`--all-pages`)."""
+spread over its tasks, PAGES_LARGE in all unless every page is asked for (`--all-pages`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from markupsafe import Markup
 
 from policybench import keys
 
-PAGES_ALL = 2000  # rollouts that get a page each, at most, unless every page is asked for
+PAGES_ALL = 2000  # a run of up to this many rollouts gets a page for each
+PAGES_LARGE = 500  # a larger run gets this many, unless every page is asked for
 SCREEN_ROWS = 100  # rows the index draws at once
 # The table's columns, as the index's script reads them; those of few values are sent as an
 # index into their values.
@@ -28,23 +29,23 @@ CODED = (keys.EVAL, keys.ARM, keys.TASK, keys.OUTCOME, keys.REASON, keys.VIDEO_M
 
 def paged(records: Sequence[Mapping[str, Any]], every: bool = False) -> set[int]:
     """The indexes of the rollouts that get a page: all of them up to PAGES_ALL (or `every`);
-    else errors, unsolved and spec-breaking ones first, then solved ones round-robin over
-    their tasks, PAGES_ALL in all."""
+    else errors, unsolved and spec-breaking ones first (spread over them), then solved ones
+    round-robin over their tasks, PAGES_LARGE in all."""
     if every or len(records) <= PAGES_ALL:
         return set(range(len(records)))
     first = [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "error"]
     first += [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "unsolved"]
     taken = set(first)
     first += [i for i, r in enumerate(records) if i not in taken and _broke_a_spec(r)]
-    chosen = set(first[:PAGES_ALL])
+    chosen = {first[k * len(first) // PAGES_LARGE] for k in range(min(len(first), PAGES_LARGE))}
     by_task: dict[tuple[Any, Any], list[int]] = {}
     for i, record in enumerate(records):
         if i not in chosen:
             by_task.setdefault((record.get(keys.EVAL), record.get(keys.TASK)), []).append(i)
     queues = list(by_task.values())
-    while len(chosen) < PAGES_ALL and any(queues):
+    while len(chosen) < PAGES_LARGE and any(queues):
         for queue in queues:
-            if queue and len(chosen) < PAGES_ALL:
+            if queue and len(chosen) < PAGES_LARGE:
                 chosen.add(queue.pop(0))
     return chosen
 
