@@ -78,6 +78,14 @@ CREATE TABLE IF NOT EXISTS changes (  -- each test between consecutive runs of a
     p_value REAL,
     PRIMARY KEY (eval, before, after, alpha)
 );
+CREATE TABLE IF NOT EXISTS gate_calls (  -- each gate call's test, made once
+    eval TEXT NOT NULL,
+    reference TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    newest TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    level REAL NOT NULL,
+    p_value REAL, pairs INTEGER, lost INTEGER, gained INTEGER, power REAL,
+    PRIMARY KEY (eval, reference, newest, level)
+);
 CREATE INDEX IF NOT EXISTS changes_after ON changes(after);
 CREATE INDEX IF NOT EXISTS rollouts_eval ON rollouts(run_id, eval);
 """
@@ -91,6 +99,7 @@ MADE_HERE = {
     ("table", "evals"),
     ("table", "rollouts"),
     ("table", "changes"),
+    ("table", "gate_calls"),
     ("index", "changes_after"),
     ("index", "rollouts_eval"),
 }
@@ -405,10 +414,25 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
 
 
 class RecordsOf:
-    """An Eval's rollouts in a run, from the store, as compare reads records."""
+    """An Eval's rollouts in a run, from the store, as compare reads records; and the gate's
+    tests between two runs, kept once made."""
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
+
+    def kept_call(self, key: tuple[str, str, str, float]) -> tuple[Any, ...] | None:
+        """The gate's test of (eval, reference, newest, level), if it was made: p-value, pairs,
+        lost, gained, power."""
+        return self.connection.execute(
+            "SELECT p_value, pairs, lost, gained, power FROM gate_calls WHERE eval = ? AND "
+            "reference = ? AND newest = ? AND level = ?",
+            key,
+        ).fetchone()
+
+    def keep_call(self, key: tuple[str, str, str, float], found: tuple[Any, ...]) -> None:
+        self.connection.execute(
+            "INSERT OR REPLACE INTO gate_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*key, *found)
+        )
 
     def __call__(self, run_id: str, eval: str) -> list[dict[str, Any]]:
         return [

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 updated = update(store, root)
                 history = read_history(store, root, args.alpha)
                 gated = gate(history, RecordsOf(store), args.alpha, args.calls, args.reference)
+                store.commit()  # the gate's tests, kept for the next call
             for line in updated.skipped:
                 print(f"policybench history: {root}/{line}", file=sys.stderr)
             page = write_page(root, history, gated)

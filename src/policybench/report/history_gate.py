@@ -137,23 +137,18 @@ def gate(
 def called(
     eval: str, reference: Point, newest: Point, call: int, records: RecordsOf, level: float
 ) -> GateCall:
-    """`newest` tested against `reference` at `level`."""
-    before, after = records(reference.run_id, eval), records(newest.run_id, eval)
-    pairs = pooled_pairs(before, after)
-    if pairs is None:  # no scene in common
-        return GateCall(eval, reference, newest, call, level, None, 0, 0, 0, None)
-    return GateCall(
-        eval,
-        reference,
-        newest,
-        call,
-        level,
-        mcnemar_p(pairs),
-        pairs.count,
-        pairs.lost,
-        pairs.gained,
-        power_at_drop(before, pairs.count, level),
-    )
+    """`newest` tested against `reference` at `level` (once: the store keeps the test)."""
+    key = (eval, reference.run_id, newest.run_id, level)
+    found = records.kept_call(key)
+    if found is None:
+        before, after = records(reference.run_id, eval), records(newest.run_id, eval)
+        pairs = pooled_pairs(before, after)
+        found = (None, 0, 0, 0, None)  # no scene in common
+        if pairs is not None:
+            power = power_at_drop(before, pairs.count, level)
+            found = (mcnemar_p(pairs), pairs.count, pairs.lost, pairs.gained, power)
+        records.keep_call(key, found)
+    return GateCall(eval, reference, newest, call, level, *found)
 
 
 def power_at_drop(reference: Sequence[Mapping[str, Any]], pairs: int, level: float) -> float | None:

@@ -58,25 +58,22 @@ def _broke_a_spec(record: Mapping[str, Any]) -> bool:
 def table_data(rows: Sequence[Mapping[str, Any]]) -> Markup:
     """The rows as JSON safe inside a script element: `columns`, the `values` of each coded
     column, and `rows` (a list per row, in `columns`' order)."""
-    values: dict[str, dict[Any, int]] = {name: {} for name in CODED}
-    packed = []
-    for row in rows:
-        cells = []
-        for name in COLUMNS:
-            value = row.get(name)
-            if name == "page" or name == keys.VIDEO:
-                value = 1 if value else 0
-            elif isinstance(value, float) and not math.isfinite(value):
-                value = None
-            elif name in CODED:
-                value = values[name].setdefault("" if value is None else str(value),
-                                                len(values[name]))  # fmt: skip
-            cells.append(value)
-        packed.append(cells)
+    values: dict[str, dict[str, int]] = {name: {} for name in CODED}
+    columns = []
+    for name in COLUMNS:
+        cells = [row.get(name) for row in rows]
+        if name in ("page", keys.VIDEO):
+            cells = [1 if cell else 0 for cell in cells]
+        elif name in CODED:
+            codes = values[name]
+            cells = [codes.setdefault("" if c is None else str(c), len(codes)) for c in cells]
+        else:
+            cells = [None if isinstance(c, float) and not math.isfinite(c) else c for c in cells]
+        columns.append(cells)
     document = {
         "columns": COLUMNS,
         "values": {name: list(found) for name, found in values.items()},
-        "rows": packed,
+        "rows": [list(row) for row in zip(*columns, strict=True)] if rows else [],
         "screen": SCREEN_ROWS,
     }
     text = json.dumps(document, separators=(",", ":"), allow_nan=False, default=str)
