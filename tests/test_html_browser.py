@@ -159,3 +159,50 @@ def test_rollout_page_of_a_state_only_eval_says_why_there_is_no_video(report, pa
     assert "a state-only Eval has nothing to film" in page.text_content("#no-video")
     assert page.locator("#statics").is_visible()
     assert page.text_content("#outcome") == "unsolved"
+
+
+@pytest.fixture(scope="module")
+def large(report: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of 20,000 rollouts: copies of the real run's records (its traces too), each its
+    own item, a third of them unsolved, with its report written by `policybench report html`."""
+    import json
+
+    run = tmp_path_factory.mktemp("large")
+    records = [json.loads(line) for line in (report / "results.jsonl").read_text().splitlines()]
+    shutil.copytree(report / "traces", run / "traces")
+    shutil.copy(report / "run.json", run / "run.json")
+    with (run / "results.jsonl").open("w") as results:
+        for i in range(20_000):
+            record = dict(records[i % len(records)])
+            record.update(nodeid=f"test_point.py::test_point[large-{i}]", rollout_index=i,
+                          outcome="unsolved" if i % 3 == 0 else "solved")  # fmt: skip
+            record.pop("video", None)
+            results.write(json.dumps(record) + "\n")
+    done = subprocess.run([sys.executable, "-m", "policybench.cli", "report", "html", str(run)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return run
+
+
+def test_a_report_of_twenty_thousand_rollouts_opens_filters_and_links(large, page):
+    """The index stays under 2 MB and draws its first screen within 2 s; the filters work over
+    all 20,000 rows; a row's link opens its rollout's page."""
+    import time
+
+    assert (large / "index.html").stat().st_size < 2 << 20
+    assert len(list((large / "rollouts").glob("*.html"))) == 500
+    started = time.monotonic()
+    page.goto((large / "index.html").as_uri())
+    page.wait_for_selector("#rollouts-table tbody tr")
+    assert time.monotonic() - started < 2.0
+    assert page.locator("#rollouts-table tbody tr").count() == 100  # one screen
+    assert page.text_content("#rollout-count") == "showing 20000 of 20000"
+    page.select_option("select[data-filter=outcome]", "unsolved")
+    assert page.text_content("#rollout-count") == "showing 6667 of 20000"
+    assert page.text_content("#rollouts-page") == "page 1 of 67"
+    page.click("#rollouts-next")
+    assert page.text_content("#rollouts-page") == "page 2 of 67"
+    outcomes = page.locator("#rollouts-table tbody tr td:nth-child(5)").all_text_contents()
+    assert set(outcomes) == {"unsolved"} and len(outcomes) == 100
+    page.locator("#rollouts-table tbody tr a").first.click()
+    assert page.text_content("#outcome") == "unsolved"
