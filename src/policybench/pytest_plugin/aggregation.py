@@ -38,6 +38,7 @@ from policybench.report.compare import Comparison, compare_arms, still_blinded
 from policybench.report.drift import drift_lines
 from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
+from policybench.report.markdown import markdown, to_step_summary, write_markdown
 from policybench.report.merge import resumed_run_info
 from policybench.report.robustness import robustness
 from policybench.report.rows import Row
@@ -223,6 +224,9 @@ class Aggregator:
             tuple(breach.line() for breach in breaches),
         )
         write_html(self.run_dir, self.findings)
+        said = markdown(summary, self.verdict, self.run_info, comparison)
+        write_markdown(self.run_dir, said)
+        to_step_summary(said)  # a GitHub Actions job's page, where it sets one
         _junit_suite_properties(self.config, summary)
         self.report_s = time.perf_counter() - started
         self.config.stash[gates.BREACHED] = not self.verdict.passed

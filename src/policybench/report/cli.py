@@ -25,6 +25,7 @@ from policybench.report.compare import (
     still_blinded,
 )
 from policybench.report.html import Findings, write_html
+from policybench.report.markdown import markdown, write_markdown
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
 from policybench.report.rollout_table import PAGES_ALL, PAGES_LARGE
@@ -188,6 +189,7 @@ def rebuild_report(run_dir: Path, all_pages: bool = False) -> Path:
     summary.write(run_dir, run)
     findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
     index = write_html(run_dir, findings, all_pages)
+    write_markdown(run_dir, markdown(summary, findings.verdict, run))
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))
     print(f"{len(results.records)} rollouts; report: {index}")
