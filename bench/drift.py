@@ -94,7 +94,7 @@ ROWS: tuple[tuple[str, list[str], tuple[str, ...]], ...] = (
             "--rollouts",
             "1",
         ],
-        ("mujoco==3.3.7", "mujoco==3.5.0", "mujoco==4.0.1"),
+        ("mujoco==3.3.7", "mujoco==4.0.1"),
     ),
     (
         "LIBERO-PRO (spatial, objects perturbed), seeded random, 1 a task",
