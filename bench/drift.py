@@ -129,14 +129,28 @@ def run(arguments: list[str], pins: str, report_dir: Path) -> tuple[dict | None,
     return json.loads(summary.read_text()), ""
 
 
+def _why(said: str) -> str:
+    """The error's message, not where it came from; for one without a message (a bare
+    assert), the line that failed and its file."""
+    text = " ".join(said.split())
+    head, _, frames = text.partition(" [File")
+    why = head.rpartition(": ")[2].strip()
+    if (why and not why.endswith(":")) or not frames:
+        return why[-160:]
+    last = frames.rstrip("]").split(" | File ")[-1]
+    where, _, code = last.partition(", in ")
+    line = code.partition(" ")[2].split(" ^")[0].strip()
+    source = where.split("/site-packages/")[-1].replace('"', "")
+    return f"fails `{line}` in {source}"[-200:]
+
+
 def row(family: str, pins: str, summary: dict | None, problem: str) -> str:
     if summary is None or not summary.get("drift"):
         return f"| {family} | {pins} | no: {problem or 'nothing ran'} | - | - | - | - | - |"
     cells = []
     for drift in summary["drift"]:
         if drift["verdict"] == "does not load":
-            why = " ".join(str(drift["not_loaded"]).split()).split(" [File")[0]
-            why = why.rpartition(": ")[2][-160:]  # the error's message, not where it came from
+            why = _why(str(drift["not_loaded"]))
             cells.append(f"| {family} | {pins} | no: {why} | - | - | - | - | does not load |")
             continue
         steps = drift["first_differing_steps"]
