@@ -200,7 +200,11 @@ class _Deadlined(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     """A thread per connection, at most MAX_HANDLERS at once: one more is answered 503 at once
-    and closed (300 idle connections once held 479 threads)."""
+    and closed (300 idle connections once held 479 threads). Its backlog holds a burst of
+    connections (socketserver's default of 5 drops the rest, and their clients retry a second
+    later)."""
+
+    request_queue_size = 128
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
