@@ -8,7 +8,11 @@ import argparse
 import os
 import ssl
 import stat
+import threading
+import time
+import weakref
 from pathlib import Path
+from typing import Any
 
 
 def add_tls_options(parser: argparse.ArgumentParser, scheme: str) -> None:
@@ -54,4 +58,54 @@ def client_context() -> ssl.SSLContext:
     authorities, or those of `$SSL_CERT_FILE`, and its name against the URL's host."""
     context = ssl.create_default_context()
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+class HandshakesBusy(ssl.SSLError):
+    """A TLS handshake refused because the server has as many under way as it takes."""
+
+
+def capped_handshakes(context: ssl.SSLContext, limit: int, timeout_s: float) -> ssl.SSLContext:
+    """`context`, taking at most `limit` TLS handshakes under way at once: one more fails at
+    once, before its client has cost anything. A handshake is under way from the connection's
+    start until it succeeds or fails, or `timeout_s` after it began (by then the server has cut
+    it), so the count needs no word from a connection that vanished."""
+    lock = threading.Lock()
+    under_way: dict[int, float] = {}  # id of each handshake's SSLObject -> when it began
+    refused: weakref.WeakSet[ssl.SSLObject] = weakref.WeakSet()
+
+    def begin(handshake: ssl.SSLObject) -> None:
+        now = time.monotonic()
+        with lock:
+            for key in [k for k, began in under_way.items() if now - began > timeout_s]:
+                del under_way[key]
+            if len(under_way) >= limit:
+                refused.add(handshake)
+            else:
+                under_way[id(handshake)] = now
+
+    def end(handshake: ssl.SSLObject) -> None:
+        with lock:
+            under_way.pop(id(handshake), None)
+
+    class Counted(ssl.SSLObject):
+        @classmethod
+        def _create(cls, *args: Any, **kwargs: Any) -> Counted:  # what wrap_bio calls
+            handshake = super()._create(*args, **kwargs)
+            begin(handshake)
+            return handshake
+
+        def do_handshake(self) -> None:
+            if self in refused:
+                raise HandshakesBusy(f"{limit} TLS handshakes under way; try again shortly")
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise  # under way: more bytes to come
+            except BaseException:
+                end(self)
+                raise
+            end(self)
+
+    context.sslobject_class = Counted
     return context

@@ -56,6 +56,7 @@ from policybench.serve.wire import (
     packb,
     unpackb,
 )
+from policybench.tls import capped_handshakes
 
 EVAL_HEADER = "X-Policybench-Eval"  # the Eval's name
 EVAL_REF_HEADER = "X-Policybench-Eval-Ref"  # where it is declared, `module:attribute`
@@ -74,6 +75,7 @@ DECODERS = 2  # ... on one of these threads: at most this many large frames deco
 # 64 MiB frames, a client that sends without reading would have a GiB held for it).
 FRAMES_QUEUED = 1
 TLS_HANDSHAKE_TIMEOUT_S = 5.0  # how long a TLS handshake may take (asyncio's default: 60 s)
+TLS_HANDSHAKES = 64  # TLS handshakes under way at once; one more fails at once
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,11 @@ class PolicyServer:
 
     async def start(self) -> Server:
         config = self.config
-        # A client that never finishes its TLS handshake holds its place this long at most.
+        # A client that never finishes its TLS handshake holds its place this long at most, and
+        # at most TLS_HANDSHAKES of them are under way at once.
         handshake = {"ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S} if config.tls else {}
+        if config.tls is not None:
+            capped_handshakes(config.tls, TLS_HANDSHAKES, TLS_HANDSHAKE_TIMEOUT_S)
         return await serve(
             self._handle,
             config.host,
