@@ -4,6 +4,7 @@ properties, in one process and under xdist."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ElementTree
 
 import pytest
@@ -43,6 +44,8 @@ def test_junitxml_testcases_carry_outcomes_and_the_suite_carries_success_rates(
     assert far["policybench.outcome"] == "unsolved" and far["policybench.steps"] == "2"
     assert far["policybench.reason"] == "timeout after 2 steps (0.2 s)"
     assert float(far["policybench.sum_reward"]) < 0
+    assert far["policybench.eval"] == "slow" and far["policybench.task"] == "far"
+    assert json.loads(far["policybench.scene"])["seed"] == 1
     assert not any(name == "policybench" for case in cases.values() for name in case)
     run = properties(suite)
     assert run["policybench.solvable.success_rate"] == "1.0"

@@ -449,8 +449,12 @@ def test_a_specs_module_given_with_p_is_found_where_the_commands_run():
 def test_the_report_leads_with_the_answer_and_lists_which_rollouts_broke_which_spec(mt):
     """The index opens with the overview (after any verdict), then tasks and specs, and only
     then how rollouts failed; the rollout list has a column and a filter of the specs broken."""
-    result = mt.runpytest_subprocess("--rollouts", "2", "--policy", "unsafe:UPWARD")
+    result = mt.runpytest_subprocess(
+        "--rollouts", "2", "--policy", "unsafe:UPWARD", "--junitxml=junit.xml"
+    )
     assert result.ret == 1  # the violations fail their items
+    junit = (Path(mt.path) / "junit.xml").read_text()  # each spec's margin, a property per case
+    assert junit.count('<property name="policybench.margin.hand in workspace') >= 2
     html = (Path(mt.path) / "reports" / "latest" / "index.html").read_text()
     order = [html.index(f'id="{name}"') for name in ("overview", "tasks", "specs", "failures")]
     assert order == sorted(order)

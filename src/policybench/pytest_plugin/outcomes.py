@@ -11,7 +11,8 @@ controller. Records travel to the controller on the call report (under xdist too
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import json
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import pytest
@@ -31,7 +32,21 @@ from policybench.run.records import rollout_record
 RECORD = "policybench"  # name of the call report's user property that carries the record
 # The user property of a rollout skipped because its policy cannot run on its Eval: [eval, why].
 NO_POLICY = "policybench_no_policy"
-JUNIT_FIELDS = (keys.OUTCOME, keys.REASON, keys.STEPS, keys.SUM_REWARD)
+JUNIT_FIELDS = (keys.EVAL, keys.TASK, keys.OUTCOME, keys.REASON, keys.STEPS, keys.SUM_REWARD)
+
+
+def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A rollout's testcase properties in --junitxml: JUNIT_FIELDS, its arm in an A/B run, its
+    scene (JSON) and each trajectory spec's margin (`policybench.margin.<spec>`)."""
+    found = [(f"policybench.{name}", record.get(name)) for name in JUNIT_FIELDS]
+    if record.get(keys.ARM) is not None:
+        found.append((f"policybench.{keys.ARM}", record[keys.ARM]))
+    if isinstance(record.get(keys.SCENE), Mapping):
+        found.append((f"policybench.{keys.SCENE}", json.dumps(record[keys.SCENE], sort_keys=True)))
+    for name, judged in sorted((record.get(keys.SPECS) or {}).items()):
+        if isinstance(judged, Mapping) and judged.get("margin") is not None:
+            found.append((f"policybench.margin.{name}", judged["margin"]))
+    return found
 
 
 @pytest.hookimpl(wrapper=True)
@@ -47,7 +62,7 @@ def pytest_runtest_makereport(
         record = rollout_record(planned, episode, item.stash.get(RECORD_FIELDS, {}))
         report.user_properties.append((RECORD, record))
         # The item's own properties reach --junitxml (pytest's record_property way).
-        item.user_properties += [(f"policybench.{name}", record[name]) for name in JUNIT_FIELDS]
+        item.user_properties += junit_properties(record)
     if call.excinfo is not None and isinstance(call.excinfo.value, PolicyCannotRun):
         why = [planned[keys.EVAL] if planned else "", str(call.excinfo.value.msg)]
         report.user_properties.append((NO_POLICY, why))
