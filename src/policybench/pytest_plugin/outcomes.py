@@ -42,7 +42,8 @@ def junit_properties(record: Mapping[str, Any]) -> list[tuple[str, Any]]:
     if record.get(keys.ARM) is not None:
         found.append((f"policybench.{keys.ARM}", record[keys.ARM]))
     if isinstance(record.get(keys.SCENE), Mapping):
-        found.append((f"policybench.{keys.SCENE}", json.dumps(record[keys.SCENE], sort_keys=True)))
+        scene = json.dumps(record[keys.SCENE], sort_keys=True, default=str)
+        found.append((f"policybench.{keys.SCENE}", scene))
     for name, judged in sorted((record.get(keys.SPECS) or {}).items()):
         if isinstance(judged, Mapping) and judged.get("margin") is not None:
             found.append((f"policybench.margin.{name}", judged["margin"]))
