@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from policybench.cache import cache_home
+
 # What the env server needs in every interpreter, added to requirements that do not name them.
 SERVER_REQUIREMENTS = ("msgpack", "numpy")
 MARKER = "policybench-interpreter.json"  # written last: a directory without it is unfinished
@@ -123,8 +125,7 @@ def install_command(interpreter: Interpreter) -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "policybench" / "interpreters"
+    return cache_home() / "interpreters"
 
 
 def built_dir(interpreter: Interpreter) -> Path:

@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from policybench import cache
 from policybench.envserver import server as protocol
 from policybench.lifetime import owned_env
 
@@ -140,17 +141,9 @@ def private_folder() -> Path:
     if runtime and Path(runtime).is_dir():
         base = Path(runtime) / "policybench-envserver"
     else:
-        cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        base = Path(cache) / "policybench" / "envserver"
-        base.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=0o700)
-    found = base.lstat()
-    if (
-        not stat.S_ISDIR(found.st_mode)
-        or found.st_uid != os.getuid()
-        or found.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    ):
+        base = cache.cache_home() / "envserver"
+    found = cache.private_folder(base)
+    if not cache.is_private(found):
         raise EnvServerError(
             f"{base} is not a folder of this user's that only it may write (owner uid "
             f"{found.st_uid}, mode {stat.filemode(found.st_mode)}); the env server's script will "

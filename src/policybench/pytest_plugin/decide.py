@@ -40,9 +40,10 @@ from policybench.pytest_plugin.resume import resumed_of
 from policybench.pytest_plugin.rundir import baseline_dir, run_dir_of, settings_of
 from policybench.pytest_plugin.workers import is_worker
 from policybench.record.episode import OutcomeKind
+from policybench.run.files import write_file
 from policybench.run.layout import DECIDE_PLAN
 from policybench.run.records import scene_key
-from policybench.run.results import RESULTS, ResultsFollower, write_whole
+from policybench.run.results import RESULTS, ResultsFollower
 
 TEST = pytest.StashKey[SequentialTest | None]()
 PLANS = pytest.StashKey[dict[tuple[str, str | None], Characteristic]]()  # each side's chances
@@ -168,7 +169,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if weak and not config.getoption("allow_weak_decision"):
         return refuse(config, items, _weak(test, weak, settings_of(config).rollouts))
     if is_worker(config):  # the controller, which collects nothing, prints them
-        write_whole(run_dir_of(config) / DECIDE_PLAN, "\n".join(plan_lines(config)) + "\n")
+        write_file(run_dir_of(config) / DECIDE_PLAN, "\n".join(plan_lines(config)) + "\n")
     # Each Eval's items take the slots its items held, in decision order (arms of a scene stay
     # side by side), so that a run without -n meets them in that order.
     slots: dict[str, list[int]] = {}

@@ -132,9 +132,8 @@ def open_store(root: Path) -> sqlite3.Connection:
         connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION
         or made - MADE_HERE
     ):
-        for kind, name in sorted(made, reverse=True):  # tables last: triggers and views first
-            if kind in ("table", "view", "trigger", "index"):
-                connection.execute(f'DROP {kind.upper()} IF EXISTS "{name.replace(chr(34), "")}"')
+        for kind, name in sorted(made, reverse=True):  # views and triggers before tables
+            connection.execute(f'DROP {kind.upper()} IF EXISTS "{name.replace(chr(34), "")}"')
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     connection.executescript(SCHEMA)
     return connection
@@ -155,9 +154,9 @@ def _untrusted(path: Path) -> str | None:
 
 
 def _remove(path: Path, why: str) -> None:
+    if path.is_dir() and not path.is_symlink():
+        raise Refused(f"refused to use {path}: {why}; remove it")
     try:
-        if path.is_dir() and not path.is_symlink():
-            raise Refused(f"refused to use {path}: {why}; remove it")
         path.unlink()
     except OSError as error:
         raise Refused(f"refused to use {path}: {why}, and it cannot be removed ({error})") from None

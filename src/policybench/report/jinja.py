@@ -5,12 +5,11 @@ not used (compiled bytecode is code)."""
 
 from __future__ import annotations
 
-import os
-import stat
-from pathlib import Path
 from typing import Any
 
 import jinja2
+
+from policybench.cache import cache_home, is_private, private_folder
 
 
 def environment(**options: Any) -> jinja2.Environment:
@@ -25,14 +24,9 @@ def environment(**options: Any) -> jinja2.Environment:
 
 
 def _cache() -> jinja2.BytecodeCache | None:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    folder = Path(base) / "policybench" / "templates"
+    folder = cache_home() / "templates"
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        found = folder.lstat()
+        found = private_folder(folder)
     except OSError:
         return None
-    mine = found.st_uid == os.geteuid() and stat.S_ISDIR(found.st_mode)
-    if not mine or found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return None
-    return jinja2.FileSystemBytecodeCache(str(folder))
+    return jinja2.FileSystemBytecodeCache(str(folder)) if is_private(found) else None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from policybench.report.compare import Comparison
 from policybench.report.failures import clusters_lines
+from policybench.report.html import percent
 from policybench.report.rows import Row
 from policybench.report.summary import Summary
 from policybench.run.files import open_append, write_file
@@ -44,8 +45,8 @@ def markdown(
         ]
         worse = [*comparison.pooled_regressions, *comparison.regressions]
         lines += [
-            f"- {_escaped(row.where)} / {_escaped(row.label)}: {_rate(row.before.rate)} -> "
-            f"{_rate(row.after.rate)} (adjusted p = {row.adjusted_p:.3g})"
+            f"- {_escaped(row.where)} / {_escaped(row.label)}: {percent(row.before.rate)} -> "
+            f"{percent(row.after.rate)} (adjusted p = {row.adjusted_p:.3g})"
             for row in worse
             if row.adjusted_p is not None
         ]
@@ -65,16 +66,12 @@ def _table(rows: Sequence[Row], arms: bool) -> list[str]:
     for row in rows:
         tally, interval = row.stats.tally, row.interval()
         measured = tally.measured and interval is not None
-        rate = _rate(tally.rate) if tally.measured else "no result"
-        band = f"{_rate(interval[0])} to {_rate(interval[1])}" if measured else "-"
+        rate = percent(tally.rate) if tally.measured else "no result"
+        band = f"{percent(interval[0])} to {percent(interval[1])}" if measured else "-"
         cells = [_escaped(row.label), *([_escaped(str(row.arm))] if arms else []),
                  str(tally.rollouts), str(tally.solved), str(tally.errors), rate, band]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def _escaped(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from markupsafe import Markup
 
 from policybench import keys
+from policybench.trajectory.library import violated
 
 PAGES_ALL = 2000  # a run of up to this many rollouts gets a page for each
 PAGES_LARGE = 500  # a larger run gets this many, unless every page is asked for
@@ -51,8 +52,7 @@ def paged(records: Sequence[Mapping[str, Any]], every: bool = False) -> set[int]
 
 
 def _broke_a_spec(record: Mapping[str, Any]) -> bool:
-    specs = record.get(keys.SPECS) or {}
-    return any(isinstance(s, Mapping) and (s.get("margin") or 0) < 0 for s in specs.values())
+    return any(violated(judged) for judged in (record.get(keys.SPECS) or {}).values())
 
 
 def table_data(rows: Sequence[Mapping[str, Any]]) -> Markup:

@@ -14,8 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from policybench.run.files import read_json
-from policybench.run.results import write_whole
+from policybench.run.files import read_json, write_file
 
 RUN_INFO = "run.json"
 
@@ -79,7 +78,7 @@ class RunInfo:
 
     def write(self, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_whole(run_dir / RUN_INFO, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        write_file(run_dir / RUN_INFO, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
 
 def git_revision(cwd: Path) -> str:

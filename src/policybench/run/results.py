@@ -23,7 +23,6 @@ from policybench.run.files import (
     loads,
     open_append,
     open_regular,
-    write_file,
 )
 
 RESULTS = "results.jsonl"
@@ -91,13 +90,6 @@ class ResultsWriter:
     @property
     def path(self) -> Path:
         return self.run_dir / RESULTS
-
-
-def write_whole(path: Path, text: str) -> None:
-    """Writes `text` to `path` whole or not at all: a reader, or a process killed as it writes,
-    finds the old file or the new one, never a part. The file has a new file's mode (0666 less
-    the umask), as the run's other files."""
-    write_file(path, text)
 
 
 def point_latest(run_dir: Path) -> None:

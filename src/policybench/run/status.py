@@ -12,11 +12,11 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
-from policybench.run.files import read_json
+from policybench.run.files import read_json, write_file
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY
 from policybench.run.records import Tally, latest_per_rollout, tally_of
-from policybench.run.results import RESULTS, read_results, write_whole
+from policybench.run.results import RESULTS, read_results
 from policybench.run.unfinished import UNFINISHED
 
 STATUS = "status.json"
@@ -170,7 +170,7 @@ def write_status(run_dir: Path, status: Status) -> None:
     """Replaces status.json in one step: a reader sees the old file or the new one, never a part.
     Its mode is the other run files' (0666 less the umask), so whoever reads the report reads it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_whole(run_dir / STATUS, json.dumps(status.to_json()))
+    write_file(run_dir / STATUS, json.dumps(status.to_json()))
 
 
 class StatusFile:

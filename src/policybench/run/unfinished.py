@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from policybench import keys
-from policybench.run.files import make_folder, read_json
+from policybench.run.files import make_folder, read_json, write_file
 from policybench.run.layout import VIDEOS
-from policybench.run.results import RESULTS, ResultsWriter, read_results, write_whole
+from policybench.run.results import RESULTS, ResultsWriter, read_results
 
 UNFINISHED = ".episodes-in-progress"  # a run directory's folder of markers, one per open episode
 PROCESS, HOST, RECORD = "pid", "host", "record"
@@ -27,7 +27,7 @@ def mark(run_dir: Path, name: str, record: Mapping[str, Any]) -> Path:
     make_folder(folder)
     path = folder / f"{name}.json"
     marker = {PROCESS: os.getpid(), HOST: socket.gethostname(), RECORD: dict(record)}
-    write_whole(path, json.dumps(marker, sort_keys=True))
+    write_file(path, json.dumps(marker, sort_keys=True))
     return path
 
 
