@@ -98,8 +98,37 @@ def list_tasks(names: Sequence[str]) -> int:
     return 0
 
 
+def add_published_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "published", help="list the results papers and model cards published for our Evals"
+    )
+    parser.add_argument(
+        "evals", nargs="*", metavar="EVAL", help="only those published for these Evals"
+    )
+    parser.set_defaults(func=run_published)
+
+
+def run_published(args: argparse.Namespace) -> int:
+    from policybench.report.published import listing
+
+    unknown = [name for name in args.evals if name not in registered_evals()]
+    if unknown:
+        print(f"policybench published: no Eval named {listed(unknown)}; `policybench list` "
+              "names them", file=sys.stderr)  # fmt: skip
+        return 2
+    lines = listing(args.evals)
+    if not lines:
+        print(f"no published results are known for {listed(args.evals)}")
+        return 0
+    print("\n".join(lines))
+    print("compare a run with one: pytest ... --published NAME (a checkpoint that names its "
+          "entry is compared without it)")  # fmt: skip
+    return 0
+
+
 COMMANDS = (
     add_list_parser,
+    add_published_parser,
     env_command.add_parser,
     serve_command.add_parser,
     report_command.add_parser,

@@ -162,3 +162,6 @@ SPECS = "specs"
 PERTURBATION = "perturbation"
 # The trajectory specs an Eval's rollouts were held to (their reprs): part of the protocol.
 TRAJECTORY_SPECS = "trajectory_specs"
+# The published results a run is compared with: the run setting --published NAME records, and
+# the field a policy's describe() may name its checkpoint's published entry by.
+PUBLISHED = "published"

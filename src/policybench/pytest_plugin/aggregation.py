@@ -40,6 +40,7 @@ from policybench.report.failures import clusters_lines
 from policybench.report.html import Findings, write_html
 from policybench.report.markdown import markdown, to_step_summary, write_markdown
 from policybench.report.merge import resumed_run_info
+from policybench.report.published import published_lines
 from policybench.report.robustness import robustness
 from policybench.report.rows import Row
 from policybench.report.specs import HEADER as SPEC_HEADER
@@ -192,6 +193,7 @@ class Aggregator:
             decide=decide.test_of(self.config),
             baseline=decide.baseline_of(self.config),
             run_dir=self.run_dir,
+            published=self.config.getoption("published", None),
         )
         breaches, notes = self._breaches(summary)
         if not self.records and self.no_policy:  # nothing ran for want of a policy
@@ -336,6 +338,8 @@ class Aggregator:
             write(line, bold=line.startswith("how"))
         for line in drift_lines(summary.drift):
             write(line, bold=line.startswith("drift"))
+        for line in published_lines(summary.published):
+            write(line, bold=line.startswith("published"), yellow="BELOW" in line)
         for diagnosis in summary.diagnoses:
             write("")
             for line in diagnosis.lines():
@@ -430,6 +434,7 @@ def run_settings(config: pytest.Config, settings: RunSettings) -> dict[str, Any]
             else {}
         ),
         **decide.baseline_dir_setting(config),
+        **({keys.PUBLISHED: named} if (named := config.getoption("published", None)) else {}),
     }
 
 

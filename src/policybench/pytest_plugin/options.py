@@ -41,6 +41,7 @@ from policybench.registry import (
     PolicySettings,
     check_policy_name,
 )
+from policybench.report.published import catalog, entry_named
 from policybench.run.arms import BLINDING_FILE, Blinding
 from policybench.serve.client import Endpoint
 
@@ -74,6 +75,15 @@ def _arm_options(group: pytest.OptionGroup) -> None:
         "runs under each policy, as items `task/seed=3/policy=LABEL` side by side. LABEL names "
         "an arm (default: the policy's name, or a checkpoint's directory); @ws://HOST:PORT is "
         "where that arm is served (openpi, or `policybench serve`)",
+    )
+    group.addoption(
+        "--published",
+        default=None,
+        metavar="NAME",
+        help="show the run beside the results published for NAME (an entry's name or "
+        "checkpoint: `policybench published` lists them), with an exact test; without it, a "
+        "policy whose description names a published checkpoint (lerobot:PATH of a hub "
+        "checkpoint, say) is compared with its own",
     )
     group.addoption(
         "--assign",
@@ -334,6 +344,13 @@ def refusals(config: pytest.Config) -> Iterator[str]:
                 check_execute_steps(option("execute_steps", None), played.steps)
     except ValueError as error:
         yield str(error)
+    try:  # the published results are read once, before any rollout, so a broken file is said
+        known = catalog()
+        published = option("published", None)
+        if published is not None:
+            entry_named(published, known)
+    except ValueError as error:
+        yield f"--published: {error}"
     report_dir = config.rootpath / option("report_dir")
     if report_dir.exists() and not report_dir.is_dir():
         yield f"--report-dir {option('report_dir')}: {report_dir} is a file; give a directory"

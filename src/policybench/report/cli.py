@@ -28,6 +28,7 @@ from policybench.report.html import Findings, write_html
 from policybench.report.markdown import markdown, write_markdown
 from policybench.report.merge import MergeRefused, merge_runs
 from policybench.report.paired import Adjustment
+from policybench.report.published import entry_named, published_lines
 from policybench.report.rollout_table import PAGES_ALL, PAGES_LARGE
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
@@ -52,6 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help=f"a page for every rollout (a run of over {PAGES_ALL:,} rollouts gets pages for its "
         f"errors, unsolved and spec-breaking rollouts, then a sample, {PAGES_LARGE:,} in all)",
+    )
+    html.add_argument(
+        "--published",
+        metavar="NAME",
+        help="show the run beside these published results (`policybench published` lists "
+        "them), instead of those its policy or run names",
     )
     html.set_defaults(func=run_html)
 
@@ -167,16 +174,22 @@ def one_line(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 def run_html(args: argparse.Namespace) -> int:
     run_dir = Path(args.run)
     try:
+        if args.published is not None:
+            entry_named(args.published)
+    except ValueError as error:
+        print(f"policybench report html: --published: {error}", file=sys.stderr)
+        return 2
+    try:
         seal_named(args.run, args.report_dir)  # a loop killed in its first episode: no results
         run_dir = _run_dir(args.run, args.report_dir)
-        rebuild_report(run_dir, args.all_pages)
+        rebuild_report(run_dir, args.all_pages, args.published)
     except KeyboardInterrupt:
         print(interrupted_line(run_dir, f"writing the report of {run_dir}"), file=sys.stderr)
         return INTERRUPTED
     return 0
 
 
-def rebuild_report(run_dir: Path, all_pages: bool = False) -> Path:
+def rebuild_report(run_dir: Path, all_pages: bool = False, published: str | None = None) -> Path:
     """summary.json and the HTML report of `run_dir`, written anew from its results (and its
     operators' verdicts); says what it wrote. Returns the report's index page. Episodes a
     wrapped loop died in (run.unfinished) become their error records first."""
@@ -185,13 +198,15 @@ def rebuild_report(run_dir: Path, all_pages: bool = False) -> Path:
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)
-    summary = Summary.of_run(run_dir, results)
+    summary = Summary.of_run(run_dir, results, published)
     summary.write(run_dir, run)
     findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
     index = write_html(run_dir, findings, all_pages)
     write_markdown(run_dir, markdown(summary, findings.verdict, run))
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))
+    for line in published_lines(summary.published):
+        print(line)
     print(f"{len(results.records)} rollouts; report: {index}")
     return index
 

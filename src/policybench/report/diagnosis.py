@@ -17,7 +17,7 @@ comparisons with the expert and the image's orientation, said where they find so
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,10 +67,13 @@ class Diagnosis:
         }
 
 
-def diagnoses(records: Sequence[Mapping[str, Any]], run_dir: Path | None) -> tuple[Diagnosis, ...]:
+def diagnoses(
+    records: Sequence[Mapping[str, Any]], run_dir: Path | None, far_below: Set[str] = frozenset()
+) -> tuple[Diagnosis, ...]:
     """One Diagnosis per Eval that solved DIAGNOSED_AT of its rollouts or less (errors aside)
-    and has traces in `run_dir`, and per Eval above it whose unsolved rollouts break a
-    convention the expert's actions show."""
+    or is in `far_below` (significantly below its checkpoint's published rate) and has traces
+    in `run_dir`, and per Eval above it whose unsolved rollouts break a convention the
+    expert's actions show."""
     if run_dir is None:
         return ()
     orientations = _orientations(run_dir)
@@ -85,7 +88,7 @@ def diagnoses(records: Sequence[Mapping[str, Any]], run_dir: Path | None) -> tup
         if not traces:
             continue
         compared = _expert(traces)  # a dimension the expert explains is not said again
-        if rate > DIAGNOSED_AT:
+        if rate > DIAGNOSED_AT and eval not in far_below:
             # Solving some tasks, an Eval may still fail others for a broken convention (a
             # flipped gripper fails only the tasks that grasp): said where the expert's
             # actions at the same observations show one, silent otherwise.

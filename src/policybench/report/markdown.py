@@ -50,6 +50,11 @@ def markdown(
             for row in worse
             if row.adjusted_p is not None
         ]
+    if summary.published:
+        entry = summary.published[0].entry
+        lines += ["", f"**Beside the published results of {_escaped(entry.name)}** "
+                  f"([{_escaped(entry.where)}]({entry.source})):"]  # fmt: skip
+        lines += [f"- {_escaped(c.line())}" for c in summary.published]
     clusters = clusters_lines(summary.failures)
     if clusters:
         lines += ["", f"**{clusters[1]}**", *(f"- {_escaped(c.strip())}" for c in clusters[2:])]

@@ -19,10 +19,15 @@ from policybench.decide import (
 )
 from policybench.record.protocol import Protocol
 from policybench.report.agreement import OPERATOR, Agreement
-from policybench.report.compare import adjusted_together, compare_runs
+from policybench.report.compare import Comparison, adjusted_together, compare_runs
 from policybench.report.diagnosis import Diagnosis, diagnoses
 from policybench.report.drift import EvalDrift, drifts
 from policybench.report.failures import Cluster, failure_clusters
+from policybench.report.published import (
+    PublishedComparison,
+    compare_published,
+    entry_of,
+)
 from policybench.report.robustness import robustness_json
 from policybench.report.rows import ArmComparison, DecidedSide, Row
 from policybench.report.specs import SpecRow, spec_rows
@@ -60,6 +65,9 @@ class Summary:
     failures: tuple[Cluster, ...] = ()  # where the unsolved rollouts cluster, largest first
     diagnoses: tuple[Diagnosis, ...] = ()  # why Evals far below expectation ended there
     drift: tuple[EvalDrift, ...] = ()  # a run under candidate pins (--env-pins): per Eval
+    # The published results of the run's checkpoint (its policy names it, or --published), each
+    # beside the run's rate.
+    published: tuple[PublishedComparison, ...] = ()
 
     @classmethod
     def of(
@@ -71,11 +79,13 @@ class Summary:
         decide: SequentialTest | None = None,
         baseline: Baseline | None = None,
         run_dir: Path | None = None,
+        published: str | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
         its operator verdicts (verdicts.jsonl), beside the automatic outcomes; `decide`: its
         sequential test (--decide; a paired one against `baseline`); `run_dir`: where the
-        rollouts' traces lie, which clustering the failures reads."""
+        rollouts' traces lie, which clustering the failures reads; `published`: the published
+        entry it is compared with (--published), where its policy does not name one."""
 
         decisions = _decisions(decide, records, baseline)
 
@@ -99,14 +109,11 @@ class Summary:
             for (e, t), members in group(by_arm[arm], keys.EVAL, keys.TASK).items()
         ]
         assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
-        same = (Protocol.of(()), Protocol.of(()))  # the arms of one run share its protocol
-        compared = adjusted_together(
-            [
-                compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same)
-                for before, after in compared_arms(by_arm)
-            ]
-        )
+        compared = _arms_compared(by_arm)
         versus = [ArmComparison(comparison, assigned) for comparison in compared]
+        beside, unread = _beside_published(records, published)
+        problems = [*problems, *unread]
+        far_below = {e for c in beside if c.verdict == "below" for e in c.result.evals}
         return cls(
             evals=tuple(row(e, None, m) for (e,), m in evals.items()),
             tasks=tuple(row(e, t, m) for (e, t), m in group(records, keys.EVAL, keys.TASK).items()),
@@ -119,15 +126,19 @@ class Summary:
             decisions=decisions,
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
-            diagnoses=diagnoses(records, run_dir),
+            diagnoses=diagnoses(records, run_dir, far_below),
             drift=drifts(records, compared, run_dir),
+            published=beside,
         )
 
     @classmethod
-    def of_run(cls, run_dir: Path, results: Results | None = None) -> Summary:
+    def of_run(
+        cls, run_dir: Path, results: Results | None = None, published: str | None = None
+    ) -> Summary:
         """The Summary of the run in `run_dir`, the one its summary.json holds: of its results
         (and the problems reading them found; `results`: as the caller already read them), its
-        arms in run.json's order and its operators' verdicts."""
+        arms in run.json's order, its operators' verdicts, and the published results it was
+        compared with (`published`: another entry)."""
         results = read_results(run_dir / RESULTS) if results is None else results
         run = RunInfo.load(run_dir)
         arms = [] if run is None else list(run.settings.get(ARMS) or [])
@@ -142,7 +153,12 @@ class Summary:
             except ValueError as error:
                 problems.append(f"--decide {decide}: no decisions: {error}")
         verdicts = read_verdicts(run_dir)
-        return cls.of(results.records, problems, arms, verdicts, test, baseline, run_dir)
+        if published is None and run is not None:
+            published = run.settings.get(keys.PUBLISHED)
+        return cls.of(
+            results.records, problems, arms, verdicts, test, baseline, run_dir,
+            published if isinstance(published, str) else None,
+        )  # fmt: skip
 
     def as_json(self, run: RunInfo | None) -> dict[str, Any]:
         """One policy's run: `evals`, `tasks`, `overall`. An A/B run: those per arm (`arms`, in
@@ -170,6 +186,7 @@ class Summary:
             **({"failure_clusters": [c.as_json() for c in self.failures]} if self.failures else {}),
             **({"diagnoses": [d.as_json() for d in self.diagnoses]} if self.diagnoses else {}),
             **({"drift": [d.as_json() for d in self.drift]} if self.drift else {}),
+            **({keys.PUBLISHED: [c.as_json() for c in self.published]} if self.published else {}),
             **({} if self.operator is None else {OPERATOR: self.operator.as_json()}),
             **(
                 {"decisions": [side.as_json() for side in self.decisions]} if self.decisions else {}
@@ -213,6 +230,29 @@ class Summary:
                 found[VERDICT] = earlier
         write_file(path, json.dumps(found, indent=2, sort_keys=True) + "\n")
         return path
+
+
+def _arms_compared(by_arm: Mapping[str, Records]) -> list[Comparison]:
+    """Each pair of an A/B run's arms compared, adjusted together for multiplicity."""
+    same = (Protocol.of(()), Protocol.of(()))  # the arms of one run share its protocol
+    return adjusted_together(
+        [
+            compare_runs(by_arm[before], by_arm[after], (before, after), protocols=same)
+            for before, after in compared_arms(by_arm)
+        ]
+    )
+
+
+def _beside_published(
+    records: Records, named: str | None
+) -> tuple[tuple[PublishedComparison, ...], list[str]]:
+    """The run beside its checkpoint's published results, and a problem where they could not
+    be read (a published-results file broken since the run started)."""
+    try:
+        entry = entry_of(records, named)
+    except ValueError as error:
+        return (), [f"published results: {error}"]
+    return (() if entry is None else compare_published(records, entry)), []
 
 
 def _agreement(records: Records, verdicts: Verdicts | None) -> Agreement | None:
