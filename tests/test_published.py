@@ -188,6 +188,12 @@ def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pyte
     solved = [{**r, keys.OUTCOME: "solved"} if i < 3 else r for i, r in enumerate(records)]
     assert not diagnoses(solved, run)  # at 33% and no expert: nothing to say ...
     assert [d.eval for d in diagnoses(solved, run, {"reach"})] == ["reach"]  # ... unless far below
+    from policybench.cli import main
+
+    assert main(["history", str(pytester.path / "runs")]) == 0
+    page = (pytester.path / "runs" / "index.html").read_text()
+    assert '<line class="published"' in page and "dashed: 90.0% published for team/reacher-v7" in page
+    assert "reach: 0.0% against 90.0% published for team/reacher-v7 (below)" in page
     refused = pytester.runpytest(*RUN, "--published", "nope")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert "--published: no published results named 'nope'" in refused.stderr.str()

@@ -25,6 +25,7 @@ from typing import Any
 from policybench import keys
 from policybench.record.protocol import of_policy
 from policybench.report.compare import compare_runs
+from policybench.report.published import NAME
 from policybench.report.stats import group
 from policybench.run.arms import ARMS
 from policybench.run.files import Refused, read_json
@@ -47,6 +48,7 @@ CREATE TABLE IF NOT EXISTS runs (
     parts TEXT,                   -- a merged run: its parts' folders (JSON list)
     verdict TEXT,                 -- passed | failed | no result | aborted: <why> | NULL
     drift TEXT,                   -- under candidate pins (--env-pins): each Eval's (JSON list)
+    published TEXT,               -- beside its checkpoint's published results (JSON list)
     results_mtime_ns INTEGER,     -- results.jsonl as last read: a change reads it again
     results_size INTEGER
 );
@@ -91,7 +93,7 @@ CREATE INDEX IF NOT EXISTS rollouts_eval ON rollouts(run_id, eval);
 """
 
 
-SCHEMA_VERSION = 3  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 4  # a store of another version is an index of old shape: rebuilt
 # What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
 # else (a trigger, a view, another table) was not made here, and the store is rebuilt.
 MADE_HERE = {
@@ -251,7 +253,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
     ]
     connection.execute("DELETE FROM runs WHERE run_id = ?", (run_dir.name,))
     connection.execute(
-        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_dir.name,
             str(run_dir),
@@ -260,7 +262,7 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
             _text(run.git_revision) if run else None,
             _text(run.command) if run else None,
             json.dumps(parts),
-            *_verdict_and_drift(run_dir),
+            *_ended_with(run_dir),
             *seen,
         ),
     )
@@ -289,21 +291,47 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _verdict_and_drift(run_dir: Path) -> tuple[str | None, str | None]:
-    """What the run's summary.json recorded when it ended: its verdict, and its drift under
-    candidate pins (each Eval's line, JSON), where it has them."""
+def _ended_with(run_dir: Path) -> tuple[str | None, str | None, str | None]:
+    """What the run's summary.json recorded when it ended: its verdict, its drift under
+    candidate pins (each Eval's line, JSON) and where it stood against its checkpoint's
+    published results (JSON), where it has them."""
     try:
         summary = read_json(run_dir / SUMMARY)
     except (OSError, ValueError):
-        return None, None
+        return None, None, None
     if not isinstance(summary, dict):
-        return None, None
+        return None, None, None
     drift = [
         f"{d.get(keys.EVAL)} under {d.get('candidate')}: {d.get('verdict')}"
         for d in summary.get("drift") or ()
         if isinstance(d, dict)
     ]
-    return verdict_line(summary), json.dumps(drift) if drift else None
+    published = [_beside(p) for p in summary.get(keys.PUBLISHED) or () if isinstance(p, dict)]
+    published = [p for p in published if p is not None]
+    return (
+        verdict_line(summary),
+        json.dumps(drift) if drift else None,
+        json.dumps(published) if published else None,
+    )
+
+
+def _beside(said: Mapping[str, Any]) -> dict[str, Any] | None:
+    """One published comparison as the history keeps it: the Evals, both rates, the verdict."""
+    result, entry = said.get("published_result"), said.get(keys.PUBLISHED)
+    rates = (said.get("rate"), said.get("published_rate"))
+    if not isinstance(result, dict) or not isinstance(entry, dict):
+        return None
+    if not all(isinstance(r, int | float) and not isinstance(r, bool) for r in rates):
+        return None
+    evals = [str(e) for e in result.get("evals") or () if isinstance(e, str)]
+    return {
+        "evals": evals,
+        keys.TASK: result.get(keys.TASK) if isinstance(result.get(keys.TASK), str) else None,
+        "entry": str(entry.get(NAME, "")),
+        "rate": float(rates[0]),
+        "published_rate": float(rates[1]),
+        "verdict": str(said.get("verdict", "")),
+    }
 
 
 def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -386,7 +414,7 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
     """The store's runs as lines per Eval, each step tested against the run before it."""
     columns = (
         "run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts",
-        "verdict", "drift",
+        "verdict", "drift", "published",
     )  # fmt: skip
     runs = [
         dict(zip(columns, row, strict=True))

@@ -27,9 +27,10 @@ class Plot:
     marks: list[dict[str, Any]]  # significant changes: x, y, worse/better, title
     breaks: list[dict[str, Any]]  # protocol changes: x, title
     ticks: list[dict[str, Any]]  # run ids along the bottom
+    published: dict[str, Any] | None = None  # the published rate its newest run stood beside
 
 
-def plot_of(eval: str, points: list[Point]) -> Plot:
+def plot_of(eval: str, points: list[Point], published: dict[str, Any] | None = None) -> Plot:
     count = max(len(points) - 1, 1)
 
     def x(i: int) -> float:
@@ -60,7 +61,22 @@ def plot_of(eval: str, points: list[Point]) -> Plot:
             breaks.append({"x": round(x(i) - (WIDTH - 2 * PAD) / count / 2, 1),
                            "title": "protocol changed: " + "; ".join(point.changed)})  # fmt: skip
     ticks = [{"x": x(i), "label": p.run_id} for i, p in enumerate(points)]
-    return Plot(eval, segments, marks, breaks, ticks)
+    line = None
+    if published is not None:
+        rate = published["published_rate"]
+        title = f"{rate:.1%} published for {published['entry']}"
+        line = {"y": y(rate), "title": title, "x1": PAD, "x2": WIDTH - PAD}
+    return Plot(eval, segments, marks, breaks, ticks, line)
+
+
+def published_of(history: History) -> dict[str, dict[str, Any]]:
+    """Per Eval, the published result of one Eval its newest run that had one stood beside."""
+    found: dict[str, dict[str, Any]] = {}
+    for run in history.runs:  # oldest first: the newest one is kept
+        for said in json.loads(run.get("published") or "[]"):
+            if len(said.get("evals") or ()) == 1 and said.get("task") is None:
+                found[said["evals"][0]] = said
+    return found
 
 
 def _title(point: Point) -> str:
@@ -77,12 +93,15 @@ def write_page(root: Path, history: History, gate: Gate) -> Path:
     env.filters["pct"] = lambda value, digits=1: "-" if value is None else f"{value:.{digits}%}"
     env.filters["fromjson"] = json.loads
     rows = _rows(root, history)
+    published = published_of(history)
     html = env.get_template("history.html.j2").render(
         history=history,
         gate=gate,
         rows=rows,
         evals=list(history.evals),
-        plots=[plot_of(eval, points) for eval, points in history.evals.items()],
+        plots=[
+            plot_of(eval, points, published.get(eval)) for eval, points in history.evals.items()
+        ],
         width=WIDTH,
         height=HEIGHT,
         pad=PAD,
