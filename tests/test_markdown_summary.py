@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from policybench.report.markdown import _escaped
+from policybench.report.markdown import escaped
 from tests.test_shards import BENCHMARK, ENVS
 
 RUN = ("--rollouts", "3", "--report-dir", "runs", "-p", "no:randomly")
@@ -42,7 +42,7 @@ def test_a_failed_gate_leads_the_summary_and_reaches_the_step_summary(pytester, 
     ],
 )
 def test_names_make_no_markup(given, shown):
-    assert _escaped(given) == shown
+    assert escaped(given) == shown
 
 
 def test_report_html_writes_the_summary_again(pytester):

@@ -192,8 +192,16 @@ def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pyte
 
     assert main(["history", str(pytester.path / "runs")]) == 0
     page = (pytester.path / "runs" / "index.html").read_text()
-    assert '<line class="published"' in page and "dashed: 90.0% published for team/reacher-v7" in page
+    assert (
+        '<line class="published"' in page and "dashed: 90.0% published for team/reacher-v7" in page
+    )
     assert "reach: 0.0% against 90.0% published for team/reacher-v7 (below)" in page
+    assert main(["leaderboard", str(pytester.path / "runs")]) == 0  # marked beside, not ranked
+    board = (pytester.path / "runs" / "leaderboard.md").read_text()
+    assert (
+        "| team/reacher-v7 [https://example.org/reacher-v7/model-card] | 90.0% (published) |"
+        in board
+    )
     refused = pytester.runpytest(*RUN, "--published", "nope")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert "--published: no published results named 'nope'" in refused.stderr.str()

@@ -13,7 +13,7 @@ from policybench.envserver import command as env_command
 from policybench.perturbation import NOISE_AXES, axes_of
 from policybench.registry import known_policies
 from policybench.report import cli as report_command
-from policybench.report import history_command
+from policybench.report import history_command, leaderboard_command
 from policybench.report import plan as plan_command
 from policybench.run.files import Refused
 from policybench.scoring import command as score_command
@@ -133,6 +133,7 @@ COMMANDS = (
     serve_command.add_parser,
     report_command.add_parser,
     history_command.add_parser,
+    leaderboard_command.add_parser,
     plan_command.add_parser,
     probe_command.add_parser,
     latency_command.add_parser,

@@ -33,33 +33,33 @@ def markdown(
     said = "no verdict recorded"
     if verdict is not None:  # PASS, FAIL, NO RESULT or ABORTED; its reasons listed below
         said = verdict.last_line().removeprefix("policybench: ").split(" — ")[0]
-    lines = [f"## policybench {title}: {_escaped(said)}", ""]
+    lines = [f"## policybench {title}: {escaped(said)}", ""]
     if verdict is not None and verdict.reasons:
-        lines += [f"- {_escaped(reason)}" for reason in verdict.reasons] + [""]
+        lines += [f"- {escaped(reason)}" for reason in verdict.reasons] + [""]
     rows = summary.arms or [*summary.evals, summary.overall]
     lines += _table(rows, arms=bool(summary.arms))
     if comparison is not None:
         lines += [
             "",
-            f"**Against {_escaped(comparison.before)}:** {_escaped(comparison.verdict())}",
+            f"**Against {escaped(comparison.before)}:** {escaped(comparison.verdict())}",
         ]
         worse = [*comparison.pooled_regressions, *comparison.regressions]
         lines += [
-            f"- {_escaped(row.where)} / {_escaped(row.label)}: {percent(row.before.rate)} -> "
+            f"- {escaped(row.where)} / {escaped(row.label)}: {percent(row.before.rate)} -> "
             f"{percent(row.after.rate)} (adjusted p = {row.adjusted_p:.3g})"
             for row in worse
             if row.adjusted_p is not None
         ]
     if summary.published:
         entry = summary.published[0].entry
-        lines += ["", f"**Beside the published results of {_escaped(entry.name)}** "
-                  f"([{_escaped(entry.where)}]({entry.source})):"]  # fmt: skip
-        lines += [f"- {_escaped(c.line())}" for c in summary.published]
+        lines += ["", f"**Beside the published results of {escaped(entry.name)}** "
+                  f"([{escaped(entry.where)}]({entry.source})):"]  # fmt: skip
+        lines += [f"- {escaped(c.line())}" for c in summary.published]
     clusters = clusters_lines(summary.failures)
     if clusters:
-        lines += ["", f"**{clusters[1]}**", *(f"- {_escaped(c.strip())}" for c in clusters[2:])]
+        lines += ["", f"**{clusters[1]}**", *(f"- {escaped(c.strip())}" for c in clusters[2:])]
     if run is not None:
-        lines += ["", f"{_escaped(run.command)} at {_escaped(run.git_revision)}"]
+        lines += ["", f"{escaped(run.command)} at {escaped(run.git_revision)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -73,13 +73,13 @@ def _table(rows: Sequence[Row], arms: bool) -> list[str]:
         measured = tally.measured and interval is not None
         rate = percent(tally.rate) if tally.measured else "no result"
         band = f"{percent(interval[0])} to {percent(interval[1])}" if measured else "-"
-        cells = [_escaped(row.label), *([_escaped(str(row.arm))] if arms else []),
+        cells = [escaped(row.label), *([escaped(str(row.arm))] if arms else []),
                  str(tally.rollouts), str(tally.solved), str(tally.errors), rate, band]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _escaped(text: str) -> str:
+def escaped(text: str) -> str:
     """Text safe in a Markdown table cell or line: no pipe ends a cell, no markup is made."""
     return "".join("\\" + c if c in "|*_`<>[]#" else c for c in " ".join(str(text).split()))
 
