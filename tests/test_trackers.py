@@ -1,6 +1,7 @@
-"""`--log-to wandb|mlflow|tensorboard`: a run logs each Eval's success with its interval, the
-per-task table, the verdict and the report, offline, and each test reads back what was logged:
-W&B in offline mode (its run files), MLflow on a file store, TensorBoard's event files."""
+"""`--log-to wandb|mlflow|tensorboard|trackio`: a run logs each Eval's success with its interval,
+the per-task table, the verdict and the report, offline, and each test reads back what was logged:
+W&B in offline mode (its run files), MLflow on a file store, TensorBoard's event files, Trackio's
+local store."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_pytest_help_offers_each_tracker(pytester):
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(["*--log-to=TRACKER*"])
     said = " ".join(result.stdout.lines)
-    assert all(name in said for name in ("wandb", "mlflow", "tensorboard"))
+    assert all(name in said for name in ("wandb", "mlflow", "tensorboard", "trackio"))
 
 
 def test_tensorboard_event_files_hold_each_evals_success_and_the_table(bench):
@@ -59,6 +60,37 @@ def test_tensorboard_event_files_hold_each_evals_success_and_the_table(bench):
     assert "| reach | a | 2 | 2 |" in table
     verdict = events.Tensors("policybench/verdict")[0].tensor_proto.string_val[0].decode()
     assert verdict == "passed"
+
+
+READ_TRACKIO = """
+import json, sys
+from trackio.sqlite_storage import SQLiteStorage
+
+print(json.dumps({"runs": SQLiteStorage.get_runs("bench"),
+                  "logs": SQLiteStorage.get_logs("bench", "tr-run"),
+                  "config": SQLiteStorage.get_run_config("bench", "tr-run")}))
+"""
+
+
+def test_trackio_local_store_holds_the_metrics_table_and_verdict(bench, monkeypatch):
+    store = bench.path / "trackio-store"
+    monkeypatch.setenv("TRACKIO_DIR", str(store))  # read when trackio is imported: a subprocess
+    monkeypatch.setenv("TRACKIO_PROJECT", "bench")
+    result = bench.runpytest_subprocess(*RUN, "--log-to", "trackio", "--log-name", "tr-run")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result.stdout.fnmatch_lines([f"logged to trackio: project bench, run tr-run ({store})"])
+    assert "Trackio project initialized" not in result.stdout.str()  # its chatter kept out
+    done = subprocess.run([sys.executable, "-c", READ_TRACKIO], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["runs"] == ["tr-run"]
+    (logged,) = found["logs"]
+    reach = next(row for row in summary(bench)["evals"] if row["eval"] == "reach")
+    assert logged["policybench/reach/success"] == pytest.approx(reach["success_rate"])
+    assert logged["policybench/reach/success_high"] == pytest.approx(reach["interval"][1])
+    table = logged["policybench/tasks"]["_value"]
+    assert {"eval": "reach", "task": "a", "rollouts": 2, "solved": 2}.items() <= table[0].items()
+    assert found["config"]["policybench/verdict"] == "passed"
 
 
 READ_MLFLOW = """

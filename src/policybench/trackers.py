@@ -1,11 +1,12 @@
 """A run's results logged to the trackers people already use (`--log-to`, `evaluate(log_to=)`):
-Weights & Biases, MLflow and TensorBoard, each an optional extra. Fed from the run's folder
+Weights & Biases, MLflow, TensorBoard and Trackio, each an optional extra. Fed from the run's folder
 (summary.json, run.json), never from a layer: each Eval's success with its interval, the overall
 rate, the per-task table, the run's verdict, and the report folder as an artifact (W&B: the
 rollout videos too). A tracker's run already open in this process (a training loop's
 `wandb.run`, `mlflow.active_run()`) is logged into; else one is opened under `name` (default: the
 run's id) and closed again. TensorBoard writes event files under `$POLICYBENCH_TENSORBOARD_DIR`
-(default: the run folder's `tensorboard/`)."""
+(default: the run folder's `tensorboard/`); Trackio, local-first, its own store (`$TRACKIO_DIR`),
+under the project `$TRACKIO_PROJECT` (default `policybench`)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from policybench import keys
 from policybench.run.arms import ARMS
 from policybench.run.layout import SUMMARY, VIDEOS, verdict_line
 
-TRACKERS = ("wandb", "mlflow", "tensorboard")
-EXTRAS = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
+TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio")
+EXTRAS = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard", "trackio": "trackio"}
 PREFIX = "policybench"  # every key logged starts with it
 TENSORBOARD_DIR = "POLICYBENCH_TENSORBOARD_DIR"
 TASK_COLUMNS = ("eval", "task", "rollouts", "solved", "errors", "success", "low", "high")
@@ -180,4 +181,30 @@ def _tensorboard(logged: Logged, step: int | None) -> str:
     return f"tensorboard: {where}"
 
 
-LOGGERS = {"wandb": _wandb, "mlflow": _mlflow, "tensorboard": _tensorboard}
+def _trackio(logged: Logged, step: int | None) -> str:
+    import contextlib
+    import io
+
+    import trackio
+    from trackio import context_vars
+
+    project = os.environ.get("TRACKIO_PROJECT", PREFIX)
+    opened = context_vars.current_run.get() is None  # a training loop's run is logged into
+    chatter = io.StringIO()  # trackio prints its dashboard hints: the terminal has ours
+    with contextlib.redirect_stdout(chatter):
+        if opened:
+            config = {f"{PREFIX}/verdict": logged.verdict, f"{PREFIX}/report": str(logged.run_dir)}
+            trackio.init(project=project, name=logged.name, config=config, embed=False,
+                         auto_log_cpu=False, auto_log_gpu=False)  # fmt: skip
+        try:
+            table = trackio.Table(columns=list(TASK_COLUMNS), data=logged.tasks)
+            trackio.log({**logged.scalars, f"{PREFIX}/tasks": table}, step=step)
+            run = context_vars.current_run.get()
+            where = f"trackio: project {project}, run {run.name if run else logged.name}"
+        finally:
+            if opened:
+                trackio.finish()
+    return f"{where} ({trackio.utils.TRACKIO_DIR})"
+
+
+LOGGERS = {"wandb": _wandb, "mlflow": _mlflow, "tensorboard": _tensorboard, "trackio": _trackio}
