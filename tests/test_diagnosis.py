@@ -163,3 +163,30 @@ def test_the_expert_itself_is_not_diagnosed(bench):
     assert result.ret == 0
     assert diagnoses(bench) == []
     assert "diagnosis" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("shadow", "watched"), [(None, ["push-v3/seed=0", "reach-v3/seed=0"]), ("all", 4), ("0", [])]
+)
+def test_the_expert_watches_the_first_rollout_of_each_task_unless_told_otherwise(
+    bench, shadow, watched
+):
+    given = () if shadow is None else ("--expert-shadow", shadow)
+    result = bench.runpytest_subprocess(
+        "--rollouts", "2", "-k", "not camera and (reach or push-v3)", "--policy=random", *given
+    )
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    run = bench.path / "reports" / "latest"
+    found = []
+    for line in (run / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        trace = json.loads((run / record["rollout_trace"]).read_text())
+        if "expert_action" in trace["arrays"]:
+            found.append(record["nodeid"].split("[")[1].rstrip("]"))
+    assert (len(found) if isinstance(watched, int) else sorted(found)) == watched
+
+
+def test_an_expert_shadow_that_is_not_a_count_is_refused(bench):
+    result = bench.runpytest_subprocess("--expert-shadow", "some")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--expert-shadow*expected a count >= 0 or `all`, got 'some'*"])

@@ -6,7 +6,8 @@ For each Eval at or below DIAGNOSED_AT, over its unsolved rollouts' traces (abov
 comparisons with the expert and the image's orientation, said where they find something):
 - actions pinned at a bound of the action space, or a dimension that never moves;
 - an image that never changes from one step to the next (a frozen camera, a failed render);
-- where the Eval has an expert (it watched each rollout beside the policy: `expert_action`),
+- where the Eval has an expert (it watched the first rollouts of each task beside the policy,
+  --expert-shadow: `expert_action`),
   each action dimension set beside the expert's at the same observations: one that runs
   opposite to the expert's own (a flipped sign), or follows another of the expert's dimensions
   rather than its own (dimensions in another order: a quaternion's, or axes');
@@ -83,7 +84,7 @@ def diagnoses(
         if not ended:
             continue
         rate = sum(r[keys.OUTCOME] == "solved" for r in ended) / len(ended)
-        unsolved = [r for r in ended if r[keys.OUTCOME] == "unsolved"][:TRACES_READ]
+        unsolved = _watched_first([r for r in ended if r[keys.OUTCOME] == "unsolved"])
         traces = [t for t in (_trace(run_dir, r) for r in unsolved) if t is not None]
         if not traces:
             continue
@@ -106,6 +107,18 @@ def diagnoses(
         ]
         found.append(Diagnosis(eval, rate, len(traces), tuple(findings)))
     return tuple(found)
+
+
+def _watched_first(unsolved: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The unsolved rollouts whose traces are read, the first of each task first: those the
+    Eval's expert watched (--expert-shadow), then the rest in the run's order."""
+    seen: dict[Any, int] = {}
+    ordinal = []
+    for record in sorted(unsolved, key=lambda r: r.get(keys.ROLLOUT_INDEX) or 0):
+        task = record.get(keys.TASK)
+        ordinal.append((seen.get(task, 0), record.get(keys.ROLLOUT_INDEX) or 0, record))
+        seen[task] = seen.get(task, 0) + 1
+    return [record for *_, record in sorted(ordinal, key=lambda o: o[:2])][:TRACES_READ]
 
 
 def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:

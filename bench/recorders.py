@@ -1,0 +1,119 @@
+"""What a run keeps for later, and what it costs each rollout: one Eval of each kind (state:
+MetaWorld MT10's reach; image: PushT; isolated: robomimic's Lift in its own interpreter, where
+`policybench env install robomimic` built it) run under a policy that is not the expert, with each
+recorder on and off, the settings interleaved round by round in one run of this script. A
+setting's cost is the sum of its rollouts' test times (pytest's per-item setup, call and
+teardown, from --junitxml: the rollout, its recorders and its trace written), the run's start
+left out; each recorder's cost is printed as a ratio to the same run without it.
+
+Recorders: traces (per step: actions, rewards, model calls, small state vectors, each image's
+motion; `--no-rollout-traces` turns them off), the expert's shadow (its action at each observation
+of the first rollout of each task, the default; `--expert-shadow all`, every rollout, as before;
+`0`, none), videos when asked (`--record-video`). The preflight's image probes are once per Eval
+and run, not per rollout: the preflight line's time is printed beside.
+
+Run from the repository root:  python bench/recorders.py  (about ten minutes at the defaults).
+It prints a markdown table and the command that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVALS = {  # kind -> (benchmark file, -k selection, label)
+    "state": ("benchmarks/test_metaworld.py", "test_metaworld and reach and not golden",
+              "metaworld-mt10 reach-v3"),
+    "image": ("benchmarks/test_pusht.py", "test_pusht and not golden", "pusht"),
+    "isolated": ("benchmarks/test_robomimic.py", "lift and not golden", "robomimic-lift"),
+}  # fmt: skip
+SETTINGS = {  # name -> the options that make it
+    "bare": ["--no-rollout-traces", "--expert-shadow", "0"],
+    "traces": ["--expert-shadow", "0"],
+    "default": [],
+    "shadow, every rollout": ["--expert-shadow", "all"],
+    "default + video": ["--record-video"],
+}
+COSTS = (  # what a row says: (recorder, setting with it, setting without it)
+    ("traces (states, motion, calls)", "traces", "bare"),
+    ("expert shadow, first rollout a task (default)", "default", "traces"),
+    ("the default set (traces + sampled shadow)", "default", "bare"),
+    ("expert shadow, every rollout (before)", "shadow, every rollout", "traces"),
+    ("video (--record-video, when asked)", "default + video", "default"),
+)
+
+
+def timed(kind: str, setting: str, rollouts: int, policy: str, work: Path) -> float:
+    """Seconds the rollouts of one run took, summed over its test items."""
+    path, select, _ = EVALS[kind]
+    report = work / f"{kind}-{setting.replace(' ', '_').replace(',', '')}.xml"
+    command = [sys.executable, "-m", "pytest", path, "-k", select, "--rollouts", str(rollouts),
+               f"--policy={policy}", "--report-dir", str(work / "reports"), "-q",
+               "-p", "no:cacheprovider", "-p", "no:randomly", "--junitxml", str(report),
+               *SETTINGS[setting]]  # fmt: skip
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    cases = ET.parse(report).getroot().iter("testcase")
+    return sum(float(case.get("time", 0.0)) for case in cases)
+
+
+def installed(kind: str) -> bool:
+    """Whether the Eval of `kind` can run here (the isolated one needs its interpreter built)."""
+    if kind != "isolated":
+        return True
+    from policybench.envserver.command import isolated_interpreter
+    from policybench.envserver.interpreters import InterpreterMissing, python_of
+    from policybench.suites import eval_named
+
+    try:
+        python_of(isolated_interpreter(eval_named("robomimic-lift")))
+    except InterpreterMissing:
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=20, help="rollouts a task (default 20)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every setting")
+    parser.add_argument("--policy", default="random", help="the policy driving (not the expert)")
+    parser.add_argument("--kinds", default="state,image,isolated")
+    args = parser.parse_args()
+    kinds = [k for k in args.kinds.split(",") if installed(k)]
+    found: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.rounds):
+            for kind in kinds:
+                for setting in SETTINGS:
+                    seconds = timed(kind, setting, args.rollouts, args.policy, Path(scratch))
+                    found.setdefault((kind, setting), []).append(seconds)
+    print("| Eval | recorder | with | without | cost, share of the rollouts' time | within 5% |")
+    print("|---|---|---|---|---|---|")
+    for kind in kinds:
+        for recorder, with_it, without in COSTS:
+            on = statistics.median(found[(kind, with_it)])
+            off = statistics.median(found[(kind, without)])
+            share = on / off - 1.0
+            verdict = "-" if "every" in recorder or "video" in recorder else (
+                "yes" if share <= 0.05 else "NO"
+            )  # fmt: skip
+            print(f"| {EVALS[kind][2]} | {recorder} | {on:.2f} s | {off:.2f} s | "
+                  f"{100 * share:+.1f}% | {verdict} |")  # fmt: skip
+    skipped = sorted(set(args.kinds.split(",")) - set(kinds))
+    if skipped:
+        print(f"not run: {', '.join(skipped)} (policybench env install robomimic builds it)")
+    print(f"command: python bench/recorders.py {shlex.join(sys.argv[1:])}".rstrip())
+
+
+if __name__ == "__main__":
+    main()
