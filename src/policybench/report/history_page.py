@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from policybench import keys
 from policybench.report.history import INDEX, History, Point
 from policybench.report.history_gate import Gate
 from policybench.report.jinja import environment
@@ -73,8 +74,8 @@ def published_of(history: History) -> dict[str, dict[str, Any]]:
     """Per Eval, the published result of one Eval its newest run that had one stood beside."""
     found: dict[str, dict[str, Any]] = {}
     for run in history.runs:  # oldest first: the newest one is kept
-        for said in json.loads(run.get("published") or "[]"):
-            if len(said.get("evals") or ()) == 1 and said.get("task") is None:
+        for said in json.loads(run.get(keys.PUBLISHED) or "[]"):
+            if len(said.get("evals") or ()) == 1 and said.get(keys.TASK) is None:
                 found[said["evals"][0]] = said
     return found
 
