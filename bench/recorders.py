@@ -39,16 +39,16 @@ SETTINGS = {  # name -> the options that make it
     "bare": ["--no-rollout-traces", "--expert-shadow", "0"],
     "traces": ["--expert-shadow", "0"],
     "default": [],
-    "shadow, every rollout": ["--expert-shadow", "all"],
-    "default + video": ["--record-video"],
+    "shadow-all": ["--expert-shadow", "all"],
+    "video": ["--record-video"],
 }
 ISOLATED = ("bare", "traces", "default")  # a rollout is ~40 s of software rendering: one a task
 COSTS = (  # what a row says: (recorder, setting with it, setting without it)
     ("traces (states, motion, calls)", "traces", "bare"),
     ("expert shadow, first rollout a task (default)", "default", "traces"),
     ("the default set (traces + sampled shadow)", "default", "bare"),
-    ("expert shadow, every rollout (before)", "shadow, every rollout", "traces"),
-    ("video (--record-video, when asked)", "default + video", "default"),
+    ("expert shadow, every rollout (before)", "shadow-all", "traces"),
+    ("video (--record-video, when asked)", "video", "default"),
 )
 
 
@@ -91,13 +91,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every setting")
     parser.add_argument("--policy", default="random", help="the policy driving (not the expert)")
     parser.add_argument("--kinds", default="state,image,isolated")
+    parser.add_argument(
+        "--settings", default=",".join(SETTINGS), help="of those below, comma-separated"
+    )
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if installed(k)]
     found: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.rounds):
             for kind in kinds:
-                for setting in SETTINGS if kind != "isolated" else ISOLATED:
+                for setting in [s for s in args.settings.split(",") if s in SETTINGS]:
+                    if kind == "isolated" and setting not in ISOLATED:
+                        continue
                     seconds = timed(kind, setting, args.rollouts, args.policy, Path(scratch))
                     found.setdefault((kind, setting), []).append(seconds)
     print("| Eval | recorder | with | without | cost, share of the rollouts' time | within 5% |")

@@ -90,13 +90,13 @@ class StateRecorder:
     def _moved(self, name: str, image: np.ndarray) -> None:
         last = self._last_image.get(name)
         kept = self.motion.setdefault(name, [0.0] * self.seen)
-        changed = (
-            0.0
-            if last is None or last.shape != image.shape
-            else float(np.abs(image.astype(np.int16) - last.astype(np.int16)).mean())
-        )
-        kept.append(changed)
-        self._last_image[name] = image.copy()
+        current = image.astype(np.int16)  # a copy, kept as the next step's `last`
+        if last is None or last.shape != current.shape:
+            kept.append(0.0)
+        else:
+            np.subtract(current, last, out=last)
+            kept.append(float(np.abs(last, out=last).mean()))
+        self._last_image[name] = current
 
 
 def _why_not_kept(value: Any, cap: int) -> str | None:
