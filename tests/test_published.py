@@ -199,7 +199,7 @@ def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pyte
     assert main(["leaderboard", str(pytester.path / "runs")]) == 0  # marked beside, not ranked
     board = (pytester.path / "runs" / "leaderboard.md").read_text()
     assert (
-        "| team/reacher-v7 [https://example.org/reacher-v7/model-card] | 90.0% (published) |"
+        "| [team/reacher-v7](https://example.org/reacher-v7/model-card) (published) | 90.0% |"
         in board
     )
     refused = pytester.runpytest(*RUN, "--published", "nope")

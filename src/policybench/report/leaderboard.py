@@ -79,12 +79,9 @@ class Board:
             lines.append(f"| {escaped(policy)} | " + " | ".join(cells) + " |")
         for eval, entries in self.published.items():
             for entry, result in entries:
-                cells = [
-                    f"{100 * result.rate:.1f}% (published)" if e == eval else "" for e in self.evals
-                ]
-                lines.append(
-                    f"| {escaped(entry.name)} [{entry.source}] | " + " | ".join(cells) + " |"
-                )
+                cells = [f"{100 * result.rate:.1f}%" if e == eval else "" for e in self.evals]
+                named = f"[{escaped(entry.name)}]({entry.source}) (published)"
+                lines.append(f"| {named} | " + " | ".join(cells) + " |")
         lines += ["", f"Rank: 1 + the policies significantly better on that Eval ({_method()})."]
         lines += [f"- {escaped(said)}" for said in self.not_comparable]
         return "\n".join(lines) + "\n"
