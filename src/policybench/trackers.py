@@ -10,6 +10,8 @@ under the project `$TRACKIO_PROJECT` (default `policybench`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import time
@@ -182,9 +184,6 @@ def _tensorboard(logged: Logged, step: int | None) -> str:
 
 
 def _trackio(logged: Logged, step: int | None) -> str:
-    import contextlib
-    import io
-
     import trackio
     from trackio import context_vars
 

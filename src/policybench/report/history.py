@@ -410,8 +410,9 @@ class History:
     alpha: float
 
 
-def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05) -> History:
-    """The store's runs as lines per Eval, each step tested against the run before it."""
+def listed_runs(connection: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The store's runs in run order (by start), each a row of `runs` by column name; the parts
+    a merged run was made from left out (the merged run counts them once)."""
     columns = (
         "run_id", "path", "started", keys.POLICY, "git_revision", keys.COMMAND, "parts",
         "verdict", "drift", "published",
@@ -423,6 +424,12 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
     parts = {str(Path(p).resolve()) for run in runs for p in json.loads(run["parts"] or "[]")}
     runs = [r for r in runs if str(Path(r["path"]).resolve()) not in parts]
     runs.sort(key=lambda r: (r["started"] or "", r["run_id"]))
+    return runs
+
+
+def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05) -> History:
+    """The store's runs as lines per Eval, each step tested against the run before it."""
+    runs = listed_runs(connection)
     order = {r["run_id"]: i for i, r in enumerate(runs)}
     by_run = {r["run_id"]: r for r in runs}
     rows = connection.execute(

@@ -7,23 +7,21 @@ Holm), so policies the data cannot separate share a rank. Published results stan
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from policybench import keys
 from policybench.report.compare import ALPHA, compare_runs
-from policybench.report.history import open_store, update
+from policybench.report.history import RecordsOf, listed_runs, open_store, update
 from policybench.report.jinja import environment
 from policybench.report.markdown import escaped
 from policybench.report.paired import Adjustment, adjust
 from policybench.report.published import Published, PublishedResult, catalog
 from policybench.run.files import write_file
-from policybench.run.records import Tally, latest_per_rollout, tally_of
-from policybench.run.results import RESULTS, read_results
+from policybench.run.records import Tally, tally_of
 
 Records = Sequence[Mapping[str, Any]]
 LEADERBOARD_HTML, LEADERBOARD_MD = "leaderboard.html", "leaderboard.md"
@@ -105,32 +103,37 @@ def _method() -> str:
     )
 
 
+Row = tuple[str, str, str, str, str, RecordsOf]  # started, run, policy, Eval, protocol, store
+
+
 def leaderboard(roots: Sequence[Path]) -> Board:
-    """The board of every run under `roots` (folders of runs, as `policybench history` reads)."""
-    rows: list[tuple[str, str, str, str, str, str]] = []  # started, run, path, policy, eval, line
-    for root in roots:
-        with closing(open_store(root)) as store:
+    """The board of every run under `roots` (folders of runs, as `policybench history` reads):
+    their rollouts as the history's store keeps them, brought up to date first."""
+    with ExitStack() as stores:
+        rows: list[Row] = []
+        for root in roots:
+            store = stores.enter_context(closing(open_store(root)))
             update(store, root)
-            found = store.execute(
-                "SELECT runs.started, runs.run_id, runs.path, runs.policy, runs.parts, "
-                "evals.eval, evals.line FROM evals JOIN runs USING (run_id)"
-            ).fetchall()
-        parts = {p for *_, named, _, _ in found for p in json.loads(named or "[]")}
-        rows += [
-            (started or "", run, path, policy or "", eval, line)
-            for started, run, path, policy, _, eval, line in found
-            if path not in parts
-        ]
-    read: dict[str, Records] = {}
+            runs = {run["run_id"]: run for run in listed_runs(store)}
+            records = RecordsOf(store)
+            rows += [
+                (runs[run]["started"] or "", run, runs[run][keys.POLICY] or "", eval, line, records)
+                for run, eval, line in store.execute("SELECT run_id, eval, line FROM evals")
+                if run in runs
+            ]
+        return _ranked(*_chosen(rows))
+
+
+def _chosen(rows: Sequence[Row]) -> tuple[dict[tuple[str, str], tuple[str, Records]], list[str]]:
+    """Per (policy, Eval), its newest run on the protocol of the Eval's newest run, with its
+    rollouts there; and a line for each policy left out for want of one."""
     chosen: dict[tuple[str, str], tuple[str, Records]] = {}  # (policy, eval) -> run, rollouts
     other: dict[tuple[str, str], str] = {}  # ... -> its newest run, on another protocol
-    for eval in sorted({row[4] for row in rows}):
-        mine = sorted((r for r in rows if r[4] == eval), reverse=True)  # newest first
-        current = mine[0][5]  # the protocol of the Eval's newest run
-        for _, run, path, policy, _, line in mine:
-            if path not in read:
-                read[path] = _records(Path(path))
-            for name, members in _by_policy(read[path], eval, policy).items():
+    for eval in sorted({row[3] for row in rows}):
+        mine = sorted((r for r in rows if r[3] == eval), key=lambda r: r[:2], reverse=True)
+        current = mine[0][4]  # the protocol of the Eval's newest run
+        for _, run, policy, _, line, records in mine:
+            for name, members in _by_policy(records(run, eval), policy).items():
                 if (name, eval) in chosen:
                     continue
                 if line == current:
@@ -143,20 +146,15 @@ def leaderboard(roots: Sequence[Path]) -> Board:
         for (name, eval), run in sorted(other.items())
         if (name, eval) not in chosen
     ]
-    return _ranked(chosen, left_out)
+    return chosen, left_out
 
 
-def _records(run_dir: Path) -> Records:
-    return latest_per_rollout(read_results(run_dir / RESULTS).records)
-
-
-def _by_policy(records: Records, eval: str, policy: str) -> dict[str, list[Mapping[str, Any]]]:
-    """An Eval's rollouts of a run per policy: its arms' own in an A/B run."""
+def _by_policy(records: Records, policy: str) -> dict[str, list[Mapping[str, Any]]]:
+    """A run's rollouts of an Eval per policy: its arms' own in an A/B run."""
     found: dict[str, list[Mapping[str, Any]]] = {}
     for record in records:
-        if record.get(keys.EVAL) == eval:
-            arm = record.get(keys.ARM)
-            found.setdefault(str(arm) if arm is not None else policy, []).append(record)
+        arm = record.get(keys.ARM)
+        found.setdefault(str(arm) if arm is not None else policy, []).append(record)
     return found
 
 
