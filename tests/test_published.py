@@ -159,13 +159,19 @@ def test_a_policy_names_its_entry_by_its_checkpoint_but_not_by_a_lookalike_folde
         entry_of(run(name=cached), "nope")
 
 
-def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pytester, monkeypatch):
+@pytest.fixture
+def bench(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """The point benchmark, with the team's own published entry (OWN) in $POLICYBENCH_PUBLISHED."""
     pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
     own = pytester.path / "published"
     own.mkdir()
     (own / "team.toml").write_text(textwrap.dedent(OWN))
     monkeypatch.setenv("POLICYBENCH_PUBLISHED", str(own))
-    result = pytester.runpytest(
+    return pytester
+
+
+def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(bench):
+    result = bench.runpytest(
         *RUN, "--policy=random", "-k", "not far", "--published", "team/reacher-v7"
     )
     assert result.ret == 0, result.stdout.str()
@@ -176,7 +182,7 @@ def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pyte
         in out
     )
     assert "differs: episodes a task: 3 here, 30 published" in out
-    run = (pytester.path / "runs" / "latest").resolve()
+    run = (bench.path / "runs" / "latest").resolve()
     summary = json.loads((run / "summary.json").read_text())
     (said,) = summary[keys.PUBLISHED]
     assert said["verdict"] == "below" and said["published_solved"] == 81
@@ -190,19 +196,19 @@ def test_a_run_below_its_published_rate_is_said_so_everywhere_and_diagnosed(pyte
     assert [d.eval for d in diagnoses(solved, run, {"reach"})] == ["reach"]  # ... unless far below
     from policybench.cli import main
 
-    assert main(["history", str(pytester.path / "runs")]) == 0
-    page = (pytester.path / "runs" / "index.html").read_text()
+    assert main(["history", str(bench.path / "runs")]) == 0
+    page = (bench.path / "runs" / "index.html").read_text()
     assert (
         '<line class="published"' in page and "dashed: 90.0% published for team/reacher-v7" in page
     )
     assert "reach: 0.0% against 90.0% published for team/reacher-v7 (below)" in page
-    assert main(["leaderboard", str(pytester.path / "runs")]) == 0  # marked beside, not ranked
-    board = (pytester.path / "runs" / "leaderboard.md").read_text()
+    assert main(["leaderboard", str(bench.path / "runs")]) == 0  # marked beside, not ranked
+    board = (bench.path / "runs" / "leaderboard.md").read_text()
     assert (
         "| [team/reacher-v7](https://example.org/reacher-v7/model-card) (published) | 90.0% |"
         in board
     )
-    refused = pytester.runpytest(*RUN, "--published", "nope")
+    refused = bench.runpytest(*RUN, "--published", "nope")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     assert "--published: no published results named 'nope'" in refused.stderr.str()
 
@@ -217,16 +223,11 @@ def test_policybench_published_lists_entries_with_sources(capsys):
     assert main(["published", "no-such-eval"]) == 2
 
 
-def test_report_html_compares_a_past_run_with_an_entry_named_later(pytester, monkeypatch):
+def test_report_html_compares_a_past_run_with_an_entry_named_later(bench):
     from policybench.cli import main
 
-    pytester.makepyfile(envs=ENVS, test_point=BENCHMARK)
-    own = pytester.path / "published"
-    own.mkdir()
-    (own / "team.toml").write_text(textwrap.dedent(OWN))
-    monkeypatch.setenv("POLICYBENCH_PUBLISHED", str(own))
-    assert pytester.runpytest(*RUN, "-k", "not far").ret == 0  # the expert, no entry named
-    run = Path(pytester.path / "runs" / "latest").resolve()
+    assert bench.runpytest(*RUN, "-k", "not far").ret == 0  # the expert, no entry named
+    run = Path(bench.path / "runs" / "latest").resolve()
     assert keys.PUBLISHED not in json.loads((run / "summary.json").read_text())
     assert main(["report", "html", str(run), "--published", "team/reacher-v7"]) == 0
     (said,) = json.loads((run / "summary.json").read_text())[keys.PUBLISHED]
