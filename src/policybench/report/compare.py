@@ -448,12 +448,8 @@ def _compared_groups(
             for eval, task in shared
         ]
         for eval in sorted({eval for eval, _ in shared}):
-            mine = [pair for pair in shared if pair[0] == eval]
-            pooled_before = [record for pair in mine for record in tasks_before[pair]]
-            pooled_after = [record for pair in mine for record in tasks_after[pair]]
-            strata = [(tasks_before[pair], tasks_after[pair]) for pair in mine]
-            row = _compared(eval, None, pooled_before, pooled_after, alpha, confidence, strata)
-            pooled.append(replace(row, arm=arm))
+            strata = [(tasks_before[pair], tasks_after[pair]) for pair in shared if pair[0] == eval]
+            pooled.append(replace(_pooled(eval, strata, alpha, confidence), arm=arm))
         only_before.update(dict.fromkeys(sorted(tasks_before.keys() - tasks_after.keys())))
         only_after.update(dict.fromkeys(sorted(tasks_after.keys() - tasks_before.keys())))
     adjusted = adjust([row.p_value for row in tested], adjustment)
@@ -473,6 +469,37 @@ def _compared_groups(
         adjustment=adjustment,
         confidence=confidence,
     )
+
+
+def _pooled(
+    eval: str,
+    strata: Sequence[tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]],
+    alpha: float,
+    confidence: float,
+) -> TaskComparison:
+    """An Eval's pooled row over its shared tasks (`strata`: each task's rollouts in the two
+    runs), not yet adjusted."""
+    pooled_before = [record for before, _ in strata for record in before]
+    pooled_after = [record for _, after in strata for record in after]
+    return _compared(eval, None, pooled_before, pooled_after, alpha, confidence, strata)
+
+
+def pooled_row(
+    eval: str,
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    alpha: float = ALPHA,
+    confidence: float = CONFIDENCE,
+) -> TaskComparison | None:
+    """`compare_runs`'s pooled row of one Eval's rollouts in two runs, made without its task
+    rows (adjusted as a family of one, as `compare_runs` adjusts it for a run of one Eval); None
+    where the runs share no task of it."""
+    tasks_before, tasks_after = group(before, keys.TASK), group(after, keys.TASK)
+    shared = sorted(tasks_before.keys() & tasks_after.keys())
+    if not shared:
+        return None
+    row = _pooled(eval, [(tasks_before[t], tasks_after[t]) for t in shared], alpha, confidence)
+    return replace(row, adjusted_p=adjust([row.p_value], Adjustment.HOLM)[0])
 
 
 def nothing_compared(comparison: Comparison) -> str:

@@ -24,14 +24,20 @@ from typing import Any
 
 from policybench import keys
 from policybench.record.protocol import of_policy
-from policybench.report.compare import compare_runs
+from policybench.report.compare import pooled_row
 from policybench.report.published import NAME
 from policybench.report.stats import group
 from policybench.run.arms import ARMS
 from policybench.run.files import Refused, read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
-from policybench.run.records import latest_per_rollout, rollout_id, tally_of
+from policybench.run.records import (
+    SCENE_KEY,
+    latest_per_rollout,
+    rollout_id,
+    scene_key_of,
+    tally_of,
+)
 from policybench.run.results import RESULTS, read_results
 from policybench.run.status import is_run
 
@@ -427,8 +433,14 @@ def listed_runs(connection: sqlite3.Connection) -> list[dict[str, Any]]:
     return runs
 
 
-def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05) -> History:
-    """The store's runs as lines per Eval, each step tested against the run before it."""
+def read_history(
+    connection: sqlite3.Connection,
+    root: Path,
+    alpha: float = 0.05,
+    records: RecordsOf | None = None,
+) -> History:
+    """The store's runs as lines per Eval, each step tested against the run before it (the
+    rollouts read through `records`, which the gate may share, so a run is read once)."""
     runs = listed_runs(connection)
     order = {r["run_id"]: i for i, r in enumerate(runs)}
     by_run = {r["run_id"]: r for r in runs}
@@ -438,7 +450,7 @@ def read_history(connection: sqlite3.Connection, root: Path, alpha: float = 0.05
     evals: dict[str, list[tuple]] = {}
     for row in sorted((r for r in rows if r[0] in order), key=lambda r: order[r[0]]):
         evals.setdefault(row[1], []).append(row)
-    records = RecordsOf(connection)
+    records = records or RecordsOf(connection)
     found = {
         eval: _points(eval, members, by_run, records, alpha)
         for eval, members in sorted(evals.items())
@@ -453,6 +465,7 @@ class RecordsOf:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
+        self._read: dict[tuple[str, str], list[dict[str, Any]]] = {}  # a run is read once a call
 
     def kept_call(self, key: tuple[str, str, str, float]) -> tuple[Any, ...] | None:
         """The gate's test of (eval, reference, newest, level), if it was made: p-value, pairs,
@@ -469,21 +482,25 @@ class RecordsOf:
         )
 
     def __call__(self, run_id: str, eval: str) -> list[dict[str, Any]]:
-        return [
-            {
-                keys.NODEID: rollout,
-                keys.EVAL: eval,
-                keys.TASK: task,
-                keys.SCENE: json.loads(scene) if scene else None,
-                keys.OUTCOME: outcome,
-                **({keys.ARM: arm} if arm else {}),
-            }
-            for rollout, task, scene, outcome, arm in self.connection.execute(
-                "SELECT rollout, task, scene, outcome, arm FROM rollouts "
-                "WHERE run_id = ? AND eval = ?",
-                (run_id, eval),
-            )
-        ]
+        read = self._read.get((run_id, eval))
+        if read is None:
+            read = self._read[run_id, eval] = [
+                {
+                    keys.NODEID: rollout,
+                    keys.EVAL: eval,
+                    keys.TASK: task,
+                    keys.SCENE: json.loads(scene) if scene else None,
+                    SCENE_KEY: scene_key_of(eval, task, scene),
+                    keys.OUTCOME: outcome,
+                    **({keys.ARM: arm} if arm else {}),
+                }
+                for rollout, task, scene, outcome, arm in self.connection.execute(
+                    "SELECT rollout, task, scene, outcome, arm FROM rollouts "
+                    "WHERE run_id = ? AND eval = ?",
+                    (run_id, eval),
+                )
+            ]
+        return read
 
 
 def _points(
@@ -529,10 +546,9 @@ def _tested(
     ).fetchone()
     if kept is not None:
         return kept[0], kept[1]
-    comparison = compare_runs(records(before, eval), records(after, eval), (before, after), alpha)
+    row = pooled_row(eval, records(before, eval), records(after, eval), alpha)
     change, p_value = None, None
-    if comparison.evals:
-        row = comparison.evals[0]
+    if row is not None:
         change = "worse" if row.regression else "better" if row.improvement else None
         p_value = row.adjusted_p
     store.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?)", (*key, change, p_value))

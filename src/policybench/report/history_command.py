@@ -17,7 +17,7 @@ from policybench.report.compare import ALPHA
 from policybench.report.history import RecordsOf, open_store, read_history, update
 from policybench.report.history_gate import CALLS, gate
 from policybench.report.history_page import write_page
-from policybench.run.files import Refused
+from policybench.run.files import Refused, collector_paused
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -85,10 +85,12 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         try:
-            with closing(open_store(root)) as store:
+            # The rollouts read and paired build many objects and no cycles: see collector_paused
+            with closing(open_store(root)) as store, collector_paused():
                 updated = update(store, root)
-                history = read_history(store, root, args.alpha)
-                gated = gate(history, RecordsOf(store), args.alpha, args.calls, args.reference)
+                records = RecordsOf(store)
+                history = read_history(store, root, args.alpha, records)
+                gated = gate(history, records, args.alpha, args.calls, args.reference)
                 store.commit()  # the gate's tests, kept for the next call
             for line in updated.skipped:
                 print(f"policybench history: {root}/{line}", file=sys.stderr)

@@ -61,21 +61,34 @@ def paired_size(
 def mcnemar_power(scenes: int, lost: float, gained: float, alpha: float = ALPHA) -> float:
     """Exact power of the two-sided exact McNemar test (reject at p < alpha) over `scenes`
     pairs, when a pair is lost (solved only before) with probability `lost` and gained with
-    probability `gained`: the discordant count is binomial, and given it the gained count."""
-    from scipy.special import bdtr
+    probability `gained`: the discordant count d is binomial, and given it the gained count k.
+    The test rejects where min(k, d - k) is at most its critical value c(d), which never falls
+    as d grows, so each d's rejection chance is two binomial tails."""
+    from scipy.special import bdtr, bdtrc
 
     if lost + gained == 0:
         return 0.0
     share = gained / (lost + gained)
     discordant = np.arange(scenes + 1)
-    total = 0.0
-    for d, weight in zip(discordant, _binomial_pmf(discordant, scenes, lost + gained), strict=True):
-        if d == 0 or weight < 1e-15:
-            continue
-        k = np.arange(d + 1)
-        p_values = np.minimum(1.0, 2 * bdtr(np.minimum(k, d - k), d, 0.5))
-        total += weight * float(_binomial_pmf(k, d, share)[p_values < alpha].sum())
-    return float(total)
+    weights = _binomial_pmf(discordant, scenes, lost + gained)
+    kept = discordant[(weights >= 1e-15) & (discordant > 0)]
+    if not len(kept):
+        return 0.0
+    # c(d): the largest k with 2 P(Bin(d, 1/2) <= k) < alpha (-1 where none), found for the
+    # first d kept by counting (the tail grows with k) and carried up from there.
+    first = int(kept[0])
+    critical = int(np.count_nonzero(2 * bdtr(np.arange(first + 1), first, 0.5) < alpha)) - 1
+    criticals = np.empty(len(kept), dtype=np.int64)
+    for i, d in enumerate(kept.tolist()):
+        while critical + 1 <= d and 2 * bdtr(critical + 1, d, 0.5) < alpha:
+            critical += 1
+        criticals[i] = critical
+    rejects = np.where(
+        criticals >= 0,
+        bdtr(np.maximum(criticals, 0), kept, share) + bdtrc(kept - criticals - 1, kept, share),
+        0.0,
+    )
+    return float(np.sum(weights[kept] * rejects))
 
 
 def _binomial_pmf(k: np.ndarray, n: int, p: float) -> np.ndarray:

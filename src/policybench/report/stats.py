@@ -40,12 +40,6 @@ class Spread:
         )
 
 
-def _reported(records: Sequence[Mapping[str, Any]], key: str) -> list[float]:
-    """The records' values of `key`, without the None of rollouts that never reported it (a
-    crashed worker's)."""
-    return [record[key] for record in records if record.get(key) is not None]
-
-
 def step_wall_ms(record: Mapping[str, Any]) -> float | None:
     """Wall time per control step of a rollout (policy, codecs and simulator together), in ms."""
     steps = record.get(keys.STEPS) or 0
@@ -77,14 +71,25 @@ class GroupStats:
 
     @classmethod
     def of(cls, records: Sequence[Mapping[str, Any]]) -> GroupStats:
-        walls = [ms for ms in map(step_wall_ms, records) if ms is not None]
+        steps, sim_s, walls, infer = [], [], [], []
+        latency: set[str] = set()
+        for record in records:  # one pass: a large run's rows each read 20,000 records
+            if (count := record.get(keys.STEPS)) is not None:
+                steps.append(count)
+            if (seconds := record.get(keys.SIM_S)) is not None:
+                sim_s.append(seconds)
+            if (ms := step_wall_ms(record)) is not None:
+                walls.append(ms)
+            if (ms := infer_ms(record)) is not None:
+                infer.append(ms)
+            latency.add(latency_setting(record))
         return cls(
             tally=tally_of(records),
-            steps=Spread.of(_reported(records, keys.STEPS)),
-            sim_s=Spread.of(_reported(records, keys.SIM_S)),
+            steps=Spread.of(steps),
+            sim_s=Spread.of(sim_s),
             step_wall_ms=Spread.of(walls),
-            infer_ms=Spread.of([ms for ms in map(infer_ms, records) if ms is not None]),
-            latency=tuple(sorted({latency_setting(record) for record in records})),
+            infer_ms=Spread.of(infer),
+            latency=tuple(sorted(latency)),
             realtime=Realtime.of(records),
         )
 

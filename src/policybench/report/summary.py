@@ -299,7 +299,8 @@ def _descriptions(members: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any],
 
 def _merged(mappings: Any) -> dict[str, Any]:
     seen: dict[str, list[Any]] = {}
-    for mapping in mappings:
+    # Rollouts of a run hold one object for a field they share (results._sharing): each once.
+    for mapping in {id(mapping): mapping for mapping in mappings}.values():
         for name, value in mapping.items():
             values = seen.setdefault(name, [])
             if value not in values:

@@ -7,10 +7,13 @@ file, and reads at most a stated size. docs/security.md lists these limits."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -212,6 +215,20 @@ def loads(text: str | bytes, where: str = "the document") -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pauses Python's cyclic garbage collector while a block builds many objects that form no
+    cycles (documents parsed from JSON): left on, it would scan every object the process holds
+    again and again as they pile up. Nested pauses restore what the outermost found."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def lines_of(path: Path, limit: int = LINE_LIMIT) -> Any:

@@ -3,6 +3,7 @@ the one rule for a rollout recorded more than once: its latest record."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,12 +61,34 @@ def rollout_id(record: Mapping[str, Any]) -> str:
     return f"{record[keys.EVAL]}/{record[keys.TASK]}#{record.get(keys.ROLLOUT_INDEX)}"
 
 
+# A record read back from an index (the history's store) carries its scene's key, made there from
+# the scene's stored text, so that pairing its runs does not serialise every scene again.
+SCENE_KEY = "_scene_key"
+
+
 def scene_key(record: Mapping[str, Any]) -> str | None:
     """What identifies a rollout's scene across runs, or None when it recorded none."""
+    kept = record.get(SCENE_KEY)
+    if kept is not None:
+        return kept
     scene = record.get(keys.SCENE)
     if not isinstance(scene, Mapping) or not scene:
         return None
     return json.dumps([record[keys.EVAL], record[keys.TASK], scene], sort_keys=True)
+
+
+def scene_key_of(eval: str, task: str, scene_text: str | None) -> str | None:
+    """`scene_key` of a record of `eval` and `task` whose scene is `scene_text` (its JSON with
+    sorted keys, as an index stores it), without parsing it: None where that is no object or an
+    empty one, as `scene_key` says."""
+    if not scene_text or not scene_text.startswith("{") or scene_text == "{}":
+        return None
+    return f"{_key_head(eval, task)}, {scene_text}]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_head(eval: str, task: str) -> str:
+    return json.dumps([eval, task])[:-1]
 
 
 def latest_by_rollout(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

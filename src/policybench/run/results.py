@@ -19,6 +19,7 @@ from policybench.record.episode import OutcomeKind
 from policybench.run.files import (
     LINE_LIMIT,
     Refused,
+    collector_paused,
     lines_of,
     loads,
     open_append,
@@ -120,6 +121,11 @@ def read_results(path: Path) -> Results:
     """Every valid line of `path`, read as a stream (a regular file only: a link or a FIFO is
     Refused); a truncated, corrupt or over-long line becomes a problem naming its line number,
     and the lines around it still count."""
+    with collector_paused():
+        return _read_results(path)
+
+
+def _read_results(path: Path) -> Results:
     records, problems = [], []
     shared: dict[str, Any] = {}  # the last value of each field rollouts share, held once
     for number, line in lines_of(path):
