@@ -379,3 +379,39 @@ def test_too_few_rollouts_a_task_to_ever_be_significant_is_said_with_plan(rollou
     verdict = comparison.verdict()
     assert f"1 of them had too few rollouts ({rollouts} a task) to ever reach p < 0.05" in verdict
     assert "`policybench plan`" in verdict
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_one_evals_pooled_row_is_compare_runs_row_made_alone(paired):
+    """The history tests each step of a line with `pooled_row`, which skips the task rows: its
+    row must be the one `compare_runs` makes for the Eval, paired or stratified."""
+    import random
+
+    from policybench.report.compare import pooled_row
+
+    rng = random.Random(7)
+    before, after = [], []
+    for k, task in enumerate(("reach", "push", "door")):
+        was = "".join(rng.choice("ssu") for _ in range(40))
+        now = "".join(rng.choice("suu") for _ in range(40))
+        before += scenes(was, task=task)
+        after += scenes(now, task=task, first_seed=0 if paired else 1000 + 100 * k)
+    after += scenes("ss", task="only-after")
+    row = compare_runs(before, after).evals[0]
+    alone = pooled_row("e", before, after)
+    assert alone is not None and row.design is (Design.PAIRED if paired else Design.UNPAIRED)
+    assert (alone.design, alone.p_value, alone.adjusted_p, alone.pairs) == (
+        row.design, row.p_value, row.adjusted_p, row.pairs,
+    )  # fmt: skip
+    assert (alone.regression, alone.improvement) == (row.regression, row.improvement)
+    assert pooled_row("e", before, scenes("s", task="elsewhere")) is None
+
+
+def test_a_scene_key_made_from_stored_text_is_the_records_own():
+    from policybench.run.records import scene_key, scene_key_of
+
+    for scene in ({"seed": 3, "task": "t"}, {"b": [1, 2.0, {"z": None, "a": 'é"'}], "a": True},
+                  {}, None, [1], "text"):  # fmt: skip
+        record = {"eval": 'e"v', "task": "t/é", "scene": scene}
+        text = json.dumps(scene, sort_keys=True)
+        assert scene_key_of('e"v', "t/é", text) == scene_key(record)
