@@ -28,7 +28,7 @@ from policybench.report.compare import pooled_row
 from policybench.report.published import NAME
 from policybench.report.stats import group
 from policybench.run.arms import ARMS
-from policybench.run.files import Refused, read_json
+from policybench.run.files import Refused, collector_paused, read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import (
@@ -463,9 +463,12 @@ class RecordsOf:
     """An Eval's rollouts in a run, from the store, as compare reads records; and the gate's
     tests between two runs, kept once made."""
 
+    KEPT = 4  # runs' rollouts held for the next comparison
+
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
-        self._read: dict[tuple[str, str], list[dict[str, Any]]] = {}  # a run is read once a call
+        # The runs read last (a line's steps and the gate's reference and newest run): read once.
+        self._read: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     def kept_call(self, key: tuple[str, str, str, float]) -> tuple[Any, ...] | None:
         """The gate's test of (eval, reference, newest, level), if it was made: p-value, pairs,
@@ -482,25 +485,32 @@ class RecordsOf:
         )
 
     def __call__(self, run_id: str, eval: str) -> list[dict[str, Any]]:
-        read = self._read.get((run_id, eval))
+        read = self._read.pop((run_id, eval), None)
         if read is None:
-            read = self._read[run_id, eval] = [
-                {
-                    keys.NODEID: rollout,
-                    keys.EVAL: eval,
-                    keys.TASK: task,
-                    keys.SCENE: json.loads(scene) if scene else None,
-                    SCENE_KEY: scene_key_of(eval, task, scene),
-                    keys.OUTCOME: outcome,
-                    **({keys.ARM: arm} if arm else {}),
-                }
-                for rollout, task, scene, outcome, arm in self.connection.execute(
-                    "SELECT rollout, task, scene, outcome, arm FROM rollouts "
-                    "WHERE run_id = ? AND eval = ?",
-                    (run_id, eval),
-                )
-            ]
+            with collector_paused():  # many objects, no cycles
+                read = self._rows(run_id, eval)
+        self._read[run_id, eval] = read  # the newest used last
+        while len(self._read) > self.KEPT:
+            del self._read[next(iter(self._read))]
         return read
+
+    def _rows(self, run_id: str, eval: str) -> list[dict[str, Any]]:
+        return [
+            {
+                keys.NODEID: rollout,
+                keys.EVAL: eval,
+                keys.TASK: task,
+                keys.SCENE: json.loads(scene) if scene else None,
+                SCENE_KEY: scene_key_of(eval, task, scene),
+                keys.OUTCOME: outcome,
+                **({keys.ARM: arm} if arm else {}),
+            }
+            for rollout, task, scene, outcome, arm in self.connection.execute(
+                "SELECT rollout, task, scene, outcome, arm FROM rollouts "
+                "WHERE run_id = ? AND eval = ?",
+                (run_id, eval),
+            )
+        ]
 
 
 def _points(

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         try:
-            # The rollouts read and paired build many objects and no cycles: see collector_paused
+            # The runs read and paired build many objects and no cycles: see collector_paused
             with closing(open_store(root)) as store, collector_paused():
                 updated = update(store, root)
                 records = RecordsOf(store)
