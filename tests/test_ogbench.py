@@ -4,8 +4,8 @@ clipped to [-1, 1], stepped. The Evals' envs give the same first observation and
 trajectory, rewards, ends and successes, bit for bit. The goal: OGBench's env settles the goal
 scene with a few actions (two; five for the puzzle) from an unseeded space, so its goal's arm
 part differs from reset to reset; the Evals draw them from a space seeded with the rollout's
-seed, and given the same actions the goal is OGBench's, bit for bit. The cube oracle solves cube-single; a random policy
-served by the run's own server plays one task of every Eval at -n 2."""
+seed, and given the same actions the goal is OGBench's, bit for bit. A random policy served by
+the run's own server plays one task of every Eval at -n 2."""
 
 from __future__ import annotations
 
@@ -94,7 +94,9 @@ from policybench.suites.ogbench import (
 )
 
 
-@policybench.parametrize(OGBENCH_CUBE_SINGLE, OGBENCH_CUBE_DOUBLE, OGBENCH_SCENE, OGBENCH_PUZZLE_3X3)
+@policybench.parametrize(
+    OGBENCH_CUBE_SINGLE, OGBENCH_CUBE_DOUBLE, OGBENCH_SCENE, OGBENCH_PUZZLE_3X3
+)
 def test_ogbench(rollout, harness):
     harness(rollout)
 """

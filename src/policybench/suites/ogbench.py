@@ -58,10 +58,15 @@ FAMILIES = {  # ogbench/manipspace/__init__.py's registrations, and each env's s
     "cube-single": Family(
         "cube-single-v0",
         200,
-        ("task1_horizontal", "task2_vertical1", "task3_vertical2", "task4_diagonal1",
-         "task5_diagonal2"),
+        (
+            "task1_horizontal",
+            "task2_vertical1",
+            "task3_vertical2",
+            "task4_diagonal1",
+            "task5_diagonal2",
+        ),
         cubes=1,
-    ),  # fmt: skip
+    ),
     "cube-double": Family(
         "cube-double-v0",
         500,
@@ -71,9 +76,14 @@ FAMILIES = {  # ogbench/manipspace/__init__.py's registrations, and each env's s
     "scene": Family(
         "scene-v0",
         750,
-        ("task1_open", "task2_unlock_and_lock", "task3_rearrange_medium", "task4_put_in_drawer",
-         "task5_rearrange_hard"),
-    ),  # fmt: skip
+        (
+            "task1_open",
+            "task2_unlock_and_lock",
+            "task3_rearrange_medium",
+            "task4_put_in_drawer",
+            "task5_rearrange_hard",
+        ),
+    ),
     "puzzle-3x3": Family("puzzle-3x3-v0", 500, ("task1", "task2", "task3", "task4", "task5")),
 }
 
@@ -177,8 +187,8 @@ class CubeExpert:
         from ogbench.manipspace.oracles.markov.cube_markov import CubeMarkovOracle
 
         bounds = np.asarray([[0.25, -0.35, 0.20], [0.6, 0.35, 0.35]])  # _arm_sampling_bounds
-        stand_in = type("Env", (), {"unwrapped": type("Bounds", (), {"_arm_sampling_bounds": bounds})})
-        oracle = CubeMarkovOracle(env=stand_in, min_norm=0.0)
+        env = type("Bounds", (), {"_arm_sampling_bounds": bounds})
+        oracle = CubeMarkovOracle(env=type("Env", (), {"unwrapped": env}))
         kept = np.random.get_state()  # its reset draws where to rest from numpy's generator
         np.random.seed(0)
         try:
@@ -235,7 +245,7 @@ def ogbench(family: str) -> Eval:
         scripted=(lambda: CubeExpert(family)) if spec.cubes else None,
         metadata={
             "observation": f"state {family} ({spec.env_id}) and the goal's, beside it",
-            "placement": "seed s: reset(seed=s, options={'task_id': k}); the goal's two settling "
+            "placement": "seed s: reset(seed=s, options={'task_id': k}); the goal's settling "
             "actions drawn from a space seeded with s",
             keys.SUCCESS: "the step info's `success` (the env ends the episode at its goal)",
             "max_steps": spec.max_steps,
