@@ -38,6 +38,8 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "metaworld": "policybench.suites.metaworld",
         "metaworld-ml45": "policybench.suites.metaworld_ml",
         "gym-hil": "policybench.suites.gym_hil",
+        "ogbench": "policybench.suites.ogbench",
+        "dm-control-manipulation": "policybench.suites.dm_control_manipulation",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",

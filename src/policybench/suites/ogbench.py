@@ -53,9 +53,13 @@ class Family:
     tasks: tuple[str, ...]
     cubes: int = 0  # for the cube expert; 0: no built-in expert
 
+    @property
+    def name(self) -> str:
+        return self.env_id.removesuffix("-v0")
 
-FAMILIES = {  # ogbench/manipspace/__init__.py's registrations, and each env's set_tasks()
-    "cube-single": Family(
+
+_REGISTERED = (  # ogbench/manipspace/__init__.py's registrations, and each env's set_tasks()
+    Family(
         "cube-single-v0",
         200,
         (
@@ -67,13 +71,13 @@ FAMILIES = {  # ogbench/manipspace/__init__.py's registrations, and each env's s
         ),
         cubes=1,
     ),
-    "cube-double": Family(
+    Family(
         "cube-double-v0",
         500,
         ("task1_single_pnp", "task2_double_pnp1", "task3_double_pnp2", "task4_swap", "task5_stack"),
         cubes=2,
     ),
-    "scene": Family(
+    Family(
         "scene-v0",
         750,
         (
@@ -84,8 +88,9 @@ FAMILIES = {  # ogbench/manipspace/__init__.py's registrations, and each env's s
             "task5_rearrange_hard",
         ),
     ),
-    "puzzle-3x3": Family("puzzle-3x3-v0", 500, ("task1", "task2", "task3", "task4", "task5")),
-}
+    Family("puzzle-3x3-v0", 500, ("task1", "task2", "task3", "task4", "task5")),
+)
+FAMILIES = {family.name: family for family in _REGISTERED}
 
 
 def instruction(family: str, task: str) -> str:
@@ -253,7 +258,4 @@ def ogbench(family: str) -> Eval:
     )
 
 
-OGBENCH_CUBE_SINGLE = ogbench("cube-single")
-OGBENCH_CUBE_DOUBLE = ogbench("cube-double")
-OGBENCH_SCENE = ogbench("scene")
-OGBENCH_PUZZLE_3X3 = ogbench("puzzle-3x3")
+OGBENCH_CUBE_SINGLE, OGBENCH_CUBE_DOUBLE, OGBENCH_SCENE, OGBENCH_PUZZLE_3X3 = map(ogbench, FAMILIES)
