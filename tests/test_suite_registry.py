@@ -41,6 +41,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "ogbench": "policybench.suites.ogbench",
         "dm-control-manipulation": "policybench.suites.dm_control_manipulation",
         "playground": "policybench.suites.playground",
+        "myosuite": "policybench.suites.myosuite",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",

@@ -206,8 +206,29 @@ def _eval_folders(config: pytest.Config) -> list[str]:
 
 
 def _import_path(config: pytest.Config) -> str:
-    """What the server imports from: this process's path, the rootdir, the test dirs."""
+    """What the server imports from: this process's path, the rootdir, the test dirs; not this
+    interpreter's own library folders (the standard library, site-packages), which the server,
+    the same interpreter, has anyway, and which would shadow another interpreter's own in the
+    env servers it starts for isolated Evals (their $PYTHONPATH comes before their libraries)."""
     existing = os.environ.get("PYTHONPATH")
     root, *tests = _eval_folders(config)
-    dirs = [root, *sys.path, *tests]
-    return os.pathsep.join([*dirs, *([existing] if existing else [])])
+    own = _own_libraries()
+    dirs = [root, *(d for d in sys.path if d and _resolved(d) not in own), *tests]
+    return os.pathsep.join([*dict.fromkeys(dirs), *([existing] if existing else [])])
+
+
+def _own_libraries() -> set[str]:
+    """This interpreter's standard library and site-packages folders, resolved."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    kinds = ("stdlib", "platstdlib", "purelib", "platlib")
+    found = [paths[kind] for kind in kinds if kind in paths]
+    found += [*site.getsitepackages(), site.getusersitepackages()]
+    found += [d for d in sys.path if d.endswith((".zip", "lib-dynload"))]
+    return {_resolved(d) for d in found}
+
+
+def _resolved(folder: str) -> str:
+    return str(Path(folder).resolve())
