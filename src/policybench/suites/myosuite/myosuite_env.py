@@ -47,7 +47,7 @@ class MyoSuiteEnv:
         self._solved += bool(info["solved"])
         success = self._solved > SUCCESSFUL_STEPS
         done = bool(terminated), bool(truncated)
-        return {STATE_KEY: np.asarray(obs)}, float(reward), *done, {"success": success}
+        return {STATE_KEY: np.asarray(obs)}, float(reward), *done, {"is_success": success}
 
     def close(self) -> None:
         self._env.close()
