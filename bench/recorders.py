@@ -19,6 +19,7 @@ It prints a markdown table and the command that made it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import statistics
@@ -52,21 +53,31 @@ COSTS = (  # what a row says: (recorder, setting with it, setting without it)
 )
 
 
-def timed(kind: str, setting: str, rollouts: int | None, policy: str, work: Path) -> float:
-    """Seconds the rollouts of one run took, summed over its test items."""
+def timed(
+    kind: str, setting: str, rollouts: int | None, policy: str, work: Path
+) -> tuple[float, float]:
+    """Seconds the rollouts of one run took, summed over its test items: wall (pytest's
+    durations) and the pytest process's CPU time (bench/item_cpu.py)."""
     path, select, _, planned = EVALS[kind]
     rollouts = rollouts or planned
-    report = work / f"{kind}-{setting.replace(' ', '_').replace(',', '')}.xml"
+    stem = f"{kind}-{setting.replace(' ', '_').replace(',', '')}"
+    report, cpu = work / f"{stem}.xml", work / f"{stem}.cpu.jsonl"
+    cpu.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pytest", path, "-k", select, "--rollouts", str(rollouts),
                f"--policy={policy}", "--report-dir", str(work / "reports"), "-q",
-               "-p", "no:cacheprovider", "-p", "no:randomly", "--junitxml", str(report),
-               *SETTINGS[setting]]  # fmt: skip
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+               "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "item_cpu",
+               "--junitxml", str(report), *SETTINGS[setting]]  # fmt: skip
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
+           "POLICYBENCH_ITEM_CPU": str(cpu),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
+                                                       os.environ.get("PYTHONPATH")]))}  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
     cases = ET.parse(report).getroot().iter("testcase")
-    return sum(float(case.get("time", 0.0)) for case in cases)
+    wall = sum(float(case.get("time", 0.0)) for case in cases)
+    lines = cpu.read_text().splitlines() if cpu.exists() else []
+    return wall, sum(json.loads(line)["cpu_s"] for line in lines)
 
 
 def installed(kind: str) -> bool:
@@ -96,7 +107,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if installed(k)]
-    found: dict[tuple[str, str], list[float]] = {}
+    found: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.rounds):
             for kind in kinds:
@@ -105,20 +116,28 @@ def main() -> None:
                         continue
                     seconds = timed(kind, setting, args.rollouts, args.policy, Path(scratch))
                     found.setdefault((kind, setting), []).append(seconds)
-    print("| Eval | recorder | with | without | cost, share of the rollouts' time | within 5% |")
-    print("|---|---|---|---|---|---|")
+    print("| Eval | recorder | with | without | cost, share of the rollouts' wall time | "
+          "CPU time: with, without, share | within 5% |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for kind in kinds:
         for recorder, with_it, without in COSTS:
             if (kind, with_it) not in found or (kind, without) not in found:
                 continue
-            on = statistics.median(found[(kind, with_it)])
-            off = statistics.median(found[(kind, without)])
+            runs_on, runs_off = found[(kind, with_it)], found[(kind, without)]
+            on, off = (
+                statistics.median(w for w, _ in runs_on),
+                statistics.median(w for w, _ in runs_off),
+            )
+            cpu_on = statistics.median(c for _, c in runs_on)
+            cpu_off = statistics.median(c for _, c in runs_off)
             share = on / off - 1.0
+            cpu_share = cpu_on / cpu_off - 1.0 if cpu_off else float("nan")
             verdict = "-" if "every" in recorder or "video" in recorder else (
                 "yes" if share <= 0.05 else "NO"
             )  # fmt: skip
             print(f"| {EVALS[kind][2]} | {recorder} | {on:.2f} s | {off:.2f} s | "
-                  f"{100 * share:+.1f}% | {verdict} |")  # fmt: skip
+                  f"{100 * share:+.1f}% | {cpu_on:.2f} s, {cpu_off:.2f} s, "
+                  f"{100 * cpu_share:+.1f}% | {verdict} |")  # fmt: skip
     skipped = sorted(set(args.kinds.split(",")) - set(kinds))
     if skipped:
         print(f"not run: {', '.join(skipped)} (policybench env install robomimic builds it)")
