@@ -149,7 +149,7 @@ class Progress:
         """The run has ended: finished when every item ran, else stopped (interrupted, -x)."""
         with self.writing:
             self.stopped.set()
-        complete = self.done >= self.selected
+        complete = self.finished >= self.selected
         status = self._update(RunState.FINISHED if complete else RunState.STOPPED)
         if not self.outcomes:
             return
@@ -159,13 +159,21 @@ class Progress:
         elif self.terminal is not None and status.done:
             self._print(status)
 
+    @property
+    def finished(self) -> set[str]:
+        """The rollouts that ended: torn down, or with their record written (a run stopped
+        between a rollout's record and its teardown has still finished that rollout: its record
+        is in results.jsonl, and a resume carries it)."""
+        return self.done | self.outcomes.keys()
+
     def status(self, state: RunState = RunState.RUNNING) -> Status:
         counts = list(self.outcomes.values())
-        left = Counter(group_of(nodeid) for nodeid in self.selected - self.done)
+        finished = self.finished
+        left = Counter(group_of(nodeid) for nodeid in self.selected - finished)
         return Status(
             run_id=self.run_dir.name,
-            total=len(self.selected | self.done),
-            done=len(self.done),
+            total=len(self.selected | finished),
+            done=len(finished),
             solved=counts.count(OutcomeKind.SOLVED),
             unsolved=counts.count(OutcomeKind.UNSOLVED),
             errors=counts.count(OutcomeKind.ERROR),
