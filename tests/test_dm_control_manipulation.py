@@ -6,8 +6,6 @@ the run's own server plays one task at -n 2."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -18,6 +16,7 @@ from policybench.suites.dm_control_manipulation import (
     DMControlManipulation,
     environment_name,
 )
+from tests.served_random import served_random_run
 
 STEPS = 20
 
@@ -87,15 +86,8 @@ def test_dm_control_manipulation(rollout, harness):
 
 
 def test_a_served_random_policy_plays_a_task_at_two_workers(pytester: pytest.Pytester):
-    pytester.makepyfile(test_dm_control_manipulation=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "2",
-        "-k", "lift_brick or reach_site",
+    found, said = served_random_run(
+        pytester, "test_dm_control_manipulation", BENCHMARK,
+        "--rollouts", "2", "-k", "lift_brick or reach_site",
     )  # fmt: skip
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
-    assert sorted(r["task"] for r in found) == ["lift_brick"] * 2 + ["reach_site"] * 2, (
-        result.stdout.str()[-3000:]
-    )
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    assert sorted(r["task"] for r in found) == ["lift_brick"] * 2 + ["reach_site"] * 2, said

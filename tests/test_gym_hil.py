@@ -6,8 +6,6 @@ every task of both Evals at -n 2."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -17,6 +15,7 @@ import gymnasium as gym
 
 from policybench import keys
 from policybench.suites.gym_hil import ENVIRONMENT_STATE, GYM_HIL, TASKS, WRIST_IMAGE
+from tests.served_random import served_random_run
 
 ACTIONS = np.random.default_rng(11).uniform(-0.05, 0.05, (15, 7)).astype(np.float32)
 
@@ -91,12 +90,5 @@ def test_gym_hil(rollout, harness):
 
 
 def test_a_served_random_policy_plays_every_task_at_two_workers(pytester: pytest.Pytester):
-    pytester.makepyfile(test_gym_hil=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "1"
-    )
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
-    assert sorted(r["task"] for r in found) == sorted(TASKS), result.stdout.str()[-3000:]
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    found, said = served_random_run(pytester, "test_gym_hil", BENCHMARK)
+    assert sorted(r["task"] for r in found) == sorted(TASKS), said

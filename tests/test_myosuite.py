@@ -7,7 +7,6 @@ run's own server plays every task at -n 2. Skipped where the interpreter is not 
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from policybench import keys
 from policybench.suites import myosuite
 from policybench.world import World
 from tests.interpreters import built_python
+from tests.served_random import served_random_run
 
 HERE = Path(__file__).resolve().parent
 STEPS = 40
@@ -79,13 +79,5 @@ def test_a_served_random_policy_plays_every_task_at_two_workers(python, pytester
 
     # pytester's runs have a HOME of their own, without the built interpreter's cache: name it.
     monkeypatch.setenv(override_variable(myosuite.INTERPRETER), str(python))
-    pytester.makepyfile(test_myosuite=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "1"
-    )
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
-    tasks = sorted(task for _, task in CASES)
-    assert sorted(r["task"] for r in found) == tasks, result.stdout.str()[-3000:]
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    found, said = served_random_run(pytester, "test_myosuite", BENCHMARK)
+    assert sorted(r["task"] for r in found) == sorted(task for _, task in CASES), said

@@ -9,8 +9,6 @@ the run's own server plays one task of every Eval at -n 2."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -20,6 +18,7 @@ import gymnasium as gym
 
 from policybench import keys
 from policybench.suites.ogbench import FAMILIES, GOAL, PROPRIO, OGBench
+from tests.served_random import served_random_run
 
 # Beyond [-1, 1] at times: the loop's clipping is part of what is staged.
 ACTIONS = np.random.default_rng(3).uniform(-1.3, 1.3, (25, 5)).astype(np.float32)
@@ -105,14 +104,6 @@ def test_ogbench(rollout, harness):
 def test_a_served_random_policy_plays_one_task_of_every_eval_at_two_workers(
     pytester: pytest.Pytester,
 ):
-    pytester.makepyfile(test_ogbench=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "1",
-        "-k", "task2",
-    )  # fmt: skip
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
+    found, said = served_random_run(pytester, "test_ogbench", BENCHMARK, "-k", "task2")
     evals = sorted(r["eval"] for r in found)
-    assert evals == sorted(f"ogbench-{family}" for family in FAMILIES), result.stdout.str()[-3000:]
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    assert evals == sorted(f"ogbench-{family}" for family in FAMILIES), said

@@ -5,8 +5,6 @@ every task at -n 2."""
 
 from __future__ import annotations
 
-import json
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ pytest.importorskip("panda_gym")
 
 from policybench import keys
 from policybench.suites.panda_gym import ACHIEVED, DESIRED, OBSERVATION, TASKS, PandaGym
+from tests.served_random import served_random_run
 
 STEPS = 30
 
@@ -76,12 +75,5 @@ def test_panda_gym(rollout, harness):
 
 
 def test_a_served_random_policy_plays_every_task_at_two_workers(pytester: pytest.Pytester):
-    pytester.makepyfile(test_panda_gym=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "1"
-    )
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
-    assert sorted(r["task"] for r in found) == sorted(TASKS), result.stdout.str()[-3000:]
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    found, said = served_random_run(pytester, "test_panda_gym", BENCHMARK)
+    assert sorted(r["task"] for r in found) == sorted(TASKS), said

@@ -6,8 +6,6 @@ own server plays every task at -n 2."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -15,6 +13,7 @@ pytest.importorskip("envpool")
 
 from policybench import keys
 from policybench.suites.playground import GROUPS, Playground
+from tests.served_random import served_random_run
 
 CASES = [(group, task) for group in GROUPS for task in group.tasks]
 STEPS = 30
@@ -78,13 +77,5 @@ def test_playground(rollout, harness):
 
 
 def test_a_served_random_policy_plays_every_task_at_two_workers(pytester: pytest.Pytester):
-    pytester.makepyfile(test_playground=BENCHMARK)
-    result = pytester.runpytest_subprocess(
-        "--policy=random", "--policy-sharing=shared", "-n", "2", "--rollouts", "1"
-    )
-    lines = (pytester.path / "reports" / "latest" / "results.jsonl").read_text().splitlines()
-    found = [json.loads(line) for line in lines]
-    tasks = sorted(task for _, task in CASES)
-    assert sorted(r["task"] for r in found) == tasks, result.stdout.str()[-3000:]
-    assert {r["outcome"] for r in found} <= {"solved", "unsolved"}, result.stdout.str()[-3000:]
-    assert all(r["policy"].get("served") == "shared" for r in found)
+    found, said = served_random_run(pytester, "test_playground", BENCHMARK)
+    assert sorted(r["task"] for r in found) == sorted(task for _, task in CASES), said
