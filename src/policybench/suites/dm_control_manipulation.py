@@ -18,7 +18,6 @@ report returns over the full 10 s; here a rollout ends at its first success. No 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import gymnasium as gym
@@ -110,7 +109,7 @@ def hold(last: np.ndarray | None, obs: Observation) -> np.ndarray:
 
 DM_CONTROL_MANIPULATION = Eval(
     name="dm-control-manipulation",
-    make_env=functools.partial(DMControlManipulation),
+    make_env=DMControlManipulation,
     plan=seeded_per_task(TASKS, timeout_s=TIME_LIMIT_S),
     control_hz=CONTROL_HZ,
     hold=hold,

@@ -101,7 +101,7 @@ def panda_gym(name: str, tasks: tuple[str, ...], scripted: bool = False) -> Eval
     size = TASKS[tasks[0]][2]
     return Eval(
         name=name,
-        make_env=functools.partial(PandaGym),
+        make_env=PandaGym,
         plan=seeded_per_task(
             {task: TASKS[task][0] for task in tasks},
             timeout_s=max(TASKS[task][1] for task in tasks) / CONTROL_HZ,

@@ -85,7 +85,7 @@ class Playground(gym.Env):
     """One Playground task through EnvPool, unbatched; a reset with a seed makes the task
     afresh with it."""
 
-    metadata = {"render_modes": [], "render_fps": 50}
+    metadata = {"render_modes": []}  # EnvPool renders nothing here
 
     def __init__(self, group: Group, task: str) -> None:
         if task not in group.tasks:
