@@ -7,10 +7,11 @@ teardown, from --junitxml: the rollout, its recorders and its trace written), th
 left out; each recorder's cost is printed as a ratio to the same run without it.
 
 Recorders: traces (per step: actions, rewards, model calls, small state vectors, each image's
-motion; `--no-rollout-traces` turns them off), the expert's shadow (its action at each observation
-of the first rollout of each task, the default; `--expert-shadow all`, every rollout, as before;
-`0`, none), videos when asked (`--record-video`). The preflight's image probes are once per Eval
-and run, not per rollout: the preflight line's time is printed beside.
+motion; `--no-rollout-traces` turns them off), the observations the Eval's expert reads, kept for
+a diagnosis to replay it on after the run (the first rollout of each task, the default;
+`--expert-shadow all`, every rollout; `0`, none), videos when asked (`--record-video`). The
+expert itself runs only in a diagnosis, after the rollouts: not in these times. The preflight's
+image probes are once per Eval and run, not per rollout.
 
 Run from the repository root:  python bench/recorders.py  (about ten minutes at the defaults).
 It prints a markdown table and the command that made it.
@@ -46,9 +47,9 @@ SETTINGS = {  # name -> the options that make it
 ISOLATED = ("bare", "traces", "default")  # a rollout is ~40 s of software rendering: one a task
 COSTS = (  # what a row says: (recorder, setting with it, setting without it)
     ("traces (states, motion, calls)", "traces", "bare"),
-    ("expert shadow, first rollout a task (default)", "default", "traces"),
-    ("the default set (traces + sampled shadow)", "default", "bare"),
-    ("expert shadow, every rollout (before)", "shadow-all", "traces"),
+    ("observations kept for the expert, first rollout a task (default)", "default", "traces"),
+    ("the default set (traces + kept observations)", "default", "bare"),
+    ("observations kept for the expert, every rollout", "shadow-all", "traces"),
     ("video (--record-video, when asked)", "video", "default"),
 )
 

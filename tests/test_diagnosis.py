@@ -42,7 +42,7 @@ from policybench.suites.metaworld import MT10, MetaWorldExpert
 
 
 class Changed:
-    def __init__(self, name, actions=lambda a: a, image=lambda i: i):
+    def __init__(self, name, actions=lambda a, obs: a, image=lambda i: i):
         self.name, self.inner = name, MetaWorldExpert(MT10)
         self.actions, self.image = actions, image
 
@@ -81,6 +81,7 @@ def sees_upright(actions, obs):
     return actions if upright else -actions
 
 
+SAME = Changed("same")
 GRIPPER = Changed("flipped-gripper", flip_gripper)
 SWAPPED = Changed("swapped-xy", swap_xy)
 FLIPPED_IMAGE = Changed("flipped-image", sees_upright, image=lambda image: image[::-1])
@@ -168,22 +169,44 @@ def test_the_expert_itself_is_not_diagnosed(bench):
 @pytest.mark.parametrize(
     ("shadow", "watched"), [(None, ["push-v3/seed=0", "reach-v3/seed=0"]), ("all", 4), ("0", [])]
 )
-def test_the_expert_watches_the_first_rollout_of_each_task_unless_told_otherwise(
+def test_the_first_rollout_of_each_task_keeps_what_the_expert_replays_unless_told_otherwise(
     bench, shadow, watched
 ):
+    # A random policy solves none: the diagnosis replays the expert on every kept rollout.
     given = () if shadow is None else ("--expert-shadow", shadow)
     result = bench.runpytest_subprocess(
         "--rollouts", "2", "-k", "not camera and (reach or push-v3)", "--policy=random", *given
     )
     assert result.ret == 0, result.stdout.str()[-2000:]
     run = bench.path / "reports" / "latest"
-    found = []
+    found, kept = [], []
     for line in (run / "results.jsonl").read_text().splitlines():
         record = json.loads(line)
         trace = json.loads((run / record["rollout_trace"]).read_text())
+        rollout = record["nodeid"].split("[")[1].rstrip("]")
         if "expert_action" in trace["arrays"]:
-            found.append(record["nodeid"].split("[")[1].rstrip("]"))
+            found.append(rollout)
+        if "kept_observations" in trace:
+            assert (run / trace["kept_observations"]).is_file()
+            kept.append(rollout)
     assert (len(found) if isinstance(watched, int) else sorted(found)) == watched
+    assert sorted(kept) == sorted(found)
+
+
+def test_a_run_no_diagnosis_looks_at_never_runs_the_expert(bench):
+    # The expert through the policy's door: every rollout solved, nothing to diagnose, so the
+    # observations the first rollouts kept are never replayed.
+    result = bench.runpytest_subprocess(
+        "--rollouts", "2", "-k", "not camera and reach", "--policy=conventions:SAME"
+    )
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    run = bench.path / "reports" / "latest"
+    traces = [
+        json.loads((run / json.loads(line)["rollout_trace"]).read_text())
+        for line in (run / "results.jsonl").read_text().splitlines()
+    ]
+    assert sum("kept_observations" in t for t in traces) == 1
+    assert not any("expert_action" in t["arrays"] for t in traces)
 
 
 def test_an_expert_shadow_that_is_not_a_count_is_refused(bench):

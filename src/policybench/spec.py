@@ -159,6 +159,9 @@ class Eval:
     extra: str | None = None
     packages: Sequence[str] = ()
     scripted: Callable[[], Model] | None = None
+    # The observation entries its expert reads (empty: all): what a run keeps of the rollouts
+    # the expert is to be replayed on for a diagnosis (record/shadow.py), and no more.
+    expert_reads: Sequence[str] = ()
     policy_facing: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
     codecs: Mapping[str, Codec] = field(default_factory=dict)

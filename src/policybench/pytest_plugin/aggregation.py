@@ -27,6 +27,7 @@ from policybench.pytest_plugin.resume import (
     resume_command,
     resumed_of,
 )
+from policybench.pytest_plugin.rollout_trace import expert_finder
 from policybench.pytest_plugin.rundir import baseline_dir, run_context
 from policybench.pytest_plugin.shards import shard_setting
 from policybench.pytest_plugin.watchdog import HUNG
@@ -194,6 +195,7 @@ class Aggregator:
             baseline=decide.baseline_of(self.config),
             run_dir=self.run_dir,
             published=self.config.getoption("published", None),
+            expert_of=expert_finder(self.config),
         )
         breaches, notes = self._breaches(summary)
         if not self.records and self.no_policy:  # nothing ran for want of a policy

@@ -23,7 +23,6 @@ import numpy as np
 from policybench import keys
 from policybench.policy.base import ModelCall, Observation, control_period_ns
 from policybench.record.episode import Episode
-from policybench.record.shadow import ShadowExpert
 from policybench.record.trace import is_image
 from policybench.run.files import (
     DECODED_LIMIT,
@@ -40,6 +39,9 @@ STATE_CAP = 64  # an observation entry of more numbers than this (an image, say)
 TRACE_BUDGET_PER_1000_STEPS = 64 * 1024
 NO_CHUNK = -1  # a step not played from a chunk's waypoint: the hold, or a policy without calls
 EXPERT_ACTION = "expert_action"  # a row per action dimension: the Eval's expert's, step by step
+# The file of the observations kept for the Eval's expert to replay (record/shadow.py), its name
+# in the run's folder; a diagnosis that replays them adds EXPERT_ACTION to the trace.
+KEPT_OBSERVATIONS = "kept_observations"
 MOTION = "motion"  # motion/<image>: the image's mean absolute change from the step before
 
 
@@ -58,6 +60,7 @@ class StateRecorder:
     # all zeros is a camera that never shows anything happen.
     motion: dict[str, list[float]] = field(default_factory=dict)
     _last_image: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _layout: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def __call__(self, time_ns: int, obs: Observation) -> None:
         for name, value in obs.items():
@@ -85,18 +88,26 @@ class StateRecorder:
         self.left_out.clear()
         self.motion.clear()
         self._last_image.clear()
+        self._layout.clear()
         self.seen = 0
 
     def _moved(self, name: str, image: np.ndarray) -> None:
+        # Pixels in the order they lie in memory (an env's image is often a transposed view):
+        # a mean over all of them needs no other order, and walking memory is fast.
+        pixels = image.ravel(order="K")
         last = self._last_image.get(name)
         kept = self.motion.setdefault(name, [0.0] * self.seen)
-        current = image.astype(np.int16)  # a copy, kept as the next step's `last`
-        if last is None or last.shape != current.shape:
+        if last is None or last.shape != pixels.shape or self._layout.get(name) != image.strides:
             kept.append(0.0)
-        else:
-            np.subtract(current, last, out=last)
-            kept.append(float(np.abs(last, out=last).mean()))
-        self._last_image[name] = current
+            self._last_image[name] = pixels.copy()
+            self._layout[name] = image.strides
+            return
+        high = np.maximum(pixels, last)  # |a - b| of uint8 as max - min: nothing wider, exact
+        np.minimum(pixels, last, out=last)
+        np.subtract(high, last, out=high)
+        wide = np.uint32 if high.size < 2**24 else np.uint64  # 255 a pixel cannot overflow it
+        kept.append(float(np.add.reduce(high, dtype=wide)) / high.size)
+        np.copyto(last, pixels)
 
 
 def _why_not_kept(value: Any, cap: int) -> str | None:
@@ -139,14 +150,12 @@ def rollout_trace(
     episode: Episode,
     states: StateRecorder | None = None,
     state_names: Mapping[str, Mapping[int, str]] | None = None,
-    expert: ShadowExpert | None = None,
     precise: bool = False,
 ) -> dict[str, Any]:
     """The trace document of `episode` (states from the recorder that watched it, if any;
-    `state_names`: per observation entry, the names its Eval gives some of its numbers; the
-    Eval's `expert` watching beside the policy, if one did; `precise`: state vectors at full
-    precision, for a run that compares trajectories number for number: drift between pin
-    sets)."""
+    `state_names`: per observation entry, the names its Eval gives some of its numbers;
+    `precise`: state vectors at full precision, for a run that compares trajectories number
+    for number: drift between pin sets)."""
     statics = episode.statics
     steps = len(episode.trace)
     period_ns = control_period_ns(statics[keys.CONTROL_HZ]) if keys.CONTROL_HZ in statics else 1
@@ -171,7 +180,7 @@ def rollout_trace(
         "call_horizon": np.asarray([c.horizon for c in calls], np.int32),
         "call_wall_ms": np.asarray([c.wall_ns for c in calls], np.float32) / np.float32(1e6),
     }
-    left_out = _watched(arrays, states, expert, steps, precise)
+    left_out = _watched(arrays, states, steps, precise)
     bounds = episode.action_bounds
     return {
         "format": FORMAT,
@@ -194,12 +203,11 @@ def rollout_trace(
 def _watched(
     arrays: dict[str, np.ndarray],
     states: StateRecorder | None,
-    expert: ShadowExpert | None,
     steps: int,
     precise: bool = False,
 ) -> dict[str, str]:
-    """Adds to `arrays` what watched the rollout kept (state vectors, images' motion, the
-    expert's actions) for its `steps`; what it could not keep, by name, with the reason."""
+    """Adds to `arrays` what watched the rollout kept (state vectors, images' motion) for its
+    `steps`; what it could not keep, by name, with the reason."""
     left_out: dict[str, str] = {}
     if states is not None:
         left_out.update(states.left_out)
@@ -212,12 +220,6 @@ def _watched(
         for name, moved in sorted(states.motion.items()):
             if len(moved) >= steps and steps:
                 arrays[f"{MOTION}/{name}"] = np.asarray(moved[:steps], np.float16)
-    if expert is not None and expert.failed is not None:
-        left_out[EXPERT_ACTION] = f"the expert stopped watching: {expert.failed}"
-    elif expert is not None and len(expert.actions) >= steps and steps:
-        shadowed = np.stack(expert.actions[:steps])
-        if shadowed.shape == arrays["action"].T.shape:
-            arrays[EXPERT_ACTION] = shadowed.T
     return left_out
 
 
@@ -271,6 +273,20 @@ def write_trace(path: Path, trace: Mapping[str, Any]) -> int:
     text = json.dumps(trace, separators=(",", ":"))
     write_file(path, text, encoding="ascii")
     return len(text)
+
+
+def add_expert_actions(path: Path, actions: np.ndarray | None, why_not: str | None) -> None:
+    """Adds the Eval's expert's `actions` (a row per step, replayed after the run) to the trace
+    at `path`, or, given none, `why_not` among what it left out; rewritten whole."""
+    document = loads(read_text(path, TRACE_LIMIT, encoding="ascii"), str(path))
+    steps, dims = document[keys.STEPS], document["arrays"]["action"]["shape"][0]
+    if actions is not None and actions.shape == (steps, dims):
+        document["arrays"][EXPERT_ACTION] = encode_array(actions.T)
+    else:
+        found = "" if actions is None else f"its actions are {list(actions.shape)}, "
+        said = why_not or f"{found}not {steps} steps of {dims}"
+        document["state_left_out"][EXPERT_ACTION] = f"the expert's replay: {said}"
+    write_trace(path, document)
 
 
 def read_trace(path: Path) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import numpy as np
 from policybench import keys
 from policybench.preflight import ORIENTATION
 from policybench.record.rollout_trace import EXPERT_ACTION, MOTION
+from policybench.report.expert_replay import ExpertOf, with_expert
 from policybench.report.failures import trace_of
 from policybench.report.stats import group
 from policybench.run.files import read_json
@@ -69,12 +70,17 @@ class Diagnosis:
 
 
 def diagnoses(
-    records: Sequence[Mapping[str, Any]], run_dir: Path | None, far_below: Set[str] = frozenset()
+    records: Sequence[Mapping[str, Any]],
+    run_dir: Path | None,
+    far_below: Set[str] = frozenset(),
+    expert_of: ExpertOf | None = None,
 ) -> tuple[Diagnosis, ...]:
     """One Diagnosis per Eval that solved DIAGNOSED_AT of its rollouts or less (errors aside)
     or is in `far_below` (significantly below its checkpoint's published rate) and has traces
     in `run_dir`, and per Eval above it whose unsolved rollouts break a convention the
-    expert's actions show."""
+    expert's actions show. The expert's actions are replayed (`expert_of` makes the expert)
+    on the kept observations of those Evals' read rollouts, and above it of its tasks that
+    solved DIAGNOSED_AT or less: where a diagnosis looks, and only there."""
     if run_dir is None:
         return ()
     orientations = _orientations(run_dir)
@@ -85,7 +91,9 @@ def diagnoses(
             continue
         rate = sum(r[keys.OUTCOME] == "solved" for r in ended) / len(ended)
         unsolved = _watched_first([r for r in ended if r[keys.OUTCOME] == "unsolved"])
-        traces = [t for t in (_trace(run_dir, r) for r in unsolved) if t is not None]
+        diagnosed = rate <= DIAGNOSED_AT or eval in far_below
+        looked_at = None if diagnosed else _failing_tasks(ended)
+        traces = _traces(run_dir, unsolved, expert_of, looked_at)
         if not traces:
             continue
         compared = _expert(traces)  # a dimension the expert explains is not said again
@@ -133,6 +141,33 @@ def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:
                 found.setdefault(data[keys.EVAL], {k: float(v) for k, v in distances.items()})
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # the run's preflight lines say what they can
+    return found
+
+
+def _failing_tasks(ended: Sequence[Mapping[str, Any]]) -> set[Any]:
+    """The tasks that solved DIAGNOSED_AT of their ended rollouts or less."""
+    tasks: dict[Any, list[bool]] = {}
+    for record in ended:
+        tasks.setdefault(record.get(keys.TASK), []).append(record[keys.OUTCOME] == "solved")
+    return {task for task, solved in tasks.items() if sum(solved) <= DIAGNOSED_AT * len(solved)}
+
+
+def _traces(
+    run_dir: Path,
+    unsolved: Sequence[Mapping[str, Any]],
+    expert_of: ExpertOf | None,
+    tasks: Set[Any] | None,
+) -> list[dict[str, Any]]:
+    """The readable traces of `unsolved`, the expert's actions replayed into those of `tasks`
+    (None: all) that kept observations for it, where `expert_of` is given."""
+    found = []
+    for record in unsolved:
+        trace = _trace(run_dir, record)
+        if trace is None:
+            continue
+        if expert_of is not None and (tasks is None or record.get(keys.TASK) in tasks):
+            trace = with_expert(run_dir, record[keys.ROLLOUT_TRACE], trace, expert_of)
+        found.append(trace)
     return found
 
 

@@ -21,7 +21,7 @@ from policybench.report.summary import Summary
 from policybench.run.arms import ARMS, BLINDING, BLINDING_FILE, SEALED_FILE, Blinding
 from policybench.run.files import make_folders, read_text, write_file
 from policybench.run.info import RUN_INFO, RunInfo
-from policybench.run.layout import SUMMARY, OutsideRun, inside, video_name
+from policybench.run.layout import KEPT, SUMMARY, OutsideRun, inside, video_name
 from policybench.run.records import rollout_id
 from policybench.run.results import RESULTS, read_results
 from policybench.run.verdicts import Verdicts, carry_verdicts, joined, read_verdicts
@@ -483,10 +483,13 @@ def _clear(out: Path, parts: Sequence[Part]) -> None:
 def _confined(
     record: Record, source: Path, out: Path, files: Mapping[str, str]
 ) -> list[tuple[Path, Path]]:
-    """A kept rollout's video and trace as (where it is in its part, where it goes under `out`);
+    """A kept rollout's video and trace (and the observations its trace kept for the Eval's
+    expert, named as it is) as (where it is in its part, where it goes under `out`);
     MergeRefused, naming the part and the rollout, for a name that leads outside either."""
     found = []
-    for name in (record.get(keys.VIDEO), record.get(keys.ROLLOUT_TRACE)):
+    trace = record.get(keys.ROLLOUT_TRACE)
+    kept = f"{KEPT}/{Path(trace).stem}.npz" if isinstance(trace, str) else None
+    for name in (record.get(keys.VIDEO), trace, kept):
         if not isinstance(name, str):
             continue
         try:
@@ -499,8 +502,9 @@ def _confined(
 
 
 def _link_files(record: Record, source: Path, out: Path, files: Mapping[str, str]) -> None:
-    """A kept rollout's video and trace, hard-linked (or copied) to the same place under `out`
-    (or, renamed with its episode, from its part's own name: `files`)."""
+    """A kept rollout's video and trace (and what it kept for the expert), hard-linked (or
+    copied) to the same place under `out` (or, renamed with its episode, from its part's own
+    name: `files`); a file its part lacks is left out."""
     for origin, target in _confined(record, source, out, files):
         if not origin.is_file() or origin.is_symlink():
             continue

@@ -22,6 +22,7 @@ from policybench.report.agreement import OPERATOR, Agreement
 from policybench.report.compare import Comparison, adjusted_together, compare_runs
 from policybench.report.diagnosis import Diagnosis, diagnoses
 from policybench.report.drift import EvalDrift, drifts
+from policybench.report.expert_replay import ExpertOf
 from policybench.report.failures import Cluster, failure_clusters
 from policybench.report.published import (
     PublishedComparison,
@@ -80,13 +81,14 @@ class Summary:
         baseline: Baseline | None = None,
         run_dir: Path | None = None,
         published: str | None = None,
+        expert_of: ExpertOf | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
         its operator verdicts (verdicts.jsonl), beside the automatic outcomes; `decide`: its
         sequential test (--decide; a paired one against `baseline`); `run_dir`: where the
         rollouts' traces lie, which clustering the failures reads; `published`: the published
-        entry it is compared with (--published), where its policy does not name one."""
-
+        entry it is compared with (--published), where its policy does not name one;
+        `expert_of`: what makes an Eval's expert, for a diagnosis to replay (None: none)."""
         decisions = _decisions(decide, records, baseline)
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
@@ -110,7 +112,6 @@ class Summary:
         ]
         assigned = next((r[keys.ASSIGNMENT] for r in records if keys.ASSIGNMENT in r), None)
         compared = _arms_compared(by_arm)
-        versus = [ArmComparison(comparison, assigned) for comparison in compared]
         beside, unread = _beside_published(records, published)
         problems = [*problems, *unread]
         far_below = {e for c in beside if c.verdict == "below" for e in c.result.evals}
@@ -121,12 +122,12 @@ class Summary:
             problems=tuple(problems),
             arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
             arm_tasks=tuple(arm_tasks),
-            versus=tuple(versus),
+            versus=tuple(ArmComparison(comparison, assigned) for comparison in compared),
             operator=_agreement(records, verdicts),
             decisions=decisions,
             specs=spec_rows(records),
             failures=failure_clusters(records, run_dir),
-            diagnoses=diagnoses(records, run_dir, far_below),
+            diagnoses=diagnoses(records, run_dir, far_below, expert_of),
             drift=drifts(records, compared, run_dir),
             published=beside,
         )

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from policybench.record.video import Video
 
 TRACES = "traces"  # the folder of a run's rollout traces
+KEPT = "kept"  # the observations kept for the Eval's expert to replay (record/shadow.py)
 VIDEOS = "videos"  # the folder of a run's videos
 HANGS = "hangs"  # the folder of the watchdog's files, one per worker with a rollout running
 PREFLIGHTS = "preflight"  # the folder of a run's preflights, one file per Eval (and arm)

@@ -413,6 +413,7 @@ def mt10(
         plan=seeded_per_task(tasks, timeout_s=MAX_STEPS / CONTROL_HZ),
         renderer=None if camera is None else MUJOCO,
         scripted=lambda: MetaWorldExpert(tasks),
+        expert_reads=(keys.STATE,),
         metadata={
             "observation": "state" if camera is None else f"state+{camera}@{size}",
             "placement": (
@@ -485,6 +486,7 @@ def mt10_lerobot(
         if latest
         else LeRobotDraws(dict(tasks), timeout_s=timeout_s),
         scripted=lambda: MetaWorldExpert(tasks),
+        expert_reads=(keys.STATE,),
         metadata={
             "protocol": "lerobot",
             "lerobot_version": version,

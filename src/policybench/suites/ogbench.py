@@ -248,6 +248,7 @@ def ogbench(family: str) -> Eval:
         extra="ogbench",
         packages=("ogbench", "mujoco", "dm-control", "gymnasium"),
         scripted=(lambda: CubeExpert(family)) if spec.cubes else None,
+        expert_reads=(keys.STATE, GOAL),
         metadata={
             "observation": f"state {family} ({spec.env_id}) and the goal's, beside it",
             "placement": "seed s: reset(seed=s, options={'task_id': k}); the goal's settling "

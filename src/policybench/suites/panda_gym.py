@@ -113,6 +113,7 @@ def panda_gym(name: str, tasks: tuple[str, ...], scripted: bool = False) -> Eval
         extra="panda-gym",
         packages=("panda-gym", "pybullet", "gymnasium"),
         scripted=ReachExpert if scripted else None,
+        expert_reads=(keys.STATE, DESIRED),
         metadata={
             "observation": "`state` (panda-gym's observation), achieved_goal, desired_goal",
             "placement": "seed s: reset(seed=s) (the goal and the object drawn from it)",

@@ -477,6 +477,7 @@ def pusht(scripted: Any = None, scenes: str = GYM_PUSHT) -> Eval:
         extra="pusht",
         packages=("gym-pusht", "pymunk", "gymnasium"),
         scripted=scripted,
+        expert_reads=(keys.STATE, keys.IMAGE),
         # The rule, beside the gym-pusht version every record holds (its packages).
         metadata={"observation": "image 96x96 + agent_pos", "seed_rule": SEED_RULES[scenes]},
         codecs={"openpi": OPENPI, "lerobot": LEROBOT},
