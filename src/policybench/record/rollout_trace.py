@@ -289,8 +289,9 @@ def add_expert_actions(path: Path, actions: np.ndarray | None, why_not: str | No
     write_trace(path, document)
 
 
-def read_trace(path: Path) -> dict[str, Any]:
-    """A trace document with its arrays decoded; ValueError naming the file if it is not one."""
+def read_trace(path: Path, wanted: str = "") -> dict[str, Any]:
+    """A trace document with its arrays decoded (those whose names start with `wanted`: the
+    others left out, not inflated); ValueError naming the file if it is not one."""
     try:
         document = loads(read_text(path, TRACE_LIMIT, encoding="ascii"), str(path))
     except (OSError, ValueError) as error:
@@ -303,7 +304,11 @@ def read_trace(path: Path) -> dict[str, Any]:
         )
     budget = [DECODED_LIMIT]
     try:
-        arrays = {name: decode_array(entry, budget) for name, entry in document["arrays"].items()}
+        arrays = {
+            name: decode_array(entry, budget)
+            for name, entry in document["arrays"].items()
+            if name.startswith(wanted)
+        }
     except (KeyError, TypeError, AttributeError, ValueError, zlib.error) as error:
         raise ValueError(f"{path} holds an array that cannot be read: {error}") from None
     return {**document, "arrays": arrays}

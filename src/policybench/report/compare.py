@@ -590,10 +590,7 @@ def _counts(
 
 def _pairs(matched: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Pairs:
     solved = [
-        (
-            OutcomeKind(b[keys.OUTCOME]) is OutcomeKind.SOLVED,
-            OutcomeKind(a[keys.OUTCOME]) is OutcomeKind.SOLVED,
-        )
+        (b[keys.OUTCOME] == OutcomeKind.SOLVED, a[keys.OUTCOME] == OutcomeKind.SOLVED)
         for b, a in matched
     ]
     return Pairs(

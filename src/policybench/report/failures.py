@@ -173,14 +173,15 @@ def clusters_lines(clusters: Sequence[Cluster]) -> list[str]:
     ]
 
 
-def trace_of(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The rollout's trace (its arrays read), from inside its run's folder; None when it has
-    none or it cannot be read (its rollout page says why)."""
+def trace_of(run_dir: Path, record: Mapping[str, Any], wanted: str = "") -> dict[str, Any] | None:
+    """The rollout's trace (its arrays read: those whose names start with `wanted`), from
+    inside its run's folder; None when it has none or it cannot be read (its rollout page says
+    why)."""
     name = record.get(keys.ROLLOUT_TRACE)
     if not isinstance(name, str):
         return None
     try:
-        trace = read_trace(inside(run_dir, name))  # OutsideRun is a ValueError
+        trace = read_trace(inside(run_dir, name), wanted)  # OutsideRun is a ValueError
     except (ValueError, OSError, KeyError):
         return None
     return trace if isinstance(trace.get("arrays"), dict) else None
@@ -189,32 +190,35 @@ def trace_of(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | None:
 def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, Ending]:
     """Each traced rollout's ending; a number has stopped moving when it stays within STILL of
     its whole range over the Eval's rollouts (so jitter in place is stillness)."""
-    rows: dict[str, dict[str, np.ndarray]] = {}
+    rows: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}  # names, a row of steps each
     for record in records:
-        trace = trace_of(run_dir, record)
+        trace = trace_of(run_dir, record, STATE)  # the state vectors alone are read
         if trace is None:
             continue
-        arrays = trace["arrays"]
         named = trace.get("state_names") or {}
         kept = {
             _number_name(entry[len(STATE) :], i, named): row
-            for entry, array in sorted(arrays.items())
+            for entry, array in sorted(trace["arrays"].items())
             if entry.startswith(STATE)
             for i, row in enumerate(array)
         }
         if kept and next(iter(kept.values())).size:
-            rows[rollout_id(record)] = kept
+            matrix = np.stack([np.asarray(row, np.float64) for row in kept.values()])
+            rows[rollout_id(record)] = (tuple(kept), matrix)
     evals: dict[str, list[str]] = {}
     for record in records:
         if rollout_id(record) in rows:
             evals.setdefault(record[keys.EVAL], []).append(rollout_id(record))
     endings = {}
     for traced in evals.values():
-        spans: dict[str, tuple[float, float]] = {}
-        for number in set().union(*(rows[i] for i in traced)):
-            seen = [rows[i][number] for i in traced if number in rows[i]]
-            spans[number] = (min(float(r.min()) for r in seen), max(float(r.max()) for r in seen))
-        endings.update({i: _ending(rows[i], spans) for i in traced})
+        spans: dict[str, tuple[float, float]] = {}  # each number's range over the Eval
+        for i in traced:
+            names, matrix = rows[i]
+            lows, highs = matrix.min(axis=1).tolist(), matrix.max(axis=1).tolist()
+            for name, low, high in zip(names, lows, highs, strict=True):
+                was = spans.get(name)
+                spans[name] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
+        endings.update({i: _ending(*rows[i], spans) for i in traced})
     return endings
 
 
@@ -224,14 +228,17 @@ def _number_name(entry: str, i: int, named: Mapping[str, Mapping[str, str]]) -> 
     return given if isinstance(given, str) else f"{entry}[{i}]"
 
 
-def _ending(rows: Mapping[str, np.ndarray], spans: Mapping[str, tuple[float, float]]) -> Ending:
-    steps = next(iter(rows.values())).size
-    moved = np.zeros(steps, bool)
-    for number, row in rows.items():
-        low, high = spans[number]
-        moved |= np.abs(row.astype(np.float64) - float(row[-1])) > STILL * (high - low)
+def _ending(
+    names: Sequence[str], matrix: np.ndarray, spans: Mapping[str, tuple[float, float]]
+) -> Ending:
+    """A rollout's ending from its numbers' rows (`matrix`, named `names`), each number still
+    where it stays within STILL of its range over the Eval (`spans`) of its final value."""
+    steps = matrix.shape[1]
+    width = np.array([spans[name][1] - spans[name][0] for name in names])
+    final = matrix[:, -1]
+    moved = (np.abs(matrix - final[:, None]) > STILL * width[:, None]).any(axis=0)
     last_moved = int(np.flatnonzero(moved)[-1]) + 1 if moved.any() else 0
-    return Ending({number: float(row[-1]) for number, row in rows.items()}, last_moved, steps)
+    return Ending(dict(zip(names, final.tolist(), strict=True)), last_moved, steps)
 
 
 @dataclass(frozen=True)

@@ -195,10 +195,11 @@ class Updated:
     skipped: tuple[str, ...]
 
 
-def update(connection: sqlite3.Connection, root: Path) -> Updated:
+def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None = None) -> Updated:
     """Reads the runs under `root` that are new or whose results changed, and forgets those
-    gone. A run that cannot be read (a malformed file, a link, a FIFO, a file over its limit) is
-    skipped with a line naming it; the others are read."""
+    gone (the runs read held in `records`, for this call's comparisons). A run that cannot be
+    read (a malformed file, a link, a FIFO, a file over its limit) is skipped with a line naming
+    it; the others are read."""
     dirs = run_dirs(root)
     known = {
         row[0]: (row[1], row[2])
@@ -215,7 +216,7 @@ def update(connection: sqlite3.Connection, root: Path) -> Updated:
         if known.get(run_dir.name) == seen:
             continue
         try:
-            skipped += _store_run(connection, run_dir, seen)
+            skipped += _store_run(connection, run_dir, seen, records)
         except (OSError, ValueError, TypeError, AttributeError, KeyError, OverflowError,
                 sqlite3.InterfaceError, sqlite3.ProgrammingError) as error:  # fmt: skip
             connection.rollback()
@@ -237,8 +238,14 @@ def _said(error: BaseException) -> str:
     )
 
 
-def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, int]) -> list[str]:
-    """Stores one run; returns the lines of its results file that were skipped."""
+def _store_run(
+    connection: sqlite3.Connection,
+    run_dir: Path,
+    seen: tuple[int, int],
+    kept: RecordsOf | None = None,
+) -> list[str]:
+    """Stores one run (held in `kept` too); returns the lines of its results file that were
+    skipped."""
     results = read_results(run_dir / RESULTS)
     records = latest_per_rollout(results.records)
     try:
@@ -286,10 +293,10 @@ def _store_run(connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, i
                 tally.rate if tally.measured else None, low, high,
             ),
         )  # fmt: skip
-    connection.executemany(
-        "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [rollout_row(run_dir.name, record) for record in records],
-    )
+    rows = [rollout_row(run_dir.name, record) for record in records]
+    connection.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    if kept is not None:
+        kept.prime(run_dir.name, rows)
     return [f"{run_dir.name}/{problem}" for problem in results.problems]
 
 
@@ -340,6 +347,10 @@ def _beside(said: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+# json.dumps(value, sort_keys=True), one encoder made once (dumps makes one a call)
+SORTED = json.JSONEncoder(sort_keys=True)
+
+
 def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
     specs = record.get(keys.SPECS)
     margins = (
@@ -353,7 +364,7 @@ def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
         record.get(keys.EVAL),
         record.get(keys.TASK),
         record.get(keys.ARM),
-        json.dumps(record.get(keys.SCENE), sort_keys=True),
+        SORTED.encode(record.get(keys.SCENE)),
         record.get(keys.OUTCOME),
         record.get(keys.STEPS),
         record.get(keys.SUCCESS_STEP),
@@ -428,7 +439,8 @@ def listed_runs(connection: sqlite3.Connection) -> list[dict[str, Any]]:
         for row in connection.execute(f"SELECT {', '.join(columns)} FROM runs")
     ]
     parts = {str(Path(p).resolve()) for run in runs for p in json.loads(run["parts"] or "[]")}
-    runs = [r for r in runs if str(Path(r["path"]).resolve()) not in parts]
+    if parts:  # resolving every run's path costs: only where a run was merged from parts
+        runs = [r for r in runs if str(Path(r["path"]).resolve()) not in parts]
     runs.sort(key=lambda r: (r["started"] or "", r["run_id"]))
     return runs
 
@@ -469,6 +481,8 @@ class RecordsOf:
         self.connection = connection
         # The runs read last (a line's steps and the gate's reference and newest run): read once.
         self._read: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # The steps' tests kept in the store, by (eval, before, after, alpha): read once a call.
+        self.changes: dict[tuple[Any, ...], tuple[Any, Any]] | None = None
 
     def kept_call(self, key: tuple[str, str, str, float]) -> tuple[Any, ...] | None:
         """The gate's test of (eval, reference, newest, level), if it was made: p-value, pairs,
@@ -485,32 +499,52 @@ class RecordsOf:
         )
 
     def __call__(self, run_id: str, eval: str) -> list[dict[str, Any]]:
-        read = self._read.pop((run_id, eval), None)
+        read = self._read.get((run_id, eval))
         if read is None:
             with collector_paused():  # many objects, no cycles
                 read = self._rows(run_id, eval)
-        self._read[run_id, eval] = read  # the newest used last
+        self._keep((run_id, eval), read)
+        return read
+
+    def prime(self, run_id: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Holds a run's rollouts as just stored (`rollout_row`s), so that its comparisons in
+        this call do not read them back."""
+        by_eval: dict[str, list[dict[str, Any]]] = {}
+        for _, rollout, eval, task, arm, scene, outcome, *_ in rows:
+            by_eval.setdefault(eval, []).append(_compared(rollout, eval, task, scene, outcome, arm))
+        for eval, read in by_eval.items():
+            self._keep((run_id, eval), read)
+
+    def _keep(self, key: tuple[str, str], read: list[dict[str, Any]]) -> None:
+        self._read.pop(key, None)
+        self._read[key] = read  # the newest used last
         while len(self._read) > self.KEPT:
             del self._read[next(iter(self._read))]
-        return read
 
     def _rows(self, run_id: str, eval: str) -> list[dict[str, Any]]:
         return [
-            {
-                keys.NODEID: rollout,
-                keys.EVAL: eval,
-                keys.TASK: task,
-                keys.SCENE: json.loads(scene) if scene else None,
-                SCENE_KEY: scene_key_of(eval, task, scene),
-                keys.OUTCOME: outcome,
-                **({keys.ARM: arm} if arm else {}),
-            }
+            _compared(rollout, eval, task, scene, outcome, arm)
             for rollout, task, scene, outcome, arm in self.connection.execute(
                 "SELECT rollout, task, scene, outcome, arm FROM rollouts "
                 "WHERE run_id = ? AND eval = ?",
                 (run_id, eval),
             )
         ]
+
+
+def _compared(
+    rollout: str, eval: str, task: str, scene: str | None, outcome: str, arm: str | None
+) -> dict[str, Any]:
+    """A stored rollout as a comparison reads it: paired by its scene's key (made from the
+    stored scene's text, not parsed), counted by its outcome."""
+    return {
+        keys.NODEID: rollout,
+        keys.EVAL: eval,
+        keys.TASK: task,
+        SCENE_KEY: scene_key_of(eval, task, scene),
+        keys.OUTCOME: outcome,
+        **({keys.ARM: arm} if arm else {}),
+    }
 
 
 def _points(
@@ -549,19 +583,23 @@ def _tested(
     again takes its tests with it)."""
     key = (eval, before, after, alpha)
     store = records.connection
-    kept = store.execute(
-        "SELECT change, p_value FROM changes WHERE eval = ? AND before = ? AND after = ? "
-        "AND alpha = ?",
-        key,
-    ).fetchone()
+    if records.changes is None:  # every kept test, read once a call
+        records.changes = {
+            tuple(found[:4]): (found[4], found[5])
+            for found in store.execute(
+                "SELECT eval, before, after, alpha, change, p_value FROM changes"
+            )
+        }
+    kept = records.changes.get(key)
     if kept is not None:
-        return kept[0], kept[1]
+        return kept
     row = pooled_row(eval, records(before, eval), records(after, eval), alpha)
     change, p_value = None, None
     if row is not None:
         change = "worse" if row.regression else "better" if row.improvement else None
         p_value = row.adjusted_p
     store.execute("INSERT INTO changes VALUES (?, ?, ?, ?, ?, ?)", (*key, change, p_value))
+    records.changes[key] = (change, p_value)
     return change, p_value
 
 

@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             # The runs read and paired build many objects and no cycles: see collector_paused
             with closing(open_store(root)) as store, collector_paused():
-                updated = update(store, root)
                 records = RecordsOf(store)
+                updated = update(store, root, records)
                 history = read_history(store, root, args.alpha, records)
                 gated = gate(history, records, args.alpha, args.calls, args.reference)
                 store.commit()  # the gate's tests, kept for the next call

@@ -4,7 +4,7 @@ and one page per rollout, from Jinja2 templates; self-contained, opens from disk
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from policybench.report import failures
 from policybench.report.compare import Comparison
 from policybench.report.robustness import robustness_of
 from policybench.report.rollout_page import page_trace, write_plots_js
-from policybench.report.rollout_table import paged, table_data
+from policybench.report.rollout_table import broken, page_name, paged, table_columns, table_data
 from policybench.report.rows import Row
 from policybench.report.specs import violations
 from policybench.report.stats import infer_ms, step_wall_ms
@@ -52,13 +52,13 @@ def write_html(run_dir: Path, findings: Findings, all_pages: bool = False) -> Pa
     path."""
     env = _templates()
     chosen = paged(findings.records, all_pages)
-    rollouts = [rollout_row(i, r, i in chosen) for i, r in enumerate(findings.records)]
     index = run_dir / INDEX
-    write_file(index, _index_page(env, run_dir, findings, rollouts))
+    write_file(index, _index_page(env, run_dir, findings, chosen))
     pages = make_folder(run_dir / ROLLOUTS)
     template = env.get_template("rollout.html.j2")
     plots_js = write_plots_js(pages)
-    written = [i for i, row in enumerate(rollouts) if row["page"]]
+    written = sorted(chosen)
+    rollouts = {i: rollout_row(i, findings.records[i]) for i in written}
     for k, i in enumerate(written):
         row, record = rollouts[i], findings.records[i]
         trace = page_trace(run_dir, record)
@@ -91,10 +91,9 @@ def _templates() -> Any:
     return env
 
 
-def _index_page(
-    env: Any, run_dir: Path, findings: Findings, rollouts: Sequence[Mapping[str, Any]]
-) -> str:
-    """index.html: the overview, charts, histograms and the table of rollouts."""
+def _index_page(env: Any, run_dir: Path, findings: Findings, chosen: Set[int]) -> str:
+    """index.html: the overview, charts, histograms and the table of rollouts (those `chosen`
+    with a page of their own)."""
     summary = findings.summary
     judged = bool(summary.specs)  # a column and a filter of the specs each rollout broke
     filters = (
@@ -104,6 +103,7 @@ def _index_page(
         keys.OUTCOME,
         *((BROKEN,) if judged else ()),
     )
+    columns = table_columns(findings.records, chosen)
     tasks = summary.arm_tasks or summary.tasks  # an A/B run charts each arm's own rates
     histograms = [
         histogram("Episode length", "steps", NO_STEPS, findings.records, episode_steps),
@@ -124,11 +124,7 @@ def _index_page(
         arms=arm_grid(summary.arms),
         latency_sweep=sweep_of(summary, findings.run),
         robustness=robustness_of(summary, findings.run),
-        pages={
-            rollout_id(record): row["page"]
-            for record, row in _paged(findings, rollouts)
-            if row["page"]
-        },
+        pages={rollout_id(findings.records[i]): page_name(i) for i in chosen},
         cut=failures.CUT,
         sampled=failures.SAMPLED,
         scale_solved=failures.SCALE_SOLVED,
@@ -139,11 +135,11 @@ def _index_page(
             if row.stats.realtime is not None
         ],
         histograms=[h for h in histograms if h.edges],  # an empty one would be an empty box
-        rollouts=rollouts,
-        table=table_data(rollouts),
-        paged_count=sum(1 for row in rollouts if row["page"]),
+        table=table_data(columns),
+        paged_count=len(chosen),
+        rollout_count=len(findings.records),
         choices={
-            name: sorted({str(value) for row in rollouts for value in _choices(row[name])})
+            name: sorted({str(value) for cell in columns[name] for value in _choices(cell)})
             for name in filters
         },
         judged=judged,
@@ -159,10 +155,6 @@ def _choices(value: Any) -> list[Any]:
     if isinstance(value, list):
         return value or [NONE_BROKEN]
     return [value]
-
-
-def _paged(findings: Findings, rollouts: Sequence[Mapping[str, Any]]) -> Any:
-    return zip(findings.records, rollouts, strict=True)
 
 
 def of_loop(record: Mapping[str, Any]) -> bool:
@@ -188,12 +180,13 @@ def points(change: float | None, sign: str) -> str:
 
 
 def rollout_row(index: int, record: Mapping[str, Any], paged: bool = True) -> dict[str, Any]:
-    """A rollout's row of the index's table; `paged`: it gets a page of its own."""
+    """A rollout's row, as its page shows it (the index's table has the same cells:
+    rollout_table.table_columns); `paged`: it gets a page of its own."""
     scene = record.get(keys.SCENE) or {}
     wall = step_wall_ms(record)
     return {
         "index": index,
-        "page": f"{index:05d}.html" if paged else None,
+        "page": page_name(index) if paged else None,
         keys.EVAL: record[keys.EVAL],
         keys.TASK: record[keys.TASK],
         keys.SEED: scene.get(keys.SEED, ""),
@@ -205,7 +198,7 @@ def rollout_row(index: int, record: Mapping[str, Any], paged: bool = True) -> di
         keys.NODEID: record.get(keys.NODEID, ""),
         keys.VIDEO: record.get(keys.VIDEO),
         keys.VIDEO_MISSING: record.get(keys.VIDEO_MISSING),
-        BROKEN: sorted(found["spec"] for found in violations(record)),
+        BROKEN: broken(record),
         **({keys.ARM: record[keys.ARM]} if keys.ARM in record else {}),
     }
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 MIB = 1 << 20
 JSON_LIMIT = 64 * MIB  # run.json, summary.json, a status, a preflight's, a marker
 TRACE_LIMIT = 256 * MIB  # a rollout trace, as written (its arrays decode within DECODED_LIMIT)
@@ -209,8 +211,14 @@ def read_json(path: Path, limit: int = JSON_LIMIT) -> Any:
 
 
 def loads(text: str | bytes, where: str = "the document") -> Any:
-    """json.loads, with a document nested too deep for Python's parser refused as ValueError
-    (its RecursionError would end a command that reads many files)."""
+    """A JSON document as json.loads reads it, with one nested too deep for Python's parser
+    refused as ValueError (its RecursionError would end a command that reads many files).
+    orjson reads it first, three times as fast; what orjson refuses and json reads (NaN, an
+    integer past 64 bits, a lone surrogate) and every error message are json's."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(text)
     except RecursionError:

@@ -3,6 +3,7 @@ rollout's id, and the run's summary (and the verdict it records)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -54,10 +55,17 @@ def inside(run_dir: Path, name: str) -> Path:
     if given.is_absolute() or ".." in given.parts or "\\" in name or not given.parts:
         raise OutsideRun(f"{name!r} is not a path inside the run's folder; refused")
     path = run_dir / given
-    root = run_dir.resolve()
+    # A folder's real path found once (a link, `latest`, is followed afresh: it moves)
+    root = run_dir.resolve() if run_dir.is_symlink() else _resolved(run_dir)
     if not path.resolve().is_relative_to(root):
         raise OutsideRun(f"{name!r} leads outside the run's folder {root}; refused")
     return path
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(run_dir: Path) -> Path:
+    """A run folder's real path, found once for the many files a report reads in it."""
+    return run_dir.resolve()
 
 
 def verdict_line(summary: Mapping[str, Any]) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -147,7 +148,12 @@ class Tally:
 
 
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
-    total = Tally()
-    for record in records:
-        total = total.add(OutcomeKind(record[keys.OUTCOME]))
-    return total
+    counted = Counter(record[keys.OUTCOME] for record in records)
+    for outcome in counted:
+        OutcomeKind(outcome)  # a ValueError for one that is no outcome, as before
+    return Tally(
+        counted.total(),
+        counted[OutcomeKind.SOLVED],
+        counted[OutcomeKind.UNSOLVED],
+        counted[OutcomeKind.ERROR],
+    )

@@ -190,7 +190,7 @@ class ResultsFollower:
         found = []
         for line in lines:
             try:
-                record = json.loads(line)
+                record = loads(line)
             except ValueError:
                 continue
             if record_problem(record) is None:
@@ -206,6 +206,8 @@ def record_problem(record: Any) -> str | None:
         if name not in record:
             return f"missing field {name!r}"
         value = record[name]
+        if type(value) in types:  # what JSON gives: the exact type, never a bool for an int
+            continue
         if not isinstance(value, types) or isinstance(value, bool):
             wanted = " or ".join("null" if t is NoneType else t.__name__ for t in types)
             return f"field {name!r} should be {wanted}, got {_short(value)}"
@@ -213,7 +215,9 @@ def record_problem(record: Any) -> str | None:
         return f"outcome should be one of {', '.join(OUTCOMES)}, got {record[keys.OUTCOME]!r}"
     for name, types in OPTIONAL.items():
         value = record.get(name)
-        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        if value is None or type(value) in types:
+            continue
+        if not isinstance(value, types) or isinstance(value, bool):
             wanted = " or ".join(t.__name__ for t in types)
             return f"field {name!r} should be {wanted} or null, got {_short(value)}"
     for name in (keys.STEPS, keys.SUCCESS_STEP):
