@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policybench.report.rollout_table import PAGES_LARGE
+
 CHROMIUM = next(
     (
         found
@@ -190,7 +192,7 @@ def test_a_report_of_twenty_thousand_rollouts_opens_filters_and_links(large, pag
     import time
 
     assert (large / "index.html").stat().st_size < 2 << 20
-    assert len(list((large / "rollouts").glob("*.html"))) == 500
+    assert len(list((large / "rollouts").glob("*.html"))) == PAGES_LARGE
     started = time.monotonic()
     page.goto((large / "index.html").as_uri())
     page.wait_for_selector("#rollouts-table tbody tr")

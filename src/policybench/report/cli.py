@@ -32,7 +32,7 @@ from policybench.report.published import entry_named, published_lines
 from policybench.report.rollout_table import PAGES_ALL, PAGES_LARGE
 from policybench.report.summary import Summary
 from policybench.run.arms import UNBLINDED, Unsealed, unblind_lines
-from policybench.run.files import make_folders
+from policybench.run.files import held_apart, make_folders
 from policybench.run.info import RunInfo
 from policybench.run.layout import verdict_in
 from policybench.run.results import RESULTS, read_results, resolve_run
@@ -198,10 +198,11 @@ def rebuild_report(run_dir: Path, all_pages: bool = False, published: str | None
     results = read_results(run_dir / RESULTS)
     _warn(results.problems)
     run = RunInfo.load(run_dir)
-    summary = Summary.of_run(run_dir, results, published)
-    summary.write(run_dir, run)
-    findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
-    index = write_html(run_dir, findings, all_pages)
+    with held_apart():  # the records, kept to the end: not scanned at each collection
+        summary = Summary.of_run(run_dir, results, published)
+        summary.write(run_dir, run)
+        findings = Findings(summary, results.records, run, verdict=verdict_in(run_dir))
+        index = write_html(run_dir, findings, all_pages)
     write_markdown(run_dir, markdown(summary, findings.verdict, run))
     if summary.operator is not None:
         print("\n".join(summary.operator.lines()))

@@ -77,10 +77,10 @@ def diagnoses(
 ) -> tuple[Diagnosis, ...]:
     """One Diagnosis per Eval that solved DIAGNOSED_AT of its rollouts or less (errors aside)
     or is in `far_below` (significantly below its checkpoint's published rate) and has traces
-    in `run_dir`, and per Eval above it whose unsolved rollouts break a convention the
-    expert's actions show. The expert's actions are replayed (`expert_of` makes the expert)
-    on the kept observations of those Evals' read rollouts, and above it of its tasks that
-    solved DIAGNOSED_AT or less: where a diagnosis looks, and only there."""
+    in `run_dir`, and per Eval above it whose tasks at DIAGNOSED_AT or less break a convention
+    the expert's actions show in their unsolved rollouts. The expert's actions are replayed
+    (`expert_of` makes the expert) on the kept observations of the rollouts read: where a
+    diagnosis looks, and only there."""
     if run_dir is None:
         return ()
     orientations = _orientations(run_dir)
@@ -90,10 +90,16 @@ def diagnoses(
         if not ended:
             continue
         rate = sum(r[keys.OUTCOME] == "solved" for r in ended) / len(ended)
-        unsolved = _watched_first([r for r in ended if r[keys.OUTCOME] == "unsolved"])
         diagnosed = rate <= DIAGNOSED_AT or eval in far_below
-        looked_at = None if diagnosed else _failing_tasks(ended)
-        traces = _traces(run_dir, unsolved, expert_of, looked_at)
+        looked_at = None if diagnosed else _failing_tasks(ended)  # above it: its failing tasks
+        unsolved = _watched_first(
+            [
+                r
+                for r in ended
+                if r[keys.OUTCOME] == "unsolved" and (diagnosed or r.get(keys.TASK) in looked_at)
+            ]
+        )
+        traces = _traces(run_dir, unsolved, expert_of)
         if not traces:
             continue
         compared = _expert(traces)  # a dimension the expert explains is not said again
@@ -153,19 +159,16 @@ def _failing_tasks(ended: Sequence[Mapping[str, Any]]) -> set[Any]:
 
 
 def _traces(
-    run_dir: Path,
-    unsolved: Sequence[Mapping[str, Any]],
-    expert_of: ExpertOf | None,
-    tasks: Set[Any] | None,
+    run_dir: Path, unsolved: Sequence[Mapping[str, Any]], expert_of: ExpertOf | None
 ) -> list[dict[str, Any]]:
-    """The readable traces of `unsolved`, the expert's actions replayed into those of `tasks`
-    (None: all) that kept observations for it, where `expert_of` is given."""
+    """The readable traces of `unsolved`, the expert's actions replayed into those that kept
+    observations for it, where `expert_of` is given."""
     found = []
     for record in unsolved:
         trace = _trace(run_dir, record)
         if trace is None:
             continue
-        if expert_of is not None and (tasks is None or record.get(keys.TASK) in tasks):
+        if expert_of is not None:
             trace = with_expert(run_dir, record[keys.ROLLOUT_TRACE], trace, expert_of)
         found.append(trace)
     return found

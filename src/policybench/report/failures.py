@@ -20,6 +20,7 @@ it names them (`hand[2]`), by their place in the observation entry otherwise (`s
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -190,36 +191,55 @@ def trace_of(run_dir: Path, record: Mapping[str, Any], wanted: str = "") -> dict
 def _endings(records: Sequence[Mapping[str, Any]], run_dir: Path) -> dict[str, Ending]:
     """Each traced rollout's ending; a number has stopped moving when it stays within STILL of
     its whole range over the Eval's rollouts (so jitter in place is stillness)."""
-    rows: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}  # names, a row of steps each
-    for record in records:
-        trace = trace_of(run_dir, record, STATE)  # the state vectors alone are read
-        if trace is None:
-            continue
-        named = trace.get("state_names") or {}
-        kept = {
-            _number_name(entry[len(STATE) :], i, named): row
-            for entry, array in sorted(trace["arrays"].items())
-            if entry.startswith(STATE)
-            for i, row in enumerate(array)
-        }
-        if kept and next(iter(kept.values())).size:
-            matrix = np.stack([np.asarray(row, np.float64) for row in kept.values()])
-            rows[rollout_id(record)] = (tuple(kept), matrix)
+    rows = _state_rows(records, run_dir)
     evals: dict[str, list[str]] = {}
     for record in records:
         if rollout_id(record) in rows:
             evals.setdefault(record[keys.EVAL], []).append(rollout_id(record))
     endings = {}
     for traced in evals.values():
-        spans: dict[str, tuple[float, float]] = {}  # each number's range over the Eval
+        alike: dict[tuple[str, ...], list[np.ndarray]] = {}  # rollouts of the same numbers
         for i in traced:
-            names, matrix = rows[i]
-            lows, highs = matrix.min(axis=1).tolist(), matrix.max(axis=1).tolist()
+            alike.setdefault(rows[i][0], []).append(rows[i][1])
+        spans: dict[str, tuple[float, float]] = {}  # each number's range over the Eval
+        for names, matrices in alike.items():
+            lows = np.min([matrix.min(axis=1) for matrix in matrices], axis=0).tolist()
+            highs = np.max([matrix.max(axis=1) for matrix in matrices], axis=0).tolist()
             for name, low, high in zip(names, lows, highs, strict=True):
                 was = spans.get(name)
                 spans[name] = (low, high) if was is None else (min(was[0], low), max(was[1], high))
-        endings.update({i: _ending(*rows[i], spans) for i in traced})
+        widths = {names: np.array([spans[n][1] - spans[n][0] for n in names]) for names in alike}
+        endings.update({i: _ending(*rows[i], widths[rows[i][0]]) for i in traced})
     return endings
+
+
+def _state_rows(
+    records: Sequence[Mapping[str, Any]], run_dir: Path
+) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """Each traced rollout's state numbers: their names, and a row of steps each (float64);
+    the names made once for each way of laying them out, not once a rollout."""
+    rows = {}
+    named_as: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    for record in records:
+        trace = trace_of(run_dir, record, STATE)  # the state vectors alone are read
+        if trace is None:
+            continue
+        state = [(e, a) for e, a in sorted(trace["arrays"].items()) if e.startswith(STATE)]
+        if not state or len({a.shape[-1] for _, a in state}) != 1 or not state[0][1].shape[-1]:
+            continue  # no state, or none over steps alike
+        named = trace.get("state_names") or {}
+        layout = (tuple((e, len(a)) for e, a in state), json.dumps(named, sort_keys=True))
+        names = named_as.get(layout)
+        if names is None:
+            names = named_as[layout] = tuple(
+                _number_name(e[len(STATE) :], i, named) for e, a in state for i in range(len(a))
+            )
+        matrix = np.concatenate([np.asarray(a, np.float64).reshape(len(a), -1) for _, a in state])
+        if len(set(names)) < len(names):  # a name given twice: its last row, as a dict keeps it
+            last = {name: k for k, name in enumerate(names)}
+            names, matrix = tuple(last), matrix[list(last.values())]
+        rows[rollout_id(record)] = (names, matrix)
+    return rows
 
 
 def _number_name(entry: str, i: int, named: Mapping[str, Mapping[str, str]]) -> str:
@@ -228,13 +248,10 @@ def _number_name(entry: str, i: int, named: Mapping[str, Mapping[str, str]]) -> 
     return given if isinstance(given, str) else f"{entry}[{i}]"
 
 
-def _ending(
-    names: Sequence[str], matrix: np.ndarray, spans: Mapping[str, tuple[float, float]]
-) -> Ending:
+def _ending(names: Sequence[str], matrix: np.ndarray, width: np.ndarray) -> Ending:
     """A rollout's ending from its numbers' rows (`matrix`, named `names`), each number still
-    where it stays within STILL of its range over the Eval (`spans`) of its final value."""
+    where it stays within STILL of its range over the Eval (`width`) of its final value."""
     steps = matrix.shape[1]
-    width = np.array([spans[name][1] - spans[name][0] for name in names])
     final = matrix[:, -1]
     moved = (np.abs(matrix - final[:, None]) > STILL * width[:, None]).any(axis=0)
     last_moved = int(np.flatnonzero(moved)[-1]) + 1 if moved.any() else 0

@@ -19,7 +19,7 @@ from policybench.report.stats import step_wall_ms
 from policybench.trajectory.library import violated
 
 PAGES_ALL = 2000  # a run of up to this many rollouts gets a page for each
-PAGES_LARGE = 500  # a larger run gets this many, unless every page is asked for
+PAGES_LARGE = 250  # a larger run gets this many, unless every page is asked for
 SCREEN_ROWS = 100  # rows the index draws at once
 # The table's columns, as the index's script reads them; those of few values are sent as an
 # index into their values.
@@ -36,10 +36,16 @@ def paged(records: Sequence[Mapping[str, Any]], every: bool = False) -> set[int]
     round-robin over their tasks, PAGES_LARGE in all."""
     if every or len(records) <= PAGES_ALL:
         return set(range(len(records)))
-    first = [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "error"]
-    first += [i for i, r in enumerate(records) if r.get(keys.OUTCOME) == "unsolved"]
-    taken = set(first)
-    first += [i for i, r in enumerate(records) if i not in taken and _broke_a_spec(r)]
+    errors, unsolved, broke = [], [], []  # one pass over the records
+    for i, record in enumerate(records):
+        outcome = record.get(keys.OUTCOME)
+        if outcome == "error":
+            errors.append(i)
+        elif outcome == "unsolved":
+            unsolved.append(i)
+        elif record.get(keys.SPECS) and _broke_a_spec(record):
+            broke.append(i)
+    first = errors + unsolved + broke
     chosen = {first[k * len(first) // PAGES_LARGE] for k in range(min(len(first), PAGES_LARGE))}
     by_task: dict[tuple[Any, Any], list[int]] = {}
     for i, record in enumerate(records):

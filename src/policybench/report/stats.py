@@ -71,7 +71,7 @@ class GroupStats:
 
     @classmethod
     def of(cls, records: Sequence[Mapping[str, Any]]) -> GroupStats:
-        steps, sim_s, walls, infer = [], [], [], []
+        steps, sim_s, walls, infer, timed = [], [], [], [], []
         policies: dict[int, Any] = {}  # records share their policy's description: read once
         for record in records:  # one pass: a large run's rows each read 20,000 records
             get = record.get
@@ -85,6 +85,8 @@ class GroupStats:
                 infer.append(ms)
             policy = get(keys.POLICY)
             policies.setdefault(id(policy), record)
+            if get(keys.CALL_LATENCY_MS) is not None:  # what Realtime.of reads
+                timed.append(record)
         latency = {latency_setting(record) for record in policies.values()}
         return cls(
             tally=tally_of(records),
@@ -93,7 +95,7 @@ class GroupStats:
             step_wall_ms=Spread.of(walls),
             infer_ms=Spread.of(infer),
             latency=tuple(sorted(latency)),
-            realtime=Realtime.of(records),
+            realtime=Realtime.of(timed),
         )
 
 

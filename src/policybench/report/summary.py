@@ -92,9 +92,9 @@ class Summary:
         decisions = _decisions(decide, records, baseline)
 
         def row(eval: str, task: str | None, members: Records, arm: str | None = None) -> Row:
-            stats, reported = GroupStats.of(members), _success_reported(members)
-            early = _stopped_early(decisions, eval, arm)
-            return Row(eval, task, stats, *_descriptions(members), arm, reported, early)
+            stats, early = GroupStats.of(members), _stopped_early(decisions, eval, arm)
+            policy, packages, reported = _described(members)
+            return Row(eval, task, stats, policy, packages, arm, reported, early)
 
         evals = group(records, keys.EVAL)
         order = arm_order(records, arms)
@@ -283,25 +283,29 @@ def _stopped_early(decisions: Sequence[DecidedSide], eval: str, arm: str | None)
     )
 
 
-def _success_reported(members: Records) -> bool | None:
-    said = [member.get(keys.SUCCESS_REPORTED) for member in members]
-    known = [value for value in said if value is not None]
-    return any(known) if known else None
+def _described(members: Records) -> tuple[dict[str, Any], dict[str, Any], bool | None]:
+    """In one pass: the policy description and package versions a group ran with (a field
+    that differs between its rollouts lists every value seen), and whether its env reported
+    success (None where no rollout says)."""
+    policies: dict[int, Mapping[str, Any]] = {}
+    packages: dict[int, Mapping[str, Any]] = {}
+    said: set[bool] = set()
+    for member in members:
+        get = member.get
+        # Rollouts of a run hold one object for a field they share (results._sharing): each once.
+        policy, versions = get(keys.POLICY) or NOTHING, get(keys.PACKAGES) or NOTHING
+        policies[id(policy)], packages[id(versions)] = policy, versions
+        if (reported := get(keys.SUCCESS_REPORTED)) is not None:
+            said.add(bool(reported))
+    return _merged(policies.values()), _merged(packages.values()), (True in said) if said else None
 
 
-def _descriptions(members: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The policy description and package versions a group ran with; a field that differs
-    between its rollouts lists every value seen."""
-    return (
-        _merged(member.get(keys.POLICY) or {} for member in members),
-        _merged(member.get(keys.PACKAGES) or {} for member in members),
-    )
+NOTHING: Mapping[str, Any] = {}  # a field a record does not hold, as one shared empty object
 
 
 def _merged(mappings: Any) -> dict[str, Any]:
     seen: dict[str, list[Any]] = {}
-    # Rollouts of a run hold one object for a field they share (results._sharing): each once.
-    for mapping in {id(mapping): mapping for mapping in mappings}.values():
+    for mapping in mappings:
         for name, value in mapping.items():
             values = seen.setdefault(name, [])
             if value not in values:

@@ -226,6 +226,18 @@ def loads(text: str | bytes, where: str = "the document") -> Any:
 
 
 @contextlib.contextmanager
+def held_apart() -> Iterator[None]:
+    """Keeps every object the process holds now out of the cyclic collector's scans for the
+    block (gc.freeze): a run's records, read once and kept, are not walked again at each
+    collection of what the block makes; the collector still runs on that."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Pauses Python's cyclic garbage collector while a block builds many objects that form no
     cycles (documents parsed from JSON): left on, it would scan every object the process holds
