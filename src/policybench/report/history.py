@@ -225,8 +225,9 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
         connection.commit()
         read += 1
     gone = set(known) - {d.name for d in dirs}
-    connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
-    connection.commit()
+    if gone:  # a commit is a write to disk: only where something changed
+        connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
+        connection.commit()
     return Updated(read, len(dirs) - read, tuple(skipped))
 
 
@@ -452,7 +453,8 @@ def read_history(
     records: RecordsOf | None = None,
 ) -> History:
     """The store's runs as lines per Eval, each step tested against the run before it (the
-    rollouts read through `records`, which the gate may share, so a run is read once)."""
+    rollouts read through `records`, which the gate may share, so a run is read once). The
+    tests made now are kept in the store once the caller commits."""
     runs = listed_runs(connection)
     order = {r["run_id"]: i for i, r in enumerate(runs)}
     by_run = {r["run_id"]: r for r in runs}
@@ -467,7 +469,6 @@ def read_history(
         eval: _points(eval, members, by_run, records, alpha)
         for eval, members in sorted(evals.items())
     }
-    connection.commit()  # the tests made now, kept for the next call
     return History(found, runs, alpha)
 
 

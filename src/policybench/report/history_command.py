@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 updated = update(store, root, records)
                 history = read_history(store, root, args.alpha, records)
                 gated = gate(history, records, args.alpha, args.calls, args.reference)
-                store.commit()  # the gate's tests, kept for the next call
+                store.commit()  # the steps' and the gate's tests, kept for the next call
             for line in updated.skipped:
                 print(f"policybench history: {root}/{line}", file=sys.stderr)
             page = write_page(root, history, gated)
