@@ -120,7 +120,10 @@ def _keep(
     facing = {field: rollout.scene.fields[field] for field in eval.policy_facing}
     context = SessionContext(rollout.instruction, eval.control_hz, facing)
     path = f"{KEPT}/{name}.npz"
-    why_not = keeper.write(run_dir_of(item.config) / path, trace[keys.STEPS], context, expert)
+    try:
+        why_not = keeper.write(run_dir_of(item.config) / path, trace[keys.STEPS], context, expert)
+    except (OSError, TypeError, ValueError) as error:  # keeping never fails the rollout
+        why_not = f"{type(error).__name__}: {error}"
     if why_not is None:
         trace[KEPT_OBSERVATIONS] = path
     else:
