@@ -234,6 +234,24 @@ def test_summary_lists_every_value_of_a_static_that_differs_between_rollouts():
     assert row.stats.tally == Tally(2, 1, 1, 0)
 
 
+@pytest.mark.parametrize("evals", [("e",), ("e", "f")])
+def test_the_whole_runs_row_is_what_its_records_count(evals):
+    # A run of one Eval takes its Eval's row for the whole run; it must be the same figures.
+    records = [
+        {
+            "eval": evals[i % len(evals)], "task": f"t{i % 3}", "outcome": o, "steps": 3 + i,
+            "sim_s": 0.1 * i, "wall_s": 0.01 * i, "success_reported": i % 2 == 0,
+            "policy": {"name": "p", "inference_latency": "none" if i % 4 else "0.1"},
+        }
+        for i, o in enumerate(["solved", "unsolved", "error", "solved", "unsolved"] * 3)
+    ]  # fmt: skip
+    summary = Summary.of(records)
+    alone = Summary.of([{**r, "eval": "every"} for r in records]).evals[0]
+    assert summary.overall.eval == "all" and summary.overall.task is None
+    assert summary.overall.stats == alone.stats and summary.overall.policy == alone.policy
+    assert summary.overall.success_reported == alone.success_reported is True
+
+
 def test_report_of_a_missing_run_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         policybench_main(["report", "html", str(tmp_path / "nope")])

@@ -5,8 +5,8 @@ run the same per arm, each pair of arms compared, and the rows pooled over arms 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,11 @@ class Summary:
         beside, unread = _beside_published(records, published)
         problems = [*problems, *unread]
         far_below = {e for c in beside if c.verdict == "below" for e in c.result.evals}
+        eval_rows = tuple(row(e, None, m) for (e,), m in evals.items())
         return cls(
-            evals=tuple(row(e, None, m) for (e,), m in evals.items()),
+            evals=eval_rows,
             tasks=tuple(row(e, t, m) for (e, t), m in group(records, keys.EVAL, keys.TASK).items()),
-            overall=row(OVERALL, None, records),
+            overall=_overall(eval_rows, records, row, _stopped_early(decisions, OVERALL, None)),
             problems=tuple(problems),
             arms=tuple(r for r in arm_rows if r.stats.tally.rollouts),
             arm_tasks=tuple(arm_tasks),
@@ -281,6 +282,16 @@ def _stopped_early(decisions: Sequence[DecidedSide], eval: str, arm: str | None)
         and (arm is None or side.arm == arm)
         for side in decisions
     )
+
+
+def _overall(
+    eval_rows: Sequence[Row], records: Records, row: Callable[..., Row], early: bool
+) -> Row:
+    """The whole run's row: of a run of one Eval, that Eval's row (the same rollouts in the
+    same order: its figures are the run's, not counted again), else `row` of every record."""
+    if len(eval_rows) == 1 and eval_rows[0].stats.tally.rollouts == len(records):
+        return replace(eval_rows[0], eval=OVERALL, stopped_early=early)
+    return row(OVERALL, None, records)
 
 
 def _described(members: Records) -> tuple[dict[str, Any], dict[str, Any], bool | None]:
