@@ -10,6 +10,7 @@ formulas for both designs, checked by the exact power of the tests `report compa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ PAIRED_FORMULA = "Connor (1987) Biometrics 43:207"
 EXACT_LIMIT = 3000
 
 
+@functools.lru_cache(maxsize=256)  # a few levels, asked thousands of times by a report's rows
 def _z(probability: float) -> float:
     from scipy.stats import norm
 
@@ -220,6 +222,7 @@ class Detectable:
     power: float = POWER
 
 
+@functools.lru_cache(maxsize=1024)  # a report asks it of each row, for its page and its JSON
 def detectable_change(
     rollouts: int, rate: float, alpha: float = ALPHA, power: float = POWER
 ) -> Detectable:

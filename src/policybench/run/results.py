@@ -14,6 +14,8 @@ from pathlib import Path
 from types import NoneType
 from typing import IO, Any
 
+import orjson
+
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.run.files import (
@@ -134,8 +136,13 @@ def _read_results(path: Path) -> Results:
             continue
         if not line.strip():
             continue
+        try:  # the bytes as they are, the usual case; else as json reads them, its errors said
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = UNREAD
         try:
-            record = loads(line.decode("utf-8", errors="replace"))
+            if record is UNREAD:
+                record = loads(line.decode("utf-8", errors="replace"))
         except json.JSONDecodeError as error:
             problems.append(
                 f"{path.name} line {number}: not valid JSON ({error.msg} at column "
@@ -153,6 +160,7 @@ def _read_results(path: Path) -> Results:
     return Results(tuple(records), tuple(problems))
 
 
+UNREAD = object()  # a line orjson could not read: json reads it (NaN, a lone surrogate) or says why
 SHARED = (keys.EVAL_SETTINGS, keys.POLICY, keys.PACKAGES, keys.HOLD)  # alike in most rollouts
 
 
