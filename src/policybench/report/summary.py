@@ -84,10 +84,9 @@ class Summary:
         expert_of: ExpertOf | None = None,
     ) -> Summary:
         """`arms`: the run's arms in its order (an A/B run's records name theirs); `verdicts`:
-        its operator verdicts (verdicts.jsonl), beside the automatic outcomes; `decide`: its
-        sequential test (--decide; a paired one against `baseline`); `run_dir`: where the
-        rollouts' traces lie, which clustering the failures reads; `published`: the published
-        entry it is compared with (--published), where its policy does not name one;
+        its operator verdicts (verdicts.jsonl); `decide`: its sequential test (--decide; a
+        paired one against `baseline`); `run_dir`: where the rollouts' traces lie; `published`:
+        the published entry it is compared with (--published), where its policy names none;
         `expert_of`: what makes an Eval's expert, for a diagnosis to replay (None: none)."""
         decisions = _decisions(decide, records, baseline)
 
