@@ -173,3 +173,33 @@ def test_an_action_moved_by_a_thousandth_still_fails_the_golden(python):
         - golden["trace"][7]["obs"]["robot0_eef_pos"][0]
     )
     assert 1e-6 < moved < 1e-3  # what the tolerance could not tell from another CPU's numerics
+
+
+def test_the_lift_expert_replayed_on_what_a_rollout_keeps_is_the_expert_watching_live(
+    python, tmp_path
+):
+    """A rollout keeps only the entries the expert reads (not the cameras' images), and the
+    expert replayed on them after the run acts as it does watching live, step for step."""
+    from policybench.policy.base import SessionContext
+    from policybench.record.shadow import ObservationKeeper, read_kept, replay
+
+    eval, steps = robomimic.LIFT, 30
+    [rollout] = eval.rollouts(1, 0)
+    context = SessionContext(rollout.instruction, eval.control_hz)
+    live, keeper, watched = eval.scripted().open(context), ObservationKeeper(eval.expert_reads), []
+    world = World(eval)
+    try:
+        obs, rng = world.reset(rollout.scene), np.random.default_rng(0)
+        for step in range(steps):
+            keeper(step, obs)
+            watched.append(np.asarray(live(obs).actions[0], np.float32))
+            space = world.action_space
+            obs = world.step(rng.uniform(space.low, space.high).astype(space.dtype)).obs
+    finally:
+        world.close()
+    assert keeper.write(tmp_path / "kept" / "r.npz", steps, context, {"eval": eval.name}) is None
+    kept = read_kept(tmp_path / "kept" / "r.npz")
+    assert sorted(kept.observations) == sorted(eval.expert_reads)
+    actions, why_not = replay(eval.scripted(), kept)
+    assert why_not is None
+    np.testing.assert_array_equal(actions, np.stack(watched))

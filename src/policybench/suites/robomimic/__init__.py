@@ -112,6 +112,7 @@ def robomimic(task: str) -> Eval:
         hold=hold,
         hold_name="zero motion, grippers kept",
         scripted=EXPERTS.get(task),
+        expert_reads=expert.EXPERT_READS,  # not its cameras' images: what a replay needs
         renderer=MUJOCO,
         packages=("robosuite", "mujoco"),
         metadata={

@@ -103,6 +103,9 @@ def _near(a: np.ndarray, b: np.ndarray, within: float) -> bool:
     return float(np.linalg.norm(a - b)) < within
 
 
+EXPERT_READS = ("robot0_eef_pos", "object")  # what PickAndPlace reads of an observation
+
+
 def lift_expert() -> PickAndPlace:
     return PickAndPlace()
 
