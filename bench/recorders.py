@@ -13,6 +13,10 @@ a diagnosis to replay it on after the run (the first rollout of each task, the d
 expert itself runs only in a diagnosis, after the rollouts: not in these times. The preflight's
 image probes are once per Eval and run, not per rollout.
 
+`--interleaved` measures the traces the other way, in one run an Eval: its rollouts take bare and
+traces in turn, item by item (bench/interleave.py), so both settings meet the same machine at the
+same moment; the run's first rollout warms up and is not counted.
+
 Run from the repository root:  python bench/recorders.py  (about ten minutes at the defaults).
 It prints a markdown table and the command that made it.
 """
@@ -81,6 +85,56 @@ def timed(
     return wall, sum(json.loads(line)["cpu_s"] for line in lines)
 
 
+INTERLEAVED = {"state": 41, "image": 61, "isolated": 11}  # rollouts in one interleaved run
+INTERLEAVED_SETTINGS = ("bare", "traces")  # what a rollout pays each time; keeping, once a task
+
+
+def interleaved(kind: str, policy: str, work: Path) -> dict[str, tuple[float, float, int]]:
+    """One run of the Eval of `kind`, its rollouts taking bare and traces in turn after the
+    first (bench/interleave.py): per setting, the mean wall and CPU seconds of a rollout, and
+    how many ran it."""
+    path, select, _, _ = EVALS[kind]
+    cpu = work / f"{kind}-interleaved.jsonl"
+    cpu.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", path, "-k", select, "--rollouts",
+               str(INTERLEAVED[kind]), f"--policy={policy}", "--report-dir",
+               str(work / "reports"), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "-p", "interleave"]  # fmt: skip
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
+           "POLICYBENCH_ITEM_CPU": str(cpu),
+           "POLICYBENCH_INTERLEAVE": ",".join(INTERLEAVED_SETTINGS),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
+                                                       os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    items = [json.loads(line) for line in cpu.read_text().splitlines()]
+    found = {}
+    for setting in INTERLEAVED_SETTINGS:
+        mine = [i for i in items if i["setting"] == setting]
+        found[setting] = (
+            statistics.fmean(i["wall_s"] for i in mine),
+            statistics.fmean(i["cpu_s"] for i in mine),
+            len(mine),
+        )
+    return found
+
+
+def print_interleaved(kinds: list[str], policy: str, work: Path) -> None:
+    print("| Eval | recorder | rollouts with, without | with | without | cost, share of a "
+          "rollout's wall time | CPU time: with, without, share | within 5% |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in kinds:
+        found = interleaved(kind, policy, work)
+        for recorder, with_it, without in COSTS[:1]:
+            (on, cpu_on, n_on), (off, cpu_off, n_off) = found[with_it], found[without]
+            share, cpu_share = on / off - 1.0, cpu_on / cpu_off - 1.0
+            verdict = "yes" if share <= 0.05 else "NO"
+            print(f"| {EVALS[kind][2]} | {recorder} | {n_on}, {n_off} | {1e3 * on:.0f} ms | "
+                  f"{1e3 * off:.0f} ms | {100 * share:+.1f}% | {1e3 * cpu_on:.0f} ms, "
+                  f"{1e3 * cpu_off:.0f} ms, {100 * cpu_share:+.1f}% | {verdict} |")  # fmt: skip
+
+
 def installed(kind: str) -> bool:
     """Whether the Eval of `kind` can run here (the isolated one needs its interpreter built)."""
     if kind != "isolated":
@@ -106,8 +160,15 @@ def main() -> None:
     parser.add_argument(
         "--settings", default=",".join(SETTINGS), help="of those below, comma-separated"
     )
+    parser.add_argument("--interleaved", action="store_true",
+                        help="traces against bare, rollout by rollout, in one run")  # fmt: skip
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if installed(k)]
+    if args.interleaved:
+        with tempfile.TemporaryDirectory() as scratch:
+            print_interleaved(kinds, args.policy, Path(scratch))
+        print(f"command: python bench/recorders.py {shlex.join(sys.argv[1:])}".rstrip())
+        return
     found: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.rounds):
