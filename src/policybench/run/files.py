@@ -217,12 +217,27 @@ def loads(text: str | bytes, where: str = "the document") -> Any:
     integer past 64 bits, a lone surrogate) and every error message are json's."""
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
+    except orjson.JSONDecodeError as error:
+        if str(error).startswith(TOO_DEEP):  # said alike whatever the stack has left
+            raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
     try:
         return json.loads(text)
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
+
+
+def loads_line(line: bytes, where: str = "the line") -> Any:
+    """A JSON line's document, read from its bytes as they are (invalid UTF-8 read as json
+    reads it decoded with replacements, as `loads` says)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        if str(error).startswith(TOO_DEEP):
+            raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
+    return loads(line.decode("utf-8", errors="replace"), where)
+
+
+TOO_DEEP = "depth limit exceeded"  # orjson's words for a document nested past 1,024 levels
 
 
 @contextlib.contextmanager

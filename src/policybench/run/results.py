@@ -14,8 +14,6 @@ from pathlib import Path
 from types import NoneType
 from typing import IO, Any
 
-import orjson
-
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.run.files import (
@@ -24,6 +22,7 @@ from policybench.run.files import (
     collector_paused,
     lines_of,
     loads,
+    loads_line,
     open_append,
     open_regular,
 )
@@ -136,13 +135,8 @@ def _read_results(path: Path) -> Results:
             continue
         if not line.strip():
             continue
-        try:  # the bytes as they are, the usual case; else as json reads them, its errors said
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            record = UNREAD
         try:
-            if record is UNREAD:
-                record = loads(line.decode("utf-8", errors="replace"))
+            record = loads_line(line)
         except json.JSONDecodeError as error:
             problems.append(
                 f"{path.name} line {number}: not valid JSON ({error.msg} at column "
@@ -160,7 +154,6 @@ def _read_results(path: Path) -> Results:
     return Results(tuple(records), tuple(problems))
 
 
-UNREAD = object()  # a line orjson could not read: json reads it (NaN, a lone surrogate) or says why
 SHARED = (keys.EVAL_SETTINGS, keys.POLICY, keys.PACKAGES, keys.HOLD)  # alike in most rollouts
 
 
