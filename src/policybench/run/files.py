@@ -215,11 +215,9 @@ def loads(text: str | bytes, where: str = "the document") -> Any:
     refused as ValueError (its RecursionError would end a command that reads many files).
     orjson reads it first, three times as fast; what orjson refuses and json reads (NaN, an
     integer past 64 bits, a lone surrogate) and every error message are json's."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        if str(error).startswith(TOO_DEEP):  # said alike whatever the stack has left
-            raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
+    found = _fast(text, where)
+    if found is not UNREAD:
+        return found
     try:
         return json.loads(text)
     except RecursionError:
@@ -229,15 +227,23 @@ def loads(text: str | bytes, where: str = "the document") -> Any:
 def loads_line(line: bytes, where: str = "the line") -> Any:
     """A JSON line's document, read from its bytes as they are (invalid UTF-8 read as json
     reads it decoded with replacements, as `loads` says)."""
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError as error:
-        if str(error).startswith(TOO_DEEP):
-            raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
-    return loads(line.decode("utf-8", errors="replace"), where)
+    found = _fast(line, where)
+    return found if found is not UNREAD else loads(line.decode("utf-8", errors="replace"), where)
 
 
 TOO_DEEP = "depth limit exceeded"  # orjson's words for a document nested past 1,024 levels
+UNREAD = object()  # what orjson did not read, for json to read or refuse in its own words
+
+
+def _fast(text: str | bytes, where: str) -> Any:
+    """orjson's reading of `text`, or UNREAD; ValueError for a document nested past its depth
+    limit, said alike whatever the stack has left (json's recursion depends on it)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        if str(error).startswith(TOO_DEEP):
+            raise ValueError(f"{where}: JSON nested too deep to read; refused") from None
+    return UNREAD
 
 
 @contextlib.contextmanager
