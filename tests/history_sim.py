@@ -4,6 +4,7 @@ tabulates. MT10's shape: 10 tasks, success rates 0.1 to 0.95, the same scenes in
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from policybench.report.history import Point, RecordsOf, open_store, rollout_row
+from policybench.report.history import Point, RecordsOf, compared_of, open_store, rollout_row
 from policybench.report.history_gate import GateCall, called
 
 EVAL = "metaworld-mt10"
@@ -45,9 +46,11 @@ class Line:
         self.count += 1
         run_id = f"run{self.count:05d}"
         self.store.execute("INSERT INTO runs (run_id, path) VALUES (?, ?)", (run_id, run_id))
-        self.store.executemany(
-            "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [rollout_row(run_id, record) for record in records],
+        rows = [rollout_row(run_id, record) for record in records]
+        self.store.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.store.execute(  # what the gate reads: the Eval's rollouts as comparisons pair them
+            "INSERT INTO evals (run_id, eval, line, fields, compared) VALUES (?, ?, '', '{}', ?)",
+            (run_id, EVAL, json.dumps(compared_of(rows)[EVAL])),
         )
         solved = sum(record["outcome"] == "solved" for record in records)
         rate = solved / len(records)

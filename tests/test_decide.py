@@ -22,6 +22,7 @@ from policybench.decide import (
     confidence_sequence,
     decision_order,
 )
+from policybench.run.records import scene_key
 
 ENVS = (Path(__file__).parent / "envs.py").read_text()
 BENCHMARK = """
@@ -241,15 +242,12 @@ def test_a_baseline_pairs_each_rollout_with_its_scenes_twin():
             for seed, outcome in enumerate(["solved", "unsolved", "solved"])
         ]
     )  # fmt: skip
-    key = '["e", "t", {"seed": %d}]'
+
+    def key(seed: int) -> str | None:
+        return scene_key({"eval": "e", "task": "t", "scene": {"seed": seed}})
+
     # Alike (seed 0 both solved), won (seed 1), lost (seed 2), no twin (seed 7, a second seed 0).
-    ordered = [
-        (key % 0, True),
-        (key % 1, True),
-        (key % 2, False),
-        (key % 7, True),
-        (key % 0, False),
-    ]
+    ordered = [(key(0), True), (key(1), True), (key(2), False), (key(7), True), (key(0), False)]
     assert baseline.outcomes(ordered) == [None, True, False, None, None]
     test = SequentialTest.parse("baseline")  # margin 0.2: wins 0.5 of them vs 0.4
     assert (test.paired, test.low, test.high, test.fewest()) == (True, 0.4, 0.5, (14, 17))

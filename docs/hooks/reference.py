@@ -96,7 +96,7 @@ def commands() -> dict[str, list[tuple[str, str]]]:
 
     parser = argparse.ArgumentParser(prog="policybench")
     subparsers = parser.add_subparsers(dest="command")
-    for add_parser in COMMANDS:
+    for add_parser in COMMANDS.values():
         add_parser(subparsers)
     found: dict[str, list[tuple[str, str]]] = {}
     _walk("policybench", parser, found)

@@ -126,26 +126,31 @@ def run_published(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (
-    add_list_parser,
-    add_published_parser,
-    env_command.add_parser,
-    serve_command.add_parser,
-    report_command.add_parser,
-    history_command.add_parser,
-    leaderboard_command.add_parser,
-    plan_command.add_parser,
-    probe_command.add_parser,
-    latency_command.add_parser,
-    score_command.add_parser,
-)
+COMMANDS = {  # each command's name, and what adds its parser
+    "list": add_list_parser,
+    "published": add_published_parser,
+    "env": env_command.add_parser,
+    "serve": serve_command.add_parser,
+    "report": report_command.add_parser,
+    "history": history_command.add_parser,
+    "leaderboard": leaderboard_command.add_parser,
+    "plan": plan_command.add_parser,
+    "probe": probe_command.add_parser,
+    "latency": latency_command.add_parser,
+    "score": score_command.add_parser,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="policybench", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for add_parser in COMMANDS:
-        add_parser(subparsers)
+    # A command named: only its parser is made (making all eleven costs a history call a
+    # tenth of its time); anything else (no command, --help, a typo) gets them all.
+    named = argv[0] if argv and argv[0] in COMMANDS else None
+    for name, add_parser in COMMANDS.items():
+        if named in (None, name):
+            add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

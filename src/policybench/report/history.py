@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from policybench import keys
 from policybench.record.protocol import of_policy
 from policybench.report.compare import pooled_row
 from policybench.report.published import NAME
 from policybench.report.stats import group
 from policybench.run.arms import ARMS
-from policybench.run.files import Refused, collector_paused, read_json
+from policybench.run.files import Refused, collector_paused, loads, read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import (
@@ -36,6 +38,7 @@ from policybench.run.records import (
     latest_per_rollout,
     rollout_id,
     scene_key_of,
+    scene_text,
     tally_of,
 )
 from policybench.run.results import RESULTS, read_results
@@ -65,6 +68,8 @@ CREATE TABLE IF NOT EXISTS evals (
     fields TEXT NOT NULL,         -- the protocol's fields, readable (JSON), to say what changed
     rollouts INTEGER, solved INTEGER, unsolved INTEGER, errors INTEGER,
     rate REAL, low REAL, high REAL,   -- success and its 95% Wilson interval
+    compared TEXT,                -- its rollouts in run order as comparisons pair them (JSON:
+                                  -- [rollout, task, scene key, outcome, arm] each)
     PRIMARY KEY (run_id, eval)
 );
 CREATE TABLE IF NOT EXISTS rollouts (
@@ -76,7 +81,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
     steps INTEGER, success_step INTEGER,
     margins TEXT,                 -- JSON: each trajectory spec's robustness margin
     PRIMARY KEY (run_id, rollout)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS changes (  -- each test between consecutive runs of a line, made once
     eval TEXT NOT NULL,
     before TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -95,11 +100,10 @@ CREATE TABLE IF NOT EXISTS gate_calls (  -- each gate call's test, made once
     PRIMARY KEY (eval, reference, newest, level)
 );
 CREATE INDEX IF NOT EXISTS changes_after ON changes(after);
-CREATE INDEX IF NOT EXISTS rollouts_eval ON rollouts(run_id, eval);
 """
 
 
-SCHEMA_VERSION = 4  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 5  # a store of another version is an index of old shape: rebuilt
 # What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
 # else (a trigger, a view, another table) was not made here, and the store is rebuilt.
 MADE_HERE = {
@@ -109,7 +113,6 @@ MADE_HERE = {
     ("table", "changes"),
     ("table", "gate_calls"),
     ("index", "changes_after"),
-    ("index", "rollouts_eval"),
 }
 COMPANIONS = ("-journal", "-wal", "-shm")  # SQLite's files beside a store
 
@@ -177,11 +180,20 @@ def run_dirs(root: Path) -> list[Path]:
     leads out of `root` (to a run of someone else's, say) is not taken."""
     found = {}
     inner = root.resolve()
-    for child in sorted(root.iterdir()) if root.is_dir() else ():
-        if child.is_symlink() and child.resolve().parent != inner:
-            continue
-        if child.is_dir() and is_run(child):
-            found.setdefault(child.resolve(), child)
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:  # the folder's listing says what each entry is: no stat for most
+        child = Path(entry.path)
+        if entry.is_symlink():
+            if child.resolve().parent != inner:
+                continue
+            where = child.resolve()
+        else:
+            where = inner / entry.name
+        if entry.is_dir() and is_run(child):
+            found.setdefault(where, child)
     return sorted(found.values(), key=lambda path: path.name)
 
 
@@ -247,7 +259,7 @@ def _store_run(
 ) -> list[str]:
     """Stores one run (held in `kept` too); returns the lines of its results file that were
     skipped."""
-    results = read_results(run_dir / RESULTS)
+    results = read_results(run_dir / RESULTS, kept=False)
     records = latest_per_rollout(results.records)
     try:
         run = RunInfo.load(run_dir)
@@ -280,25 +292,56 @@ def _store_run(
             *seen,
         ),
     )
+    rows = [rollout_row(run_dir.name, record) for record in records]
+    compared = compared_of(rows)
     fingerprint = run.fingerprint if run and isinstance(run.fingerprint, dict) else {}
+    _store_evals(connection, run_dir.name, records, fingerprint, compared)
+    connection.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    if kept is not None:
+        kept.prime(run_dir.name, compared)
+    return [f"{run_dir.name}/{problem}" for problem in results.problems]
+
+
+def _store_evals(
+    connection: sqlite3.Connection,
+    run_id: str,
+    records: Sequence[Mapping[str, Any]],
+    fingerprint: Mapping[str, Any],
+    compared: Mapping[str, Sequence[Sequence[Any]]],
+) -> None:
+    """Each Eval's row of a run: its protocol's line, its tally, its rollouts as compared."""
     for (eval,), members in group(records, keys.EVAL).items():
         fields = _protocol_fields(fingerprint, eval)
         tally = tally_of(members)
         # Every rollout errored: no result, stored as no rate (never a 0% success).
         low, high = tally.interval() if tally.measured else (None, None)
         connection.execute(
-            "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                run_dir.name, eval, _digest(fields), json.dumps(fields, sort_keys=True),
+                run_id, eval, _digest(fields), json.dumps(fields, sort_keys=True),
                 tally.rollouts, tally.solved, tally.unsolved, tally.errors,
                 tally.rate if tally.measured else None, low, high,
+                _json_text(compared[eval]),
             ),
         )  # fmt: skip
-    rows = [rollout_row(run_dir.name, record) for record in records]
-    connection.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    if kept is not None:
-        kept.prime(run_dir.name, rows)
-    return [f"{run_dir.name}/{problem}" for problem in results.problems]
+
+
+def compared_of(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[list[Any]]]:
+    """Each Eval's rollouts (`rollout_row`s) in run order as comparisons pair them: rollout,
+    task, scene key (made from the stored scene's text), outcome, arm."""
+    by_eval: dict[str, list[list[Any]]] = {}
+    for _, rollout, eval, task, arm, scene, outcome, *_ in rows:
+        by_eval.setdefault(eval, []).append(
+            [rollout, task, scene_key_of(eval, task, scene), outcome, arm]
+        )
+    return by_eval
+
+
+def _json_text(value: Any) -> str:
+    try:  # orjson: a tenth of json's time
+        return orjson.dumps(value).decode()
+    except TypeError:  # what orjson does not write (a lone surrogate): json writes it
+        return json.dumps(value)
 
 
 def _text(value: Any) -> str | None:
@@ -348,10 +391,6 @@ def _beside(said: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-# json.dumps(value, sort_keys=True), one encoder made once (dumps makes one a call)
-SORTED = json.JSONEncoder(sort_keys=True)
-
-
 def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
     specs = record.get(keys.SPECS)
     margins = (
@@ -365,7 +404,7 @@ def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
         record.get(keys.EVAL),
         record.get(keys.TASK),
         record.get(keys.ARM),
-        SORTED.encode(record.get(keys.SCENE)),
+        scene_text(record.get(keys.SCENE)),
         record.get(keys.OUTCOME),
         record.get(keys.STEPS),
         record.get(keys.SUCCESS_STEP),
@@ -507,14 +546,11 @@ class RecordsOf:
         self._keep((run_id, eval), read)
         return read
 
-    def prime(self, run_id: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Holds a run's rollouts as just stored (`rollout_row`s), so that its comparisons in
-        this call do not read them back."""
-        by_eval: dict[str, list[dict[str, Any]]] = {}
-        for _, rollout, eval, task, arm, scene, outcome, *_ in rows:
-            by_eval.setdefault(eval, []).append(_compared(rollout, eval, task, scene, outcome, arm))
-        for eval, read in by_eval.items():
-            self._keep((run_id, eval), read)
+    def prime(self, run_id: str, compared: Mapping[str, Sequence[Sequence[Any]]]) -> None:
+        """Holds a run's rollouts as just stored (`compared_of` them), so that its comparisons
+        in this call do not read them back."""
+        for eval, rollouts in compared.items():
+            self._keep((run_id, eval), _records(eval, rollouts))
 
     def _keep(self, key: tuple[str, str], read: list[dict[str, Any]]) -> None:
         self._read.pop(key, None)
@@ -523,29 +559,26 @@ class RecordsOf:
             del self._read[next(iter(self._read))]
 
     def _rows(self, run_id: str, eval: str) -> list[dict[str, Any]]:
-        return [
-            _compared(rollout, eval, task, scene, outcome, arm)
-            for rollout, task, scene, outcome, arm in self.connection.execute(
-                "SELECT rollout, task, scene, outcome, arm FROM rollouts "
-                "WHERE run_id = ? AND eval = ?",
-                (run_id, eval),
-            )
-        ]
+        found = self.connection.execute(
+            "SELECT compared FROM evals WHERE run_id = ? AND eval = ?", (run_id, eval)
+        ).fetchone()
+        return _records(eval, loads(found[0], "a stored run") if found and found[0] else [])
 
 
-def _compared(
-    rollout: str, eval: str, task: str, scene: str | None, outcome: str, arm: str | None
-) -> dict[str, Any]:
-    """A stored rollout as a comparison reads it: paired by its scene's key (made from the
-    stored scene's text, not parsed), counted by its outcome."""
-    return {
-        keys.NODEID: rollout,
-        keys.EVAL: eval,
-        keys.TASK: task,
-        SCENE_KEY: scene_key_of(eval, task, scene),
-        keys.OUTCOME: outcome,
-        **({keys.ARM: arm} if arm else {}),
-    }
+def _records(eval: str, rollouts: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """An Eval's stored rollouts (`compared_of` them) as a comparison reads records: paired by
+    the scene's key, counted by the outcome."""
+    return [
+        {
+            keys.NODEID: rollout,
+            keys.EVAL: eval,
+            keys.TASK: task,
+            SCENE_KEY: key,
+            keys.OUTCOME: outcome,
+            **({keys.ARM: arm} if arm else {}),
+        }
+        for rollout, task, key, outcome, arm in rollouts
+    ]
 
 
 def _points(

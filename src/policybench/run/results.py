@@ -118,15 +118,16 @@ class Results:
     problems: tuple[str, ...]
 
 
-def read_results(path: Path) -> Results:
+def read_results(path: Path, kept: bool = True) -> Results:
     """Every valid line of `path`, read as a stream (a regular file only: a link or a FIFO is
     Refused); a truncated, corrupt or over-long line becomes a problem naming its line number,
-    and the lines around it still count."""
+    and the lines around it still count. Records the caller keeps (`kept`) hold the fields
+    rollouts share once; a caller that reads them once and lets them go skips that."""
     with collector_paused():
-        return _read_results(path)
+        return _read_results(path, kept)
 
 
-def _read_results(path: Path) -> Results:
+def _read_results(path: Path, kept: bool) -> Results:
     records, problems = [], []
     shared: dict[str, Any] = {}  # the last value of each field rollouts share, held once
     for number, line in lines_of(path):
@@ -148,7 +149,7 @@ def _read_results(path: Path) -> Results:
             continue
         why = record_problem(record)
         if why is None:
-            records.append(_sharing(record, shared))
+            records.append(_sharing(record, shared) if kept else record)
         else:
             problems.append(f"{path.name} line {number}: {why}, skipped")
     return Results(tuple(records), tuple(problems))
@@ -201,6 +202,8 @@ class ResultsFollower:
 
 def record_problem(record: Any) -> str | None:
     """Why `record` is not a rollout record, or None if it is one."""
+    if type(record) is dict and _plainly_valid(record):
+        return None
     if not isinstance(record, dict):
         return f"expected a JSON object, got {type(record).__name__}"
     for name, types in REQUIRED.items():
@@ -235,6 +238,34 @@ def record_problem(record: Any) -> str | None:
     if hz is not None and (not isinstance(hz, int | float) or isinstance(hz, bool)):
         return f"field {keys.CONTROL_HZ!r} should be a number or null, got {_short(hz)}"
     return None
+
+
+MISSING = object()
+# Each field's types exactly as JSON gives them; an optional field missing reads as null.
+EXACT_REQUIRED = tuple((name, frozenset(types)) for name, types in REQUIRED.items())
+EXACT_OPTIONAL = tuple((name, frozenset((*types, NoneType))) for name, types in OPTIONAL.items())
+NUMBER_OR_NULL = frozenset((int, float, NoneType))
+
+
+def _plainly_valid(record: dict[str, Any]) -> bool:
+    """A quick test that is enough for `record_problem` to find nothing (what a run writes
+    passes it: every field of exactly its JSON type, no specs to look into); False sends the
+    record to the full checks, which say what is wrong, if anything is."""
+    get = record.get
+    for name, types in EXACT_REQUIRED:
+        if type(get(name, MISSING)) not in types:
+            return False
+    for name, types in EXACT_OPTIONAL:
+        if type(get(name)) not in types:
+            return False
+    steps, success = get(keys.STEPS), get(keys.SUCCESS_STEP)
+    return (
+        get(keys.OUTCOME) in OUTCOMES
+        and (steps is None or 0 <= steps < STEPS_BOUND)
+        and (success is None or 0 <= success < STEPS_BOUND)
+        and not get(keys.SPECS)
+        and type(get(keys.CONTROL_HZ)) in NUMBER_OR_NULL
+    )
 
 
 def _a_verdict(judged: Any) -> bool:

@@ -250,7 +250,7 @@ def combined(statuses: Sequence[Status]) -> Status:
 
 
 def is_run(path: Path) -> bool:
-    return (path / STATUS).is_file() or (path / RESULTS).is_file()
+    return (path / RESULTS).is_file() or (path / STATUS).is_file()
 
 
 def status_dirs(paths: Iterable[Path]) -> list[Path]:
