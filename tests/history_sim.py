@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from policybench.report.history import Point, RecordsOf, compared_of, open_store, rollout_row
+from policybench.report.history import Point, RecordsOf, entries_of, open_store
 from policybench.report.history_gate import GateCall, called
 
 EVAL = "metaworld-mt10"
@@ -46,11 +46,9 @@ class Line:
         self.count += 1
         run_id = f"run{self.count:05d}"
         self.store.execute("INSERT INTO runs (run_id, path) VALUES (?, ?)", (run_id, run_id))
-        rows = [rollout_row(run_id, record) for record in records]
-        self.store.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        self.store.execute(  # what the gate reads: the Eval's rollouts as comparisons pair them
-            "INSERT INTO evals (run_id, eval, line, fields, compared) VALUES (?, ?, '', '{}', ?)",
-            (run_id, EVAL, json.dumps(compared_of(rows)[EVAL])),
+        self.store.execute(  # what the gate reads: the Eval's rollouts, as the store keeps them
+            "INSERT INTO evals (run_id, eval, line, fields, records) VALUES (?, ?, '', '{}', ?)",
+            (run_id, EVAL, json.dumps(entries_of(records)[EVAL])),
         )
         solved = sum(record["outcome"] == "solved" for record in records)
         rate = solved / len(records)

@@ -4,6 +4,7 @@ Newcombe's paired interval, unpaired ones Fisher's test; p-values adjusted acros
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -589,15 +590,15 @@ def _counts(
 
 
 def _pairs(matched: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Pairs:
-    solved = [
-        (b[keys.OUTCOME] == OutcomeKind.SOLVED, a[keys.OUTCOME] == OutcomeKind.SOLVED)
-        for b, a in matched
-    ]
+    solved = OutcomeKind.SOLVED.value
+    counted = Counter(
+        (b[keys.OUTCOME] == solved, a[keys.OUTCOME] == solved) for b, a in matched
+    )  # one pass: (solved before, solved after) -> pairs
     return Pairs(
-        both=sum(was and now for was, now in solved),
-        lost=sum(was and not now for was, now in solved),
-        gained=sum(now and not was for was, now in solved),
-        neither=sum(not was and not now for was, now in solved),
+        both=counted[True, True],
+        lost=counted[True, False],
+        gained=counted[False, True],
+        neither=counted[False, False],
     )
 
 

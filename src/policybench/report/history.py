@@ -68,20 +68,24 @@ CREATE TABLE IF NOT EXISTS evals (
     fields TEXT NOT NULL,         -- the protocol's fields, readable (JSON), to say what changed
     rollouts INTEGER, solved INTEGER, unsolved INTEGER, errors INTEGER,
     rate REAL, low REAL, high REAL,   -- success and its 95% Wilson interval
-    compared TEXT,                -- its rollouts in run order as comparisons pair them (JSON:
-                                  -- [rollout, task, scene key, outcome, arm] each)
+    records TEXT,                 -- its rollouts in run order, JSON: each an array of the
+                                  -- columns of `rollouts` from rollout to margins, eval aside
     PRIMARY KEY (run_id, eval)
 );
-CREATE TABLE IF NOT EXISTS rollouts (
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    rollout TEXT NOT NULL,        -- its item id
-    eval TEXT NOT NULL, task TEXT, arm TEXT,
-    scene TEXT,                   -- JSON: task, seed, ...
-    outcome TEXT,                 -- solved | unsolved | error
-    steps INTEGER, success_step INTEGER,
-    margins TEXT,                 -- JSON: each trajectory spec's robustness margin
-    PRIMARY KEY (run_id, rollout)
-) WITHOUT ROWID;
+-- Every rollout, a row each, read from its Eval's records: a run is stored as a row per Eval,
+-- not one per rollout (a sixth of the cost of a run added); a query over all takes longer.
+CREATE VIEW IF NOT EXISTS rollouts AS SELECT
+    evals.run_id AS run_id,
+    json_extract(r.value, '$[0]') AS rollout,       -- its item id
+    evals.eval AS eval,
+    json_extract(r.value, '$[1]') AS task,
+    json_extract(r.value, '$[2]') AS arm,
+    json_extract(r.value, '$[3]') AS scene,         -- JSON: task, seed, ...
+    json_extract(r.value, '$[4]') AS outcome,       -- solved | unsolved | error
+    json_extract(r.value, '$[5]') AS steps,
+    json_extract(r.value, '$[6]') AS success_step,
+    json_extract(r.value, '$[7]') AS margins        -- JSON: each spec's robustness margin
+FROM evals, json_each(evals.records) AS r;
 CREATE TABLE IF NOT EXISTS changes (  -- each test between consecutive runs of a line, made once
     eval TEXT NOT NULL,
     before TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
@@ -103,13 +107,13 @@ CREATE INDEX IF NOT EXISTS changes_after ON changes(after);
 """
 
 
-SCHEMA_VERSION = 5  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 6  # a store of another version is an index of old shape: rebuilt
 # What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
 # else (a trigger, a view, another table) was not made here, and the store is rebuilt.
 MADE_HERE = {
     ("table", "runs"),
     ("table", "evals"),
-    ("table", "rollouts"),
+    ("view", "rollouts"),
     ("table", "changes"),
     ("table", "gate_calls"),
     ("index", "changes_after"),
@@ -292,13 +296,11 @@ def _store_run(
             *seen,
         ),
     )
-    rows = [rollout_row(run_dir.name, record) for record in records]
-    compared = compared_of(rows)
+    entries = entries_of(records)
     fingerprint = run.fingerprint if run and isinstance(run.fingerprint, dict) else {}
-    _store_evals(connection, run_dir.name, records, fingerprint, compared)
-    connection.executemany("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    _store_evals(connection, run_dir.name, records, fingerprint, entries)
     if kept is not None:
-        kept.prime(run_dir.name, compared)
+        kept.prime(run_dir.name, entries)
     return [f"{run_dir.name}/{problem}" for problem in results.problems]
 
 
@@ -307,9 +309,9 @@ def _store_evals(
     run_id: str,
     records: Sequence[Mapping[str, Any]],
     fingerprint: Mapping[str, Any],
-    compared: Mapping[str, Sequence[Sequence[Any]]],
+    entries: Mapping[str, Sequence[Sequence[Any]]],
 ) -> None:
-    """Each Eval's row of a run: its protocol's line, its tally, its rollouts as compared."""
+    """Each Eval's row of a run: its protocol's line, its tally, its rollouts' entries."""
     for (eval,), members in group(records, keys.EVAL).items():
         fields = _protocol_fields(fingerprint, eval)
         tally = tally_of(members)
@@ -321,19 +323,16 @@ def _store_evals(
                 run_id, eval, _digest(fields), json.dumps(fields, sort_keys=True),
                 tally.rollouts, tally.solved, tally.unsolved, tally.errors,
                 tally.rate if tally.measured else None, low, high,
-                _json_text(compared[eval]),
+                _json_text(entries[eval]),
             ),
         )  # fmt: skip
 
 
-def compared_of(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[list[Any]]]:
-    """Each Eval's rollouts (`rollout_row`s) in run order as comparisons pair them: rollout,
-    task, scene key (made from the stored scene's text), outcome, arm."""
+def entries_of(records: Sequence[Mapping[str, Any]]) -> dict[str, list[list[Any]]]:
+    """Each Eval's rollouts in run order as the store keeps them (`rollout_entry`)."""
     by_eval: dict[str, list[list[Any]]] = {}
-    for _, rollout, eval, task, arm, scene, outcome, *_ in rows:
-        by_eval.setdefault(eval, []).append(
-            [rollout, task, scene_key_of(eval, task, scene), outcome, arm]
-        )
+    for record in records:
+        by_eval.setdefault(record[keys.EVAL], []).append(rollout_entry(record))
     return by_eval
 
 
@@ -391,17 +390,17 @@ def _beside(said: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
+def rollout_entry(record: Mapping[str, Any]) -> list[Any]:
+    """A rollout as the store keeps it: the columns of `rollouts` from rollout to margins, its
+    Eval aside (the entry lies in its Eval's row)."""
     specs = record.get(keys.SPECS)
     margins = (
         {name: spec.get("margin") for name, spec in specs.items() if isinstance(spec, Mapping)}
         if isinstance(specs, Mapping)
         else None
     )
-    return (
-        run_id,
+    return [
         rollout_id(record),
-        record.get(keys.EVAL),
         record.get(keys.TASK),
         record.get(keys.ARM),
         scene_text(record.get(keys.SCENE)),
@@ -409,7 +408,7 @@ def rollout_row(run_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
         record.get(keys.STEPS),
         record.get(keys.SUCCESS_STEP),
         None if margins is None else json.dumps(margins, sort_keys=True),
-    )
+    ]
 
 
 def _protocol_fields(fingerprint: Mapping[str, Any], eval: str) -> dict[str, Any]:
@@ -546,11 +545,11 @@ class RecordsOf:
         self._keep((run_id, eval), read)
         return read
 
-    def prime(self, run_id: str, compared: Mapping[str, Sequence[Sequence[Any]]]) -> None:
-        """Holds a run's rollouts as just stored (`compared_of` them), so that its comparisons
-        in this call do not read them back."""
-        for eval, rollouts in compared.items():
-            self._keep((run_id, eval), _records(eval, rollouts))
+    def prime(self, run_id: str, entries: Mapping[str, Sequence[Sequence[Any]]]) -> None:
+        """Holds a run's rollouts as just stored (`entries_of` its records), so that its
+        comparisons in this call do not read them back."""
+        for eval, stored in entries.items():
+            self._keep((run_id, eval), _records(eval, stored))
 
     def _keep(self, key: tuple[str, str], read: list[dict[str, Any]]) -> None:
         self._read.pop(key, None)
@@ -560,24 +559,24 @@ class RecordsOf:
 
     def _rows(self, run_id: str, eval: str) -> list[dict[str, Any]]:
         found = self.connection.execute(
-            "SELECT compared FROM evals WHERE run_id = ? AND eval = ?", (run_id, eval)
+            "SELECT records FROM evals WHERE run_id = ? AND eval = ?", (run_id, eval)
         ).fetchone()
         return _records(eval, loads(found[0], "a stored run") if found and found[0] else [])
 
 
-def _records(eval: str, rollouts: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """An Eval's stored rollouts (`compared_of` them) as a comparison reads records: paired by
-    the scene's key, counted by the outcome."""
+def _records(eval: str, entries: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """An Eval's stored rollouts (`rollout_entry`s) as a comparison reads records: paired by
+    their scene's key (made from the stored scene's text, not parsed), counted by outcome."""
     return [
         {
             keys.NODEID: rollout,
             keys.EVAL: eval,
             keys.TASK: task,
-            SCENE_KEY: key,
+            SCENE_KEY: scene_key_of(eval, task, scene),
             keys.OUTCOME: outcome,
             **({keys.ARM: arm} if arm else {}),
         }
-        for rollout, task, key, outcome, arm in rollouts
+        for rollout, task, arm, scene, outcome, *_ in entries
     ]
 
 

@@ -22,18 +22,24 @@ class Matched:
 
 def match(before: Sequence[Record], after: Sequence[Record]) -> Matched:
     """Pairs rollouts of the same scene, in run order when a scene ran more than once."""
-    waiting: dict[str, list[Record]] = {}
+    waiting: dict[str, list[Record]] = {}  # each scene's rollouts after, not yet paired
     for record in after:
         key = scene_key(record)
-        if key is not None:
-            waiting.setdefault(key, []).append(record)
+        if key is None:
+            continue
+        if key in waiting:
+            waiting[key].append(record)
+        else:
+            waiting[key] = [record]
     pairs, only_before = [], []
     for record in before:
-        partners = waiting.get(scene_key(record) or "", [])
+        partners = waiting.get(scene_key(record) or "")
         if partners:
             pairs.append((record, partners.pop(0)))
         else:
             only_before.append(record)
+    if len(pairs) == len(after):  # every rollout after paired (the usual case)
+        return Matched(tuple(pairs), tuple(only_before), ())
     paired_after = {id(partner) for _, partner in pairs}
     only_after = [record for record in after if id(record) not in paired_after]
     return Matched(tuple(pairs), tuple(only_before), tuple(only_after))

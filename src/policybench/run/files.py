@@ -24,6 +24,7 @@ JSON_LIMIT = 64 * MIB  # run.json, summary.json, a status, a preflight's, a mark
 TRACE_LIMIT = 256 * MIB  # a rollout trace, as written (its arrays decode within DECODED_LIMIT)
 DECODED_LIMIT = 1024 * MIB  # a trace's arrays, decoded, all together
 LINE_LIMIT = 16 * MIB  # one line of results.jsonl or verdicts.jsonl
+BLOCK = MIB  # what a stream of lines reads at a time
 RESULTS_LIMIT = 4096 * MIB  # a results.jsonl or verdicts.jsonl, streamed (held a line at a time)
 LINES_LIMIT = 2048 * MIB  # a JSON-lines file read whole (a blinded run's files, unblinded)
 
@@ -273,18 +274,23 @@ def collector_paused() -> Iterator[None]:
 
 
 def lines_of(path: Path, limit: int = LINE_LIMIT) -> Any:
-    """A JSON-lines file's lines, streamed: (number, bytes) of each, and a line longer than
-    `limit` as (number, None), skipped without holding it."""
+    """A JSON-lines file's lines, streamed a block at a time: (number, bytes) of each, without
+    its newline, and a line longer than `limit` as (number, None), skipped without holding it."""
     with open_regular(path, RESULTS_LIMIT) as file:
-        number = 0
-        while True:
-            line = file.readline(limit + 1)
-            if not line:
-                return
-            number += 1
-            if len(line) > limit and not line.endswith(b"\n"):
-                while line and not line.endswith(b"\n"):  # the rest of the long line
-                    line = file.readline(limit + 1)
-                yield number, None
-                continue
-            yield number, line
+        number, parts, held, too_long = 0, [], 0, False  # the line read so far, its length
+        while block := file.read(BLOCK):
+            *ended, tail = block.split(b"\n")
+            for piece in ended:
+                number += 1
+                if too_long or held + len(piece) > limit:
+                    yield number, None
+                else:
+                    yield number, b"".join((*parts, piece)) if parts else piece
+                parts, held, too_long = [], 0, False
+            if too_long or held + len(tail) > limit:
+                parts, held, too_long = [], 0, True
+            elif tail:
+                parts.append(tail)
+                held += len(tail)
+        if parts or too_long:  # a last line without its newline
+            yield number + 1, None if too_long else b"".join(parts)
