@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from policybench.report.history import Point, RecordsOf, entries_of, open_store
+from policybench.report.history import Point, RecordsOf, entries_of, open_store, paired_of
 from policybench.report.history_gate import GateCall, called
 
 EVAL = "metaworld-mt10"
@@ -46,9 +46,11 @@ class Line:
         self.count += 1
         run_id = f"run{self.count:05d}"
         self.store.execute("INSERT INTO runs (run_id, path) VALUES (?, ?)", (run_id, run_id))
+        entries = entries_of(records)[EVAL]
         self.store.execute(  # what the gate reads: the Eval's rollouts, as the store keeps them
-            "INSERT INTO evals (run_id, eval, line, fields, records) VALUES (?, ?, '', '{}', ?)",
-            (run_id, EVAL, json.dumps(entries_of(records)[EVAL])),
+            "INSERT INTO evals (run_id, eval, line, fields, records, paired) "
+            "VALUES (?, ?, '', '{}', ?, ?)",
+            (run_id, EVAL, json.dumps(entries), json.dumps(paired_of(EVAL, entries))),
         )
         solved = sum(record["outcome"] == "solved" for record in records)
         rate = solved / len(records)

@@ -17,7 +17,8 @@ import os
 import sqlite3
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,23 +26,22 @@ from typing import Any
 import orjson
 
 from policybench import keys
+from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import of_policy
 from policybench.report.compare import pooled_row
 from policybench.report.published import NAME
-from policybench.report.stats import group
 from policybench.run.arms import ARMS
 from policybench.run.files import Refused, collector_paused, loads, read_json
 from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import (
     SCENE_KEY,
-    latest_per_rollout,
     rollout_id,
     scene_key_of,
     scene_text,
-    tally_of,
+    tally_of_outcomes,
 )
-from policybench.run.results import RESULTS, read_results
+from policybench.run.results import RESULTS, each_result
 from policybench.run.status import is_run
 
 STORE = "history.sqlite"
@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS evals (
     rate REAL, low REAL, high REAL,   -- success and its 95% Wilson interval
     records TEXT,                 -- its rollouts in run order, JSON: each an array of the
                                   -- columns of `rollouts` from rollout to margins, eval aside
+    paired TEXT,                  -- its rollouts as comparisons pair them, in run order (JSON:
+                                  -- tasks, arms, and each rollout's task, arm, outcome, key)
     PRIMARY KEY (run_id, eval)
 );
 -- Every rollout, a row each, read from its Eval's records: a run is stored as a row per Eval,
@@ -107,7 +109,7 @@ CREATE INDEX IF NOT EXISTS changes_after ON changes(after);
 """
 
 
-SCHEMA_VERSION = 6  # a store of another version is an index of old shape: rebuilt
+SCHEMA_VERSION = 7  # a store of another version is an index of old shape: rebuilt
 # What the store may hold besides SCHEMA's tables (their primary keys' own indexes): anything
 # else (a trigger, a view, another table) was not made here, and the store is rebuilt.
 MADE_HERE = {
@@ -188,15 +190,12 @@ def run_dirs(root: Path) -> list[Path]:
         entries = sorted(os.scandir(root), key=lambda entry: entry.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    for entry in entries:  # the folder's listing says what each entry is: no stat for most
+    for entry in entries:  # the folder's listing says what each entry is: a stat or two a run
+        if not entry.is_dir() or not is_run(entry.path):
+            continue
         child = Path(entry.path)
-        if entry.is_symlink():
-            if child.resolve().parent != inner:
-                continue
-            where = child.resolve()
-        else:
-            where = inner / entry.name
-        if entry.is_dir() and is_run(child):
+        where = child.resolve() if entry.is_symlink() else inner / entry.name
+        if where.parent == inner:
             found.setdefault(where, child)
     return sorted(found.values(), key=lambda path: path.name)
 
@@ -215,13 +214,14 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
     """Reads the runs under `root` that are new or whose results changed, and forgets those
     gone (the runs read held in `records`, for this call's comparisons). A run that cannot be
     read (a malformed file, a link, a FIFO, a file over its limit) is skipped with a line naming
-    it; the others are read."""
+    it; the others are read. The caller commits what was read, with its own writes, in one
+    write to disk; a long read commits as it goes (every COMMIT_EVERY_S)."""
     dirs = run_dirs(root)
     known = {
         row[0]: (row[1], row[2])
         for row in connection.execute("SELECT run_id, results_mtime_ns, results_size FROM runs")
     }
-    read, skipped = 0, []
+    read, skipped, committed = 0, [], time.monotonic()
     for run_dir in dirs:
         results = run_dir / RESULTS
         try:
@@ -231,20 +231,40 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
         seen = (stat_of.st_mtime_ns, stat_of.st_size)
         if known.get(run_dir.name) == seen:
             continue
-        try:
-            skipped += _store_run(connection, run_dir, seen, records)
-        except (OSError, ValueError, TypeError, AttributeError, KeyError, OverflowError,
-                sqlite3.InterfaceError, sqlite3.ProgrammingError) as error:  # fmt: skip
-            connection.rollback()
-            skipped.append(f"{run_dir.name}: skipped, {_said(error)}")
+        problem = _stored_apart(connection, run_dir, seen, records)
+        if isinstance(problem, str):
+            skipped.append(f"{run_dir.name}: skipped, {problem}")
             continue
-        connection.commit()
+        skipped += problem
         read += 1
+        if time.monotonic() - committed > COMMIT_EVERY_S:
+            connection.commit()
+            committed = time.monotonic()
     gone = set(known) - {d.name for d in dirs}
-    if gone:  # a commit is a write to disk: only where something changed
+    if gone:
         connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
-        connection.commit()
     return Updated(read, len(dirs) - read, tuple(skipped))
+
+
+COMMIT_EVERY_S = 5.0
+
+
+def _stored_apart(
+    connection: sqlite3.Connection, run_dir: Path, seen: tuple[int, int], records: RecordsOf | None
+) -> list[str] | str:
+    """One run stored under a savepoint of its own: the lines of its results skipped, or why
+    the whole run was (what it had stored undone, the other runs' kept)."""
+    if not connection.in_transaction:
+        connection.execute("BEGIN")
+    connection.execute("SAVEPOINT run")
+    try:
+        return _store_run(connection, run_dir, seen, records)
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, OverflowError,
+            sqlite3.InterfaceError, sqlite3.ProgrammingError) as error:  # fmt: skip
+        connection.execute("ROLLBACK TO run")
+        return _said(error)
+    finally:
+        connection.execute("RELEASE run")
 
 
 def _said(error: BaseException) -> str:
@@ -263,8 +283,8 @@ def _store_run(
 ) -> list[str]:
     """Stores one run (held in `kept` too); returns the lines of its results file that were
     skipped."""
-    results = read_results(run_dir / RESULTS, kept=False)
-    records = latest_per_rollout(results.records)
+    problems: list[str] = []
+    entries = entries_of(each_result(run_dir / RESULTS, problems))  # a record held at a time
     try:
         run = RunInfo.load(run_dir)
     except (OSError, ValueError):
@@ -296,51 +316,59 @@ def _store_run(
             *seen,
         ),
     )
-    entries = entries_of(records)
     fingerprint = run.fingerprint if run and isinstance(run.fingerprint, dict) else {}
-    _store_evals(connection, run_dir.name, records, fingerprint, entries)
+    paired = {eval: paired_of(eval, stored) for eval, stored in entries.items()}
+    _store_evals(connection, run_dir.name, fingerprint, entries, paired)
     if kept is not None:
-        kept.prime(run_dir.name, entries)
-    return [f"{run_dir.name}/{problem}" for problem in results.problems]
+        kept.prime(run_dir.name, paired)
+    return [f"{run_dir.name}/{problem}" for problem in problems]
 
 
 def _store_evals(
     connection: sqlite3.Connection,
     run_id: str,
-    records: Sequence[Mapping[str, Any]],
     fingerprint: Mapping[str, Any],
     entries: Mapping[str, Sequence[Sequence[Any]]],
+    paired: Mapping[str, Mapping[str, Any]],
 ) -> None:
-    """Each Eval's row of a run: its protocol's line, its tally, its rollouts' entries."""
-    for (eval,), members in group(records, keys.EVAL).items():
+    """Each Eval's row of a run: its protocol's line, its tally, its rollouts' entries and
+    their pairing (`paired_of` them)."""
+    for eval, stored in sorted(entries.items()):
         fields = _protocol_fields(fingerprint, eval)
-        tally = tally_of(members)
+        tally = tally_of_outcomes(entry[OUTCOME_AT] for entry in stored)
         # Every rollout errored: no result, stored as no rate (never a 0% success).
         low, high = tally.interval() if tally.measured else (None, None)
         connection.execute(
-            "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS TEXT), "
+            "CAST(? AS TEXT))",  # the documents' UTF-8 bytes, read as text by SQLite
             (
                 run_id, eval, _digest(fields), json.dumps(fields, sort_keys=True),
                 tally.rollouts, tally.solved, tally.unsolved, tally.errors,
                 tally.rate if tally.measured else None, low, high,
-                _json_text(entries[eval]),
+                _json_bytes(stored), _json_bytes(paired[eval]),
             ),
         )  # fmt: skip
 
 
-def entries_of(records: Sequence[Mapping[str, Any]]) -> dict[str, list[list[Any]]]:
-    """Each Eval's rollouts in run order as the store keeps them (`rollout_entry`)."""
-    by_eval: dict[str, list[list[Any]]] = {}
+def entries_of(records: Iterable[Mapping[str, Any]]) -> dict[str, list[list[Any]]]:
+    """Each Eval's rollouts as the store keeps them (`rollout_entry`), in run order: one a
+    rollout, the last one recorded, in the order of those (as `latest_per_rollout` keeps)."""
+    latest: dict[str, tuple[str, list[Any]]] = {}
     for record in records:
-        by_eval.setdefault(record[keys.EVAL], []).append(rollout_entry(record))
+        entry = rollout_entry(record)
+        latest.pop(entry[0], None)
+        latest[entry[0]] = (record[keys.EVAL], entry)
+    by_eval: dict[str, list[list[Any]]] = {}
+    for eval, entry in latest.values():
+        by_eval.setdefault(eval, []).append(entry)
     return by_eval
 
 
-def _json_text(value: Any) -> str:
+def _json_bytes(value: Any) -> bytes:
     try:  # orjson: a tenth of json's time
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value)
     except TypeError:  # what orjson does not write (a lone surrogate): json writes it
-        return json.dumps(value)
+        return json.dumps(value).encode()
 
 
 def _text(value: Any) -> str | None:
@@ -388,6 +416,9 @@ def _beside(said: Mapping[str, Any]) -> dict[str, Any] | None:
         "published_rate": float(rates[1]),
         "verdict": str(said.get("verdict", "")),
     }
+
+
+OUTCOME_AT = 4  # where an entry holds the outcome
 
 
 def rollout_entry(record: Mapping[str, Any]) -> list[Any]:
@@ -545,11 +576,11 @@ class RecordsOf:
         self._keep((run_id, eval), read)
         return read
 
-    def prime(self, run_id: str, entries: Mapping[str, Sequence[Sequence[Any]]]) -> None:
-        """Holds a run's rollouts as just stored (`entries_of` its records), so that its
+    def prime(self, run_id: str, paired: Mapping[str, Mapping[str, Any]]) -> None:
+        """Holds a run's rollouts as just stored (each Eval's `paired_of`), so that its
         comparisons in this call do not read them back."""
-        for eval, stored in entries.items():
-            self._keep((run_id, eval), _records(eval, stored))
+        for eval, rollouts in paired.items():
+            self._keep((run_id, eval), _records(eval, rollouts))
 
     def _keep(self, key: tuple[str, str], read: list[dict[str, Any]]) -> None:
         self._read.pop(key, None)
@@ -559,25 +590,50 @@ class RecordsOf:
 
     def _rows(self, run_id: str, eval: str) -> list[dict[str, Any]]:
         found = self.connection.execute(
-            "SELECT records FROM evals WHERE run_id = ? AND eval = ?", (run_id, eval)
+            "SELECT paired FROM evals WHERE run_id = ? AND eval = ?", (run_id, eval)
         ).fetchone()
-        return _records(eval, loads(found[0], "a stored run") if found and found[0] else [])
+        paired = loads(found[0], f"the store's rollouts of {run_id}") if found and found[0] else {}
+        try:
+            return _records(eval, paired)
+        except (KeyError, IndexError, TypeError) as error:
+            raise sqlite3.DatabaseError(f"the store's rollouts of {run_id}: {error}") from None
 
 
-def _records(eval: str, entries: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """An Eval's stored rollouts (`rollout_entry`s) as a comparison reads records: paired by
-    their scene's key (made from the stored scene's text, not parsed), counted by outcome."""
-    return [
-        {
-            keys.NODEID: rollout,
-            keys.EVAL: eval,
-            keys.TASK: task,
-            SCENE_KEY: scene_key_of(eval, task, scene),
-            keys.OUTCOME: outcome,
-            **({keys.ARM: arm} if arm else {}),
-        }
-        for rollout, task, arm, scene, outcome, *_ in entries
-    ]
+OUTCOMES = tuple(kind.value for kind in OutcomeKind)
+
+
+def paired_of(eval: str, entries: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """An Eval's rollouts (`rollout_entry`s) as comparisons pair them, in few objects: a task,
+    arm and outcome a rollout as indexes into lists of each, its scene's key as text."""
+    tasks: dict[str, int] = {}
+    arms: dict[str, int] = {}
+    task, arm, outcome, key = [], [], [], []
+    for _, name, arm_name, scene, result, *_ in entries:
+        task.append(tasks.setdefault(name, len(tasks)))
+        arm.append(arms.setdefault(arm_name, len(arms)) if arm_name else -1)
+        outcome.append(OUTCOMES.index(result))
+        key.append(scene_key_of(eval, name, scene))
+    return {"tasks": list(tasks), "arms": list(arms), "task": task, "arm": arm,
+            "outcome": outcome, "key": key}  # fmt: skip
+
+
+def _records(eval: str, paired: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An Eval's stored rollouts (`paired_of` them) as comparisons read records: each with its
+    Eval, task, arm (where it ran under one), outcome and its scene's key; the names shared,
+    not a string a rollout."""
+    if not paired:
+        return []
+    tasks, arms = paired["tasks"], paired["arms"]
+    records = []
+    for task, arm, outcome, key in zip(
+        paired["task"], paired["arm"], paired["outcome"], paired["key"], strict=True
+    ):
+        record = {keys.EVAL: eval, keys.TASK: tasks[task], SCENE_KEY: key,
+                  keys.OUTCOME: OUTCOMES[outcome]}  # fmt: skip
+        if arm >= 0:
+            record[keys.ARM] = arms[arm]
+        records.append(record)
+    return records
 
 
 def _points(

@@ -19,6 +19,7 @@ from policybench.report.jinja import environment
 from policybench.run.files import write_file
 
 WIDTH, HEIGHT, PAD = 720, 180, 36  # a plot's size and its margin for the axis labels
+ROWS = 30  # the newest runs the table shows in full: the page stays bounded over a year
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def write_page(root: Path, history: History, gate: Gate) -> Path:
         history=history,
         gate=gate,
         rows=rows,
+        older=_older(root, history),
         evals=list(history.evals),
         plots=[
             plot_of(eval, points, published.get(eval)) for eval, points in history.evals.items()
@@ -113,10 +115,11 @@ def write_page(root: Path, history: History, gate: Gate) -> Path:
 
 
 def _rows(root: Path, history: History) -> list[dict[str, Any]]:
-    """A row per run, newest first: its cells per Eval (the point, if the run ran it)."""
+    """A row per run of the newest ROWS, newest first: its cells per Eval (the point, if the
+    run ran it)."""
     points = {(eval, p.run_id): p for eval, ps in history.evals.items() for p in ps}
     rows = []
-    for run in reversed(history.runs):
+    for run in history.runs[::-1][:ROWS]:
         report = Path(run["path"]) / "index.html"
         link = relative_link(report, root) if report.is_file() else None
         rows.append(
@@ -129,9 +132,20 @@ def _rows(root: Path, history: History) -> list[dict[str, Any]]:
     return rows
 
 
+def _older(root: Path, history: History) -> list[dict[str, str]]:
+    """The runs before the newest ROWS, newest first, each a link to its folder."""
+    return [
+        {"run_id": run["run_id"], "link": relative_link(Path(run["path"]), root) + "/"}
+        for run in history.runs[::-1][ROWS:]
+    ]
+
+
 def relative_link(path: Path, root: Path) -> str:
     """A link from a page in `root` to `path`, percent-encoded and starting with `./` or `../`:
     a folder named `javascript:...` is a path here, never a scheme."""
-    relative = Path(os.path.relpath(path, root)).as_posix()
+    try:  # a path under root (every run's report): read off the path, without the disk
+        relative = Path(path).relative_to(root).as_posix()
+    except ValueError:
+        relative = Path(os.path.relpath(path, root)).as_posix()
     quoted = urllib.parse.quote(relative)
     return quoted if quoted.startswith("../") else f"./{quoted}"

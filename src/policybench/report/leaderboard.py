@@ -114,6 +114,7 @@ def leaderboard(roots: Sequence[Path]) -> Board:
         for root in roots:
             store = stores.enter_context(closing(open_store(root)))
             update(store, root)
+            store.commit()  # the runs read, kept for the next call
             runs = {run["run_id"]: run for run in listed_runs(store)}
             records = RecordsOf(store)
             rows += [

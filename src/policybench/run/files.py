@@ -24,7 +24,7 @@ JSON_LIMIT = 64 * MIB  # run.json, summary.json, a status, a preflight's, a mark
 TRACE_LIMIT = 256 * MIB  # a rollout trace, as written (its arrays decode within DECODED_LIMIT)
 DECODED_LIMIT = 1024 * MIB  # a trace's arrays, decoded, all together
 LINE_LIMIT = 16 * MIB  # one line of results.jsonl or verdicts.jsonl
-BLOCK = MIB  # what a stream of lines reads at a time
+BLOCK = 64 * 1024  # what a stream of lines reads at a time (under malloc's own mapping)
 RESULTS_LIMIT = 4096 * MIB  # a results.jsonl or verdicts.jsonl, streamed (held a line at a time)
 LINES_LIMIT = 2048 * MIB  # a JSON-lines file read whole (a blinded run's files, unblinded)
 

@@ -163,7 +163,11 @@ class Tally:
 
 
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
-    counted = Counter(record[keys.OUTCOME] for record in records)
+    return tally_of_outcomes(record[keys.OUTCOME] for record in records)
+
+
+def tally_of_outcomes(outcomes: Iterable[str]) -> Tally:
+    counted = Counter(outcomes)
     for outcome in counted:
         OutcomeKind(outcome)  # a ValueError for one that is no outcome, as before
     return Tally(

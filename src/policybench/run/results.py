@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -123,13 +123,19 @@ def read_results(path: Path, kept: bool = True) -> Results:
     Refused); a truncated, corrupt or over-long line becomes a problem naming its line number,
     and the lines around it still count. Records the caller keeps (`kept`) hold the fields
     rollouts share once; a caller that reads them once and lets them go skips that."""
-    with collector_paused():
-        return _read_results(path, kept)
-
-
-def _read_results(path: Path, kept: bool) -> Results:
-    records, problems = [], []
+    problems: list[str] = []
     shared: dict[str, Any] = {}  # the last value of each field rollouts share, held once
+    with collector_paused():
+        records = [
+            _sharing(record, shared) if kept else record for record in each_result(path, problems)
+        ]
+    return Results(tuple(records), tuple(problems))
+
+
+def each_result(path: Path, problems: list[str]) -> Iterator[dict[str, Any]]:
+    """Each valid record of `path` in file order, one at a time (a caller that keeps what it
+    needs of each holds one record, not the run's); each line that is none adds a problem
+    naming its line number to `problems`."""
     for number, line in lines_of(path):
         if line is None:
             problems.append(f"{path.name} line {number}: longer than {LINE_LIMIT:,} bytes, skipped")
@@ -149,10 +155,9 @@ def _read_results(path: Path, kept: bool) -> Results:
             continue
         why = record_problem(record)
         if why is None:
-            records.append(_sharing(record, shared) if kept else record)
+            yield record
         else:
             problems.append(f"{path.name} line {number}: {why}, skipped")
-    return Results(tuple(records), tuple(problems))
 
 
 SHARED = (keys.EVAL_SETTINGS, keys.POLICY, keys.PACKAGES, keys.HOLD)  # alike in most rollouts

@@ -5,6 +5,7 @@ plans nothing, has its status from its results."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -249,8 +250,8 @@ def combined(statuses: Sequence[Status]) -> Status:
     )
 
 
-def is_run(path: Path) -> bool:
-    return (path / RESULTS).is_file() or (path / STATUS).is_file()
+def is_run(path: Path | str) -> bool:
+    return os.path.isfile(os.path.join(path, RESULTS)) or os.path.isfile(os.path.join(path, STATUS))
 
 
 def status_dirs(paths: Iterable[Path]) -> list[Path]:
