@@ -22,6 +22,7 @@ import pytest
 from policybench.cli import main
 from policybench.report.history import STORE
 from policybench.run.files import Refused, make_folder, read_json, write_file
+from policybench.run.layout import OutsideRun, inside
 from policybench.run.results import read_results
 from tests.test_shards import BENCHMARK, ENVS
 
@@ -307,3 +308,23 @@ def test_report_html_and_merge_refuse_a_bad_field_in_one_line(reports, field, sa
     shown = printed.out + printed.err + "".join(str(o) for o in outcomes)
     assert said in shown, shown
     assert "Traceback" not in shown
+
+
+def test_a_file_a_record_names_is_read_only_inside_its_run(tmp_path):
+    """A trace or video name that leads out of the run (a `..`, an absolute path, a link to a
+    file or a folder outside) is refused, as asked for each file: its folder's real path is
+    found once for the many files in it, the file itself looked at each time."""
+    run, outside = tmp_path / "run", tmp_path / "secret.json"
+    (run / "traces").mkdir(parents=True)
+    outside.write_text("{}")
+    (run / "traces" / "ok.json").write_text("{}")
+    assert inside(run, "traces/ok.json") == run / "traces" / "ok.json"
+    (run / "traces" / "also.json").symlink_to(run / "traces" / "ok.json")  # a link inside
+    assert inside(run, "traces/also.json") == run / "traces" / "also.json"
+    (run / "traces" / "out.json").symlink_to(outside)  # planted beside the good ones
+    (run / "away").symlink_to(tmp_path, target_is_directory=True)
+    for name in ("traces/out.json", "away/secret.json", "../secret.json", str(outside),
+                 "traces\\..\\..\\secret.json", ""):  # fmt: skip
+        with pytest.raises(OutsideRun):
+            inside(run, name)
+    assert inside(run, "traces/ok.json") == run / "traces" / "ok.json"  # still read after

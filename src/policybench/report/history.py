@@ -424,10 +424,10 @@ OUTCOME_AT = 4  # where an entry holds the outcome
 def rollout_entry(record: Mapping[str, Any]) -> list[Any]:
     """A rollout as the store keeps it: the columns of `rollouts` from rollout to margins, its
     Eval aside (the entry lies in its Eval's row)."""
-    specs = record.get(keys.SPECS)
+    specs = record.get(keys.SPECS)  # a record read from JSON: its objects are dicts
     margins = (
-        {name: spec.get("margin") for name, spec in specs.items() if isinstance(spec, Mapping)}
-        if isinstance(specs, Mapping)
+        {name: spec.get("margin") for name, spec in specs.items() if isinstance(spec, dict)}
+        if isinstance(specs, dict)
         else None
     )
     return [

@@ -143,9 +143,10 @@ def _older(root: Path, history: History) -> list[dict[str, str]]:
 def relative_link(path: Path, root: Path) -> str:
     """A link from a page in `root` to `path`, percent-encoded and starting with `./` or `../`:
     a folder named `javascript:...` is a path here, never a scheme."""
-    try:  # a path under root (every run's report): read off the path, without the disk
-        relative = Path(path).relative_to(root).as_posix()
-    except ValueError:
+    inside, base = str(path), os.path.join(str(root), "")
+    if inside.startswith(base):  # a path under root (every run's): read off, without the disk
+        relative = Path(inside[len(base) :]).as_posix()
+    else:
         relative = Path(os.path.relpath(path, root)).as_posix()
     quoted = urllib.parse.quote(relative)
     return quoted if quoted.startswith("../") else f"./{quoted}"

@@ -293,19 +293,16 @@ def histogram(
     value: Callable[[Mapping[str, Any]], float | None],
 ) -> Histogram:
     """Counts per bin, stacked by outcome; `missing_means`: why `value` gives a rollout None."""
-    pairs = [(record[keys.OUTCOME], value(record)) for record in records]
-    values = np.array([v for _, v in pairs if v is not None], dtype=np.float64)
-    if not len(values):
-        return Histogram(title, unit, (), {}, 0, len(pairs), missing_means)
+    found = [(record[keys.OUTCOME], v) for record in records if (v := value(record)) is not None]
+    if not found:
+        return Histogram(title, unit, (), {}, 0, len(records), missing_means)
+    outcomes, values = np.array([o for o, _ in found]), np.array([v for _, v in found], float)
     # Values that differ only in a float's last bits are one value to the eye, and numpy cannot
     # cut so narrow a range into bins: count them apart at float32's precision.
     distinct = len(np.unique(values.astype(np.float32)))
     edges = np.histogram_bin_edges(values, bins=min(BINS, distinct))
     counts = {
-        outcome: tuple(
-            int(n)
-            for n in np.histogram([v for o, v in pairs if o == outcome and v is not None], edges)[0]
-        )
+        outcome: tuple(int(n) for n in np.histogram(values[outcomes == outcome], edges)[0])
         for outcome in OUTCOMES
     }
     tallest = int(np.histogram(values, edges)[0].max())
@@ -315,6 +312,6 @@ def histogram(
         tuple(float(e) for e in edges),
         counts,
         tallest,
-        len(pairs) - len(values),
+        len(records) - len(values),
         missing_means,
     )

@@ -55,9 +55,12 @@ def inside(run_dir: Path, name: str) -> Path:
     if given.is_absolute() or ".." in given.parts or "\\" in name or not given.parts:
         raise OutsideRun(f"{name!r} is not a path inside the run's folder; refused")
     path = run_dir / given
-    # A folder's real path found once (a link, `latest`, is followed afresh: it moves)
+    # A folder's real path found once (a link, `latest`, is followed afresh: it moves); the
+    # file's own folder too (the many traces of a run share one), the file itself each time.
     root = run_dir.resolve() if run_dir.is_symlink() else _resolved(run_dir)
-    if not path.resolve().is_relative_to(root):
+    folder = path.parent.resolve() if path.parent.is_symlink() else _resolved(path.parent)
+    real = path.resolve() if path.is_symlink() else folder / path.name
+    if not real.is_relative_to(root):
         raise OutsideRun(f"{name!r} leads outside the run's folder {root}; refused")
     return path
 
