@@ -193,7 +193,12 @@ def open_regular(path: Path, limit: int) -> IO[bytes]:
 def read_bytes(path: Path, limit: int = JSON_LIMIT) -> bytes:
     """A regular file's bytes, at most `limit` of them (a file that grew past it is Refused)."""
     with open_regular(path, limit) as file:
-        data = file.read(limit + 1)
+        # As much as the file holds, and a byte more: reading `limit` at once would make a
+        # buffer of `limit` bytes for a file of a few; one that grew since reads on to the limit.
+        size = os.fstat(file.fileno()).st_size
+        data = file.read(min(size, limit) + 1)
+        if size < len(data) <= limit:
+            data += file.read(limit + 1 - len(data))
     if len(data) > limit:
         raise Refused(
             f"refused to read {path}: over the {limit:,} bytes this kind of file may have"

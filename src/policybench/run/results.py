@@ -187,8 +187,9 @@ class ResultsFollower:
     def new(self) -> list[dict[str, Any]]:
         try:
             with open_regular(self.path, 1 << 62) as file:
-                file.seek(self._offset)
-                data = file.read(LINE_LIMIT)
+                file.seek(self._offset)  # what was written since, LINE_LIMIT at most a call
+                grown = os.fstat(file.fileno()).st_size - self._offset
+                data = file.read(min(max(grown, 0), LINE_LIMIT))
         except (FileNotFoundError, Refused):
             return []
         self._offset += len(data)
