@@ -65,9 +65,22 @@ def test_the_store_answers_success_per_eval_as_the_runs_summaries_do(runs, capsy
             expected.append((run_dir.name, row["eval"], row["solved"], row["rollouts"]))
     assert [row[:4] for row in rows] == expected
     with sqlite3.connect(runs / STORE) as store:
-        rollouts = store.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0]
+        rollouts = store.execute(
+            "SELECT run_id, rollout, task, outcome, steps, scene FROM rollouts"
+        ).fetchall()
         verdicts = [v for (v,) in store.execute("SELECT verdict FROM runs ORDER BY run_id")]
-    assert rollouts == 2 * (3 * 6 + 6)
+
+    def scene(value: object) -> str:
+        return json.dumps(value, sort_keys=True)
+
+    written = sorted(  # every rollout as its run's results.jsonl says: a row each in the view
+        (run_dir.name, r["nodeid"], r["task"], r["outcome"], r["steps"], scene(r["scene"]))
+        for run_dir in runs.iterdir()
+        if run_dir.name[:1].isdigit()
+        for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())
+    )
+    assert len(written) == 2 * (3 * 6 + 6)
+    assert sorted((*row[:5], scene(json.loads(row[5]))) for row in rollouts) == written
     assert verdicts[0] == "passed"
     assert verdicts[1].startswith("failed: overall: success 0.0%")
     # Deleted, it is rebuilt from the runs; asked again, it reads nothing it has read.
@@ -102,3 +115,46 @@ def test_a_run_merged_from_shards_counts_once(pytester, capsys):
 def test_a_folder_that_is_not_one_is_said(tmp_path, capsys):
     assert history(tmp_path / "nowhere") == 2
     assert "is not a folder of runs" in capsys.readouterr().err
+
+
+def test_a_store_of_an_older_shape_is_rebuilt_from_the_runs(runs, capsys):
+    """A store an earlier version wrote (its rollouts a table, a row each) is an index of
+    another shape: dropped and rebuilt from the runs, what it held forgotten."""
+    with sqlite3.connect(runs / STORE) as old:
+        old.executescript(
+            """
+            CREATE TABLE runs (run_id TEXT PRIMARY KEY, path TEXT NOT NULL, started TEXT,
+                               results_mtime_ns INTEGER, results_size INTEGER);
+            CREATE TABLE rollouts (run_id TEXT NOT NULL, rollout TEXT NOT NULL, eval TEXT,
+                                   outcome TEXT, PRIMARY KEY (run_id, rollout));
+            CREATE INDEX rollouts_eval ON rollouts(run_id, eval);
+            INSERT INTO runs VALUES ('gone', 'gone', NULL, 0, 0);
+            INSERT INTO rollouts VALUES ('gone', 'x', 'e', 'solved');
+            PRAGMA user_version = 4;
+            """
+        )
+    assert history(runs) == 0
+    assert "2 runs (2 read, 0 unchanged)" in capsys.readouterr().out
+    with sqlite3.connect(runs / STORE) as store:
+        kinds = dict(store.execute("SELECT name, type FROM sqlite_master WHERE name LIKE 'roll%'"))
+        per_run = store.execute("SELECT run_id, COUNT(*) FROM rollouts GROUP BY run_id").fetchall()
+    assert kinds == {"rollouts": "view"}
+    assert sorted(n for _, n in per_run) == [3 * 6 + 6] * 2 and "gone" not in dict(per_run)
+
+
+def test_a_run_that_cannot_be_read_is_skipped_and_the_others_kept(runs, tmp_path, capsys):
+    """Each run is stored under a savepoint of its own: one refused (its results a link out of
+    the folder) undoes only what it stored, before or after the good ones, all in one commit."""
+    (tmp_path / "elsewhere.jsonl").write_text((next(runs.glob("*/results.jsonl"))).read_text())
+    for name in ("000-linked", "zzz-linked"):
+        (runs / name).mkdir()
+        (runs / name / "results.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    assert history(runs) == 0
+    said = capsys.readouterr()
+    assert "2 runs (2 read, 0 unchanged, 2 with lines or files skipped (above))" in said.out
+    assert said.err.count("is a symbolic link") == 2
+    with sqlite3.connect(runs / STORE) as store:  # committed: another connection reads them
+        stored = [r for (r,) in store.execute("SELECT run_id FROM runs ORDER BY run_id")]
+        counted = store.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0]
+    assert stored == sorted(p.name for p in runs.iterdir() if p.name[:1] == "2")
+    assert counted == 2 * (3 * 6 + 6)

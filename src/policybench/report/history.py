@@ -202,8 +202,8 @@ def run_dirs(root: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Updated:
-    """What one `update` did: runs read, runs kept as they were, and one line per run (or
-    results line) it could not take, naming the file and why."""
+    """What one `update` did: runs read, runs kept as they were (unchanged since read), and
+    one line per run (or results line) it could not take, naming the file and why."""
 
     read: int
     kept: int
@@ -221,7 +221,7 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
         row[0]: (row[1], row[2])
         for row in connection.execute("SELECT run_id, results_mtime_ns, results_size FROM runs")
     }
-    read, skipped, committed = 0, [], time.monotonic()
+    read, unchanged, skipped, committed = 0, 0, [], time.monotonic()
     for run_dir in dirs:
         results = run_dir / RESULTS
         try:
@@ -230,6 +230,7 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
             continue
         seen = (stat_of.st_mtime_ns, stat_of.st_size)
         if known.get(run_dir.name) == seen:
+            unchanged += 1
             continue
         problem = _stored_apart(connection, run_dir, seen, records)
         if isinstance(problem, str):
@@ -243,7 +244,7 @@ def update(connection: sqlite3.Connection, root: Path, records: RecordsOf | None
     gone = set(known) - {d.name for d in dirs}
     if gone:
         connection.executemany("DELETE FROM runs WHERE run_id = ?", [(g,) for g in sorted(gone)])
-    return Updated(read, len(dirs) - read, tuple(skipped))
+    return Updated(read, unchanged, tuple(skipped))
 
 
 COMMIT_EVERY_S = 5.0
