@@ -68,3 +68,24 @@ def test_a_call_with_too_few_pairs_to_ever_reach_its_level_says_how_many_it_need
     assert "10 paired scenes can never reach level 0.001, however many are lost: run 11" in (
         call.line()
     )
+
+
+def test_a_calls_power_is_found_once_for_its_reference_pairs_and_level(tmp_path):
+    """The power depends on the reference, the pairs and the level alone: a later call against
+    the same reference takes it from the store, equal to the power found afresh."""
+    from policybench.report.history_gate import power_at_drop
+
+    rng = np.random.default_rng(5)
+    line = Line(tmp_path)
+    reference = line.add(records_of(rng, 5))
+    level = ALPHA / CALLS
+    first, second = (line.call(reference, line.add(records_of(rng, 5)), k, level) for k in (1, 2))
+    afresh = power_at_drop(line.records(reference.run_id, "metaworld-mt10"), 50, level)
+    assert first.power == second.power == afresh is not None
+    # Another level (or another count of pairs) is another power, found afresh.
+    other = line.call(reference, line.add(records_of(rng, 5)), 3, ALPHA)
+    assert (
+        other.power
+        == power_at_drop(line.records(reference.run_id, "metaworld-mt10"), 50, ALPHA)
+        != first.power
+    )

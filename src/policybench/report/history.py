@@ -564,6 +564,17 @@ class RecordsOf:
             key,
         ).fetchone()
 
+    def kept_power(
+        self, eval: str, reference: str, level: float, pairs: int
+    ) -> tuple[float | None] | None:
+        """The power a gate call against `reference` at `level` over `pairs` pairs was found
+        to have, where one was made (any newest run: the power depends on none)."""
+        return self.connection.execute(
+            "SELECT power FROM gate_calls WHERE eval = ? AND reference = ? AND level = ? AND "
+            "pairs = ? LIMIT 1",
+            (eval, reference, level, pairs),
+        ).fetchone()
+
     def keep_call(self, key: tuple[str, str, str, float], found: tuple[Any, ...]) -> None:
         self.connection.execute(
             "INSERT OR REPLACE INTO gate_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*key, *found)

@@ -85,16 +85,17 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         try:
-            # The runs read and paired build many objects and no cycles: see collector_paused
-            with closing(open_store(root)) as store, collector_paused():
+            # The runs read and paired, and the page, build many objects and no cycles: the
+            # collector waits for the end of the folder (see collector_paused)
+            with collector_paused(), closing(open_store(root)) as store:
                 records = RecordsOf(store)
                 updated = update(store, root, records)
                 history = read_history(store, root, args.alpha, records)
                 gated = gate(history, records, args.alpha, args.calls, args.reference)
                 store.commit()  # the steps' and the gate's tests, kept for the next call
-            for line in updated.skipped:
-                print(f"policybench history: {root}/{line}", file=sys.stderr)
-            page = write_page(root, history, gated)
+                for line in updated.skipped:
+                    print(f"policybench history: {root}/{line}", file=sys.stderr)
+                page = write_page(root, history, gated)
         except Refused as refused:
             print(f"policybench history: {refused}", file=sys.stderr)
             return 2

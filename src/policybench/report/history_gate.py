@@ -145,8 +145,9 @@ def called(
         before, after = records(reference.run_id, eval), records(newest.run_id, eval)
         pairs = pooled_pairs(before, after)
         found = (None, 0, 0, 0, None)  # no scene in common
-        if pairs is not None:
-            power = power_at_drop(before, pairs.count, level)
+        if pairs is not None:  # the power depends on the reference, the pairs and the level
+            kept = records.kept_power(eval, reference.run_id, level, pairs.count)
+            power = kept[0] if kept is not None else power_at_drop(before, pairs.count, level)
             found = (mcnemar_p(pairs), pairs.count, pairs.lost, pairs.gained, power)
         records.keep_call(key, found)
     return GateCall(eval, reference, newest, call, level, *found)

@@ -18,6 +18,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from policybench.run.records import wilson
+
 CONFIDENCE = 0.95
 
 
@@ -48,14 +50,6 @@ class Pairs:
     @property
     def discordant(self) -> int:
         return self.lost + self.gained
-
-
-def wilson(solved: int, rollouts: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson score interval of a success rate (scipy)."""
-    from scipy.stats import binomtest
-
-    interval = binomtest(solved, rollouts).proportion_ci(confidence, method="wilson")
-    return float(interval.low), float(interval.high)
 
 
 def mcnemar_p(pairs: Pairs) -> float:

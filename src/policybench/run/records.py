@@ -156,10 +156,17 @@ class Tally:
         """Wilson score interval of the success rate (errors count as attempts not solved)."""
         if not self.rollouts:
             return None
-        from scipy.stats import binomtest
+        return wilson(self.solved, self.rollouts, confidence)
 
-        ci = binomtest(self.solved, self.rollouts).proportion_ci(confidence, method="wilson")
-        return float(ci.low), float(ci.high)
+
+@functools.lru_cache(maxsize=1024)
+def wilson(solved: int, rollouts: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson score interval of a success rate (scipy's; found once for each count: a paired
+    test's rates are often its runs' own)."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(solved, rollouts).proportion_ci(confidence, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
