@@ -7,6 +7,9 @@ The folders are synthetic in their counts only: every rollout is a copy of a rea
 rollout's record (its trace too), made by a short real run first (or taken from --from RUN), with
 its task, scene, outcome and steps varied (seeded). Each measurement runs in a process of its own.
 
+Each row is measured --repeat times (5), each in a fresh process; the table shows the medians
+and the ratios' spread (this machine's run-to-run noise is 10-20% on a 50 ms call).
+
 Run from the repository root:  python bench/results_scale.py  (a few minutes at the defaults).
 It prints a markdown table and the command that made it.
 """
@@ -20,6 +23,7 @@ import random
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+STORE = "history.sqlite"
 TASKS = ("reach", "push", "pick-place", "door-open", "drawer-open", "drawer-close",
          "button-press-topdown", "peg-insert-side", "window-open", "window-close")  # fmt: skip
 NODE = "benchmarks/test_metaworld.py::test_metaworld"
@@ -101,21 +106,35 @@ def measure(kind: str, target: str, parsed: list[str]) -> None:
     print(json.dumps({"seconds": seconds, "parse_s": parse_s, "peak_mib": peak, "code": code}))
 
 
-def timed(kind: str, target: Path, parsed: list[Path]) -> dict:
-    command = [sys.executable, __file__, "--measure", kind, str(target), *map(str, parsed)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def timed(kind: str, target: Path, parsed: list[Path], repeat: int, before=None) -> dict:
+    """`repeat` measurements, each in a fresh process (`before` run ahead of each): the median
+    of each figure, the ratios' spread, and the highest peak."""
+    found = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        command = [sys.executable, __file__, "--measure", kind, str(target), *map(str, parsed)]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+        found.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    ratios = [f["seconds"] / f["parse_s"] for f in found]
+    return {
+        "seconds": statistics.median(f["seconds"] for f in found),
+        "parse_s": statistics.median(f["parse_s"] for f in found),
+        "ratio": statistics.median(ratios),
+        "spread": (min(ratios), max(ratios)),
+        "peak_mib": max(f["peak_mib"] for f in found),
+    }
 
 
 def row(what: str, found: dict, largest_mb: float, extra: str = "") -> str:
-    ratio = found["seconds"] / found["parse_s"]
+    ratio, (low, high) = found["ratio"], found["spread"]
     target = TARGETS.get(what)
     verdict = "-" if target is None else ("yes" if ratio <= target else "NO")
     memory_ok = "yes" if found["peak_mib"] <= 2 * largest_mb + 200 else "NO"
     return (
-        f"| {what} | {found['seconds']:.2f} s | {found['parse_s']:.2f} s | {ratio:.2f}x | "
-        f"{'-' if target is None else f'{target:g}x'} {verdict} | {found['peak_mib']:.0f} MiB "
-        f"({memory_ok}) | {extra} |"
+        f"| {what} | {found['seconds']:.3f} s | {found['parse_s']:.3f} s | {ratio:.2f}x "
+        f"({low:.2f}-{high:.2f}) | {'-' if target is None else f'{target:g}x'} {verdict} | "
+        f"{found['peak_mib']:.0f} MiB ({memory_ok}) | {extra} |"
     )
 
 
@@ -125,6 +144,9 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=2000, help="rollouts a run")
     parser.add_argument("--large", type=int, default=20000, help="rollouts of the large report")
     parser.add_argument("--from", dest="source", type=Path, help="a real run to copy records of")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="measurements of each row, each in a process of its own: their "
+                        "medians are shown, and the ratios' spread")  # fmt: skip
     parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -140,27 +162,33 @@ def main() -> None:
         files = sorted(folder.glob("*/results.jsonl"))
         largest = max(f.stat().st_size for f in files) / 2**20
         total = sum(f.stat().st_size for f in files) / 2**20
+        store = folder / STORE
+        first = timed("history", folder, files, args.repeat, lambda: store.unlink(missing_ok=True))
         lines = [
-            row(f"history, first call ({args.runs} runs x {args.rollouts:,})",
-                timed("history", folder, files), largest, f"{total:.0f} MB of results"),
-            row("history, unchanged folder", timed("history", folder, files), largest),
+            row(f"history, first call ({args.runs} runs x {args.rollouts:,})", first, largest,
+                f"{total:.0f} MB of results"),
+            row("history, unchanged folder", timed("history", folder, files, args.repeat),
+                largest),
         ]  # fmt: skip
+        kept = work / "store-before-the-run-added"
+        shutil.copyfile(store, kept)  # each measurement adds the run to this store
         added = folder / f"run-{args.runs:04d}"
         synthetic_run(source, added, args.rollouts, args.runs, "2027-12-31T00:00:00+00:00")
-        found = timed("history", folder, [added / "results.jsonl"])
+        found = timed("history", folder, [added / "results.jsonl"], args.repeat,
+                      lambda: shutil.copyfile(kept, store))  # fmt: skip
         lines.append(row("history, one run added", found, largest))
         for count in (2000, args.large):
             run = work / f"report-{count}"
             synthetic_run(source, run, count, 7, "2026-06-01T00:00:00+00:00")
-            found = timed("report", run, [run / "results.jsonl"])
+            found = timed("report", run, [run / "results.jsonl"], args.repeat)
             size = (run / "index.html").stat().st_size / 2**20
             pages = len(list((run / "rollouts").glob("*.html")))
             mb = (run / "results.jsonl").stat().st_size / 2**20
             lines.append(row(f"report html, {count:,} rollouts", found, mb,
                              f"index.html {size:.2f} MB, {pages:,} rollout pages"))  # fmt: skip
     print(
-        "| what | policybench | parsing the same results | ratio | target | peak memory "
-        "(within 2x the largest results file + 200 MB) | |"
+        f"| what | policybench (median of {args.repeat}) | parsing the same results | ratio "
+        "(spread) | target | peak memory (within 2x the largest results file + 200 MB) | |"
     )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(lines))
