@@ -158,3 +158,19 @@ def test_a_run_that_cannot_be_read_is_skipped_and_the_others_kept(runs, tmp_path
         counted = store.execute("SELECT COUNT(*) FROM rollouts").fetchone()[0]
     assert stored == sorted(p.name for p in runs.iterdir() if p.name[:1] == "2")
     assert counted == 2 * (3 * 6 + 6)
+
+
+def test_a_store_whose_pairing_was_edited_says_to_delete_it(runs, capsys):
+    """The tests read each run's pairing back from the store: one edited by hand (or written by
+    another version under this one's number) is refused with a line saying what to do."""
+    assert history(runs) == 0
+    with sqlite3.connect(runs / STORE) as store:
+        store.execute("""UPDATE evals SET paired = '{"tasks": ["reach"], "arms": []}'""")
+        store.execute("DELETE FROM changes")
+        store.execute("DELETE FROM gate_calls")
+    capsys.readouterr()
+    assert history(runs) == 2
+    said = capsys.readouterr().err
+    assert "the store's rollouts of" in said and "delete it to rebuild it from the runs" in said
+    (runs / STORE).unlink()
+    assert history(runs) == 0

@@ -26,7 +26,6 @@ from typing import Any
 import orjson
 
 from policybench import keys
-from policybench.record.episode import OutcomeKind
 from policybench.record.protocol import of_policy
 from policybench.report.compare import pooled_row
 from policybench.report.published import NAME
@@ -41,7 +40,7 @@ from policybench.run.records import (
     scene_text,
     tally_of_outcomes,
 )
-from policybench.run.results import RESULTS, each_result
+from policybench.run.results import OUTCOMES, RESULTS, each_result
 from policybench.run.status import is_run
 
 STORE = "history.sqlite"
@@ -607,11 +606,8 @@ class RecordsOf:
         paired = loads(found[0], f"the store's rollouts of {run_id}") if found and found[0] else {}
         try:
             return _records(eval, paired)
-        except (KeyError, IndexError, TypeError) as error:
+        except (KeyError, IndexError, TypeError, ValueError) as error:  # not this version's
             raise sqlite3.DatabaseError(f"the store's rollouts of {run_id}: {error}") from None
-
-
-OUTCOMES = tuple(kind.value for kind in OutcomeKind)
 
 
 def paired_of(eval: str, entries: Sequence[Sequence[Any]]) -> dict[str, Any]:
