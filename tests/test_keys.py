@@ -13,8 +13,10 @@ SOURCE = Path(policybench.__file__).parent
 KEY_VALUES = {
     value: name for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)
 }
-# World reads the success flag that gymnasium envs put in their info dicts: the env's key.
-NOT_OUR_KEYS = {("world.py", "success")}
+NOT_OUR_KEYS = {
+    ("world.py", "success"),  # the success flag gymnasium envs put in their info: the env's key
+    ("cli.py", "published"),  # the `policybench published` command's name in the commands' table
+}
 
 
 def key_literals(path: Path) -> list[tuple[int, str]]:

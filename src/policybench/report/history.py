@@ -621,8 +621,8 @@ def paired_of(eval: str, entries: Sequence[Sequence[Any]]) -> dict[str, Any]:
         arm.append(arms.setdefault(arm_name, len(arms)) if arm_name else -1)
         outcome.append(OUTCOMES.index(result))
         key.append(scene_key_of(eval, name, scene))
-    return {"tasks": list(tasks), "arms": list(arms), "task": task, "arm": arm,
-            "outcome": outcome, "key": key}  # fmt: skip
+    return {"tasks": list(tasks), "arms": list(arms), keys.TASK: task, keys.ARM: arm,
+            keys.OUTCOME: outcome, "key": key}  # fmt: skip
 
 
 def _records(eval: str, paired: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -634,7 +634,7 @@ def _records(eval: str, paired: Mapping[str, Any]) -> list[dict[str, Any]]:
     tasks, arms = paired["tasks"], paired["arms"]
     records = []
     for task, arm, outcome, key in zip(
-        paired["task"], paired["arm"], paired["outcome"], paired["key"], strict=True
+        paired[keys.TASK], paired[keys.ARM], paired[keys.OUTCOME], paired["key"], strict=True
     ):
         record = {keys.EVAL: eval, keys.TASK: tasks[task], SCENE_KEY: key,
                   keys.OUTCOME: OUTCOMES[outcome]}  # fmt: skip
