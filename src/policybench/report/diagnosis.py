@@ -18,6 +18,7 @@ comparisons with the expert and the image's orientation, said where they find so
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,17 +87,19 @@ def diagnoses(
     orientations = _orientations(run_dir)
     found = []
     for (eval,), members in group(records, keys.EVAL).items():
-        ended = [r for r in members if r.get(keys.OUTCOME) in ("solved", "unsolved")]
+        counted = Counter((r.get(keys.TASK), r.get(keys.OUTCOME)) for r in members)  # one pass
+        solved, ended = _tally(counted)
         if not ended:
             continue
-        rate = sum(r[keys.OUTCOME] == "solved" for r in ended) / len(ended)
+        rate = solved / ended
         diagnosed = rate <= DIAGNOSED_AT or eval in far_below
-        looked_at = None if diagnosed else _failing_tasks(ended)  # above it: its failing tasks
+        looked_at = None if diagnosed else _failing_tasks(counted)  # above it: its failing tasks
         unsolved = _watched_first(
             [
                 r
-                for r in ended
-                if r[keys.OUTCOME] == "unsolved" and (diagnosed or r.get(keys.TASK) in looked_at)
+                for r in members
+                if r.get(keys.OUTCOME) == "unsolved"
+                and (diagnosed or r.get(keys.TASK) in looked_at)
             ]
         )
         traces = _traces(run_dir, unsolved, expert_of)
@@ -150,12 +153,29 @@ def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:
     return found
 
 
-def _failing_tasks(ended: Sequence[Mapping[str, Any]]) -> set[Any]:
-    """The tasks that solved DIAGNOSED_AT of their ended rollouts or less."""
-    tasks: dict[Any, list[bool]] = {}
-    for record in ended:
-        tasks.setdefault(record.get(keys.TASK), []).append(record[keys.OUTCOME] == "solved")
-    return {task for task, solved in tasks.items() if sum(solved) <= DIAGNOSED_AT * len(solved)}
+ALL = object()  # every task
+
+
+def _tally(counted: Mapping[tuple[Any, Any], int], task: Any = ALL) -> tuple[int, int]:
+    """Solved and ended (solved or unsolved) rollouts of `task` (or of all), from the counts of
+    (task, outcome)."""
+    solved = ended = 0
+    for (of, outcome), n in counted.items():
+        if task is ALL or of == task:
+            solved += n if outcome == "solved" else 0
+            ended += n if outcome in ("solved", "unsolved") else 0
+    return solved, ended
+
+
+def _failing_tasks(counted: Mapping[tuple[Any, Any], int]) -> set[Any]:
+    """The tasks that solved DIAGNOSED_AT of their ended rollouts or less (from the counts of
+    (task, outcome))."""
+    failing = set()
+    for task in {of for of, _ in counted}:
+        solved, ended = _tally(counted, task)
+        if ended and solved <= DIAGNOSED_AT * ended:
+            failing.add(task)
+    return failing
 
 
 def _traces(
