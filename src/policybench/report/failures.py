@@ -35,6 +35,7 @@ import numpy as np
 from policybench import keys
 from policybench.record.episode import OutcomeKind
 from policybench.record.rollout_trace import read_trace
+from policybench.report.stats import group
 from policybench.run.layout import inside
 from policybench.run.records import rollout_id
 from policybench.trajectory.library import violated
@@ -114,10 +115,11 @@ def failure_clusters(
     unsolved rollouts is clustered on SAMPLED of them spread over all (by id), its scale set by
     at most SCALE_SOLVED solved ones: the traces read stay bounded however large the run."""
     chosen = {}
-    for eval in dict.fromkeys(record[keys.EVAL] for record in records):
-        of_eval = sorted((r for r in records if r[keys.EVAL] == eval), key=rollout_id)
-        failed = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.UNSOLVED.value]
-        solved = [r for r in of_eval if r.get(keys.OUTCOME) == OutcomeKind.SOLVED.value]
+    unsolved_kind, solved_kind = OutcomeKind.UNSOLVED.value, OutcomeKind.SOLVED.value
+    for (eval,), members in group(records, keys.EVAL).items():
+        of_eval = sorted(members, key=rollout_id)
+        failed = [r for r in of_eval if r.get(keys.OUTCOME) == unsolved_kind]
+        solved = [r for r in of_eval if r.get(keys.OUTCOME) == solved_kind]
         chosen[eval] = (_spread(failed, SAMPLED), _spread(solved, SCALE_SOLVED), len(failed))
     read = [r for failed, solved, _ in chosen.values() for r in (*failed, *solved)]
     endings = {} if run_dir is None else _endings(read, run_dir)
