@@ -16,7 +16,6 @@ import pytest
 OPTIONS = {  # setting -> (no_rollout_traces, expert_shadow)
     "bare": (True, 0),
     "traces": (False, 0),
-    "default": (False, 1),
 }
 SETTING = pytest.StashKey[str]()
 

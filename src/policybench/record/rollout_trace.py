@@ -43,7 +43,7 @@ EXPERT_ACTION = "expert_action"  # a row per action dimension: the Eval's expert
 # in the run's folder; a diagnosis that replays them adds EXPERT_ACTION to the trace.
 KEPT_OBSERVATIONS = "kept_observations"
 MOTION = "motion"  # motion/<image>: the image's mean absolute change from the step before
-MOTION_RUN, MOTION_EVERY = 64, 4  # motion reads a run of 64 bytes in every 4 of an image
+MOTION_RUN, MOTION_EVERY = 64, 4  # motion reads one run of 64 bytes of an image's in every 4
 
 
 @dataclass

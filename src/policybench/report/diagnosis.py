@@ -18,7 +18,6 @@ comparisons with the expert and the image's orientation, said where they find so
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from policybench.report.failures import trace_of
 from policybench.report.stats import group
 from policybench.run.files import read_json
 from policybench.run.layout import PREFLIGHTS
+from policybench.run.records import Tally, tallies_by
 
 DIAGNOSED_AT = 0.1  # an Eval solving this share of its rollouts or less is diagnosed
 TRACES_READ = 20  # unsolved rollouts read per Eval, in the run's order
@@ -87,13 +87,13 @@ def diagnoses(
     orientations = _orientations(run_dir)
     found = []
     for (eval,), members in group(records, keys.EVAL).items():
-        counted = Counter((r.get(keys.TASK), r.get(keys.OUTCOME)) for r in members)  # one pass
-        solved, ended = _tally(counted)
+        tallies = tallies_by(members, keys.TASK)  # one pass
+        ended = sum(_ended(tally) for tally in tallies.values())
         if not ended:
             continue
-        rate = solved / ended
+        rate = sum(tally.solved for tally in tallies.values()) / ended
         diagnosed = rate <= DIAGNOSED_AT or eval in far_below
-        looked_at = None if diagnosed else _failing_tasks(counted)  # above it: its failing tasks
+        looked_at = None if diagnosed else _failing_tasks(tallies)  # above it: its failing tasks
         unsolved = _watched_first(
             [
                 r
@@ -153,29 +153,18 @@ def _orientations(run_dir: Path) -> dict[str, dict[str, float]]:
     return found
 
 
-ALL = object()  # every task
+def _ended(tally: Tally) -> int:
+    """Its rollouts that ended, solved or not (errors aside)."""
+    return tally.solved + tally.unsolved
 
 
-def _tally(counted: Mapping[tuple[Any, Any], int], task: Any = ALL) -> tuple[int, int]:
-    """Solved and ended (solved or unsolved) rollouts of `task` (or of all), from the counts of
-    (task, outcome)."""
-    solved = ended = 0
-    for (of, outcome), n in counted.items():
-        if task is ALL or of == task:
-            solved += n if outcome == "solved" else 0
-            ended += n if outcome in ("solved", "unsolved") else 0
-    return solved, ended
-
-
-def _failing_tasks(counted: Mapping[tuple[Any, Any], int]) -> set[Any]:
-    """The tasks that solved DIAGNOSED_AT of their ended rollouts or less (from the counts of
-    (task, outcome))."""
-    failing = set()
-    for task in {of for of, _ in counted}:
-        solved, ended = _tally(counted, task)
-        if ended and solved <= DIAGNOSED_AT * ended:
-            failing.add(task)
-    return failing
+def _failing_tasks(tallies: Mapping[Any, Tally]) -> set[Any]:
+    """The tasks that solved DIAGNOSED_AT of their ended rollouts or less."""
+    return {
+        task
+        for task, tally in tallies.items()
+        if _ended(tally) and tally.solved <= DIAGNOSED_AT * _ended(tally)
+    }
 
 
 def _traces(

@@ -35,6 +35,7 @@ from policybench.run.info import RunInfo
 from policybench.run.layout import SUMMARY, verdict_line
 from policybench.run.records import (
     SCENE_KEY,
+    last_of_each,
     rollout_id,
     scene_key_of,
     scene_text,
@@ -353,11 +354,8 @@ def _store_evals(
 def entries_of(records: Iterable[Mapping[str, Any]]) -> dict[str, list[list[Any]]]:
     """Each Eval's rollouts as the store keeps them (`rollout_entry`), in run order: one a
     rollout, the last one recorded, in the order of those (as `latest_per_rollout` keeps)."""
-    latest: dict[str, tuple[str, list[Any]]] = {}
-    for record in records:
-        entry = rollout_entry(record)
-        latest.pop(entry[0], None)
-        latest[entry[0]] = (record[keys.EVAL], entry)
+    entries = ((record[keys.EVAL], rollout_entry(record)) for record in records)
+    latest = last_of_each((entry[0], (eval, entry)) for eval, entry in entries)  # a rollout id
     by_eval: dict[str, list[list[Any]]] = {}
     for eval, entry in latest.values():
         by_eval.setdefault(eval, []).append(entry)

@@ -14,17 +14,16 @@ with this code (tests/test_history_gate.py)."""
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from policybench import keys
-from policybench.record.episode import OutcomeKind
 from policybench.report.compare import pooled_pairs
 from policybench.report.history import History, Point, RecordsOf
 from policybench.report.paired import mcnemar_p
 from policybench.report.power import mcnemar_power
+from policybench.run.records import tallies_by
 
 CALLS = 50  # the calls after a reference that alpha is spread over
 DROP = 0.2  # the drop each call states its chance to catch
@@ -157,11 +156,7 @@ def power_at_drop(reference: Sequence[Mapping[str, Any]], pairs: int, level: flo
     """The chance the test catches every task's rate dropping by DROP from the reference's (each
     scene's outcomes drawn independently in the two runs), over `pairs` paired scenes; None where
     no task's rate is high enough to drop by it."""
-    counted = Counter(  # one pass: (task, solved) -> rollouts
-        (str(r[keys.TASK]), r[keys.OUTCOME] == OutcomeKind.SOLVED) for r in reference
-    )
-    tasks = {task for task, _ in counted}
-    rates = [counted[t, True] / (counted[t, True] + counted[t, False]) for t in tasks]
+    rates = [tally.rate or 0.0 for tally in tallies_by(reference, keys.TASK).values()]
     if not rates or max(rates) < DROP:
         return None
     lost = sum(p * (1 - (p - DROP)) if p >= DROP else 0.0 for p in rates) / len(rates)

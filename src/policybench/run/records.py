@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -110,11 +110,19 @@ def _key_head(eval: str, task: str) -> str:
 def latest_by_rollout(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """One record per rollout (`rollout_id`): the last one written, in the order of those (a
     rollout recorded again, as a resumed run's retried one, takes its new place)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for record in records:
-        named = rollout_id(record)
-        latest.pop(named, None)
-        latest[named] = record
+    return last_of_each((rollout_id(record), record) for record in records)
+
+
+T = TypeVar("T")
+
+
+def last_of_each(named: Iterable[tuple[str, T]]) -> dict[str, T]:
+    """The last value given for each name, in the order of those (`latest_by_rollout`'s rule,
+    for what is kept of a record rather than the record)."""
+    latest: dict[str, T] = {}
+    for name, value in named:
+        latest.pop(name, None)
+        latest[name] = value
     return latest
 
 
@@ -171,6 +179,14 @@ def wilson(solved: int, rollouts: int, confidence: float = CONFIDENCE) -> tuple[
 
 def tally_of(records: Iterable[Mapping[str, Any]]) -> Tally:
     return tally_of_outcomes(record[keys.OUTCOME] for record in records)
+
+
+def tallies_by(records: Iterable[Mapping[str, Any]], field: str) -> dict[Any, Tally]:
+    """The Tally of each value of `field` (a task, say) among `records`, in one pass."""
+    outcomes: dict[Any, list[str]] = {}
+    for record in records:
+        outcomes.setdefault(record.get(field), []).append(record[keys.OUTCOME])
+    return {value: tally_of_outcomes(found) for value, found in outcomes.items()}
 
 
 def tally_of_outcomes(outcomes: Iterable[str]) -> Tally:
